@@ -1,0 +1,325 @@
+"""The only module that talks to llama.cpp (through llama-cpp-python's low-level API).
+
+A `Model` owns one llama_model, one llama_context (sequence 0) and one reusable llama_batch.
+Positions are explicit: `decode(tokens, start_pos, n_logit_rows)` appends tokens at
+`start_pos..` (which must equal the number of cached positions) and `truncate(n)` removes every
+cached position >= n. Logits are requested only for the trailing `n_logit_rows` tokens and
+returned as a zero-copy float32 view that stays valid until the next `decode`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import sys
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp as ll
+import numpy as np
+
+from .errors import ContextOverflowError, IncompatibleModelsError, ModelLoadError, check
+
+SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
+GGUF_MAGIC = b"GGUF"
+# llama.cpp's own speculative examples accept vocabularies that differ by a few padding ids at
+# the end and skip the first few ids (special tokens that vary between conversions).
+VOCAB_MAX_SIZE_DIFFERENCE = 128
+VOCAB_CHECK_START_ID = 5
+
+
+class _LogSink:
+    """Collects llama.cpp's log lines so that load failures can quote the reason."""
+
+    def __init__(self) -> None:
+        self.verbose = False
+        self.recent: deque[str] = deque(maxlen=20)
+        self.callback = ll.llama_log_callback(self._on_log)  # kept alive by this object
+
+    def _on_log(self, level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+        line = text.decode("utf-8", errors="replace")
+        if level in (2, 3):  # GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR
+            self.recent.append(line.strip())
+        if self.verbose:
+            print(line, end="", file=sys.stderr)
+
+
+_log_sink: _LogSink | None = None  # installed on first load, never at import
+
+
+def _install_log_sink(verbose: bool) -> _LogSink:
+    global _log_sink
+    if _log_sink is None:
+        logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
+        ll.llama_backend_init()
+        _log_sink = _LogSink()
+        ll.llama_log_set(_log_sink.callback, ctypes.c_void_p(0))
+    _log_sink.verbose = verbose
+    return _log_sink
+
+
+def physical_cores() -> int:
+    """Number of physical CPU cores (llama.cpp's default thread count), from sysfs when possible."""
+    siblings = set()
+    for cpu in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/topology/thread_siblings_list"):
+        try:
+            siblings.add(cpu.read_text().strip())
+        except OSError:
+            continue
+    return len(siblings) or os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load one model: context, threads and GPU placement."""
+
+    n_ctx: int = 4096
+    n_batch: int = 512
+    n_threads: int | None = None  # None: physical cores
+    n_gpu_layers: int = 0
+    main_gpu: int = 0
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] | None = None
+    verbose: bool = False
+
+    def validate(self) -> None:
+        check(self.n_ctx >= 8, "n_ctx", f"{self.n_ctx} (must be at least 8)")
+        check(self.n_batch >= 1, "n_batch", f"{self.n_batch} (must be at least 1)")
+        check(self.n_threads is None or self.n_threads >= 1, "n_threads", f"{self.n_threads}")
+        check(self.split_mode in SPLIT_MODES, "split_mode",
+              f"{self.split_mode!r} (choose one of {', '.join(SPLIT_MODES)})")
+
+
+def _check_gguf_file(path: Path) -> None:
+    if not path.exists():
+        raise ModelLoadError(f"model file not found: {path}")
+    if path.is_dir():
+        raise ModelLoadError(f"model path is a directory, not a .gguf file: {path}")
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read model file {path}: {exc.strerror}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"not a GGUF file (bad magic {magic!r}): {path}")
+
+
+class Model:
+    """One GGUF model with its own context and KV cache (sequence 0)."""
+
+    def __init__(self, path: Path, model_p, ctx_p, opts: LoadOptions) -> None:
+        self.path = path
+        self.options = opts
+        self._model = model_p
+        self._ctx = ctx_p
+        self._vocab = ll.llama_model_get_vocab(model_p)
+        self._memory = ll.llama_get_memory(ctx_p)
+        self.n_vocab: int = ll.llama_vocab_n_tokens(self._vocab)
+        self.n_ctx: int = ll.llama_n_ctx(ctx_p)
+        self.n_batch: int = ll.llama_n_batch(ctx_p)
+        self.n_cached = 0  # positions 0..n_cached-1 are in the KV cache
+        self.supports_truncate = not (ll.llama_model_is_recurrent(model_p)
+                                      or ll.llama_model_is_hybrid(model_p))
+        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
+        self._batch_pos = np.ctypeslib.as_array(self._batch.pos, shape=(self.n_batch,))
+        self._batch_out = np.ctypeslib.as_array(self._batch.logits, shape=(self.n_batch,))
+        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self.n_batch,))[:] = 1
+        for i in range(self.n_batch):
+            self._batch.seq_id[i][0] = 0
+        self._piece_cache: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, opts: LoadOptions | None = None) -> Model:
+        """Load a GGUF file; raise ModelLoadError with llama.cpp's reason when it fails."""
+        opts = opts or LoadOptions()
+        opts.validate()
+        path = Path(path).expanduser()
+        _check_gguf_file(path)
+        sink = _install_log_sink(opts.verbose)
+        sink.recent.clear()
+        model_p = ll.llama_model_load_from_file(str(path).encode(), _model_params(opts))
+        if not model_p:
+            reason = "; ".join(sink.recent) or "llama.cpp gave no reason"
+            raise ModelLoadError(f"cannot load {path.name}: {reason}")
+        ctx_p = ll.llama_init_from_model(model_p, _context_params(opts))
+        if not ctx_p:
+            ll.llama_model_free(model_p)
+            reason = "; ".join(sink.recent) or "out of memory?"
+            raise ModelLoadError(f"cannot create a context for {path.name}: {reason}")
+        return cls(path, model_p, ctx_p, opts)
+
+    # --- tokens and text -------------------------------------------------------------------
+
+    def tokenize(self, text: str, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
+        """Text -> token ids; `parse_special` turns '<|im_start|>' etc. into their ids."""
+        data = text.encode("utf-8")
+        cap = len(data) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special,
+                                  parse_special)
+        return list(buf[:n])
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes a token stands for (control tokens render as empty)."""
+        piece = self._piece_cache.get(token)
+        if piece is None:
+            n = ll.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, False)
+            piece = self._piece_buf.raw[:max(n, 0)]
+            self._piece_cache[token] = piece
+        return piece
+
+    def token_text(self, token: int) -> bytes:
+        """The vocabulary's stored text for a token (used for compatibility checks)."""
+        return ll.llama_vocab_get_text(self._vocab, token) or b""
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""
+        return bool(ll.llama_vocab_is_eog(self._vocab, token))
+
+    @property
+    def bos_token(self) -> int:
+        return ll.llama_vocab_bos(self._vocab)
+
+    @property
+    def eos_token(self) -> int:
+        return ll.llama_vocab_eos(self._vocab)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(ll.llama_vocab_get_add_bos(self._vocab))
+
+    def chat_template(self) -> str | None:
+        """The GGUF's default chat template (Jinja text), if it ships one."""
+        raw = ll.llama_model_chat_template(self._model, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
+
+    def metadata(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(512)
+        n = ll.llama_model_meta_val_str(self._model, key.encode(), buf, 512)
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    @property
+    def n_params(self) -> int:
+        return int(ll.llama_model_n_params(self._model))
+
+    # --- evaluation --------------------------------------------------------------------------
+
+    def decode(self, tokens: Sequence[int] | np.ndarray, start_pos: int,
+               n_logit_rows: int) -> np.ndarray:
+        """Evaluate `tokens` at positions start_pos.. and return logits of the last rows.
+
+        Returns a zero-copy view float32[n_logit_rows, n_vocab] into llama.cpp's output buffer;
+        row i predicts the token after tokens[len(tokens) - n_logit_rows + i]. The view is
+        overwritten by the next decode. Inputs longer than n_batch are split into chunks.
+        """
+        n = len(tokens)
+        if start_pos != self.n_cached:
+            raise RuntimeError(f"decode at position {start_pos} but {self.n_cached} are cached")
+        if start_pos + n > self.n_ctx:
+            raise ContextOverflowError(
+                f"{start_pos + n} tokens do not fit the context of {self.n_ctx}")
+        if n_logit_rows > self.n_batch:
+            raise ValueError(f"{n_logit_rows} logit rows exceed n_batch={self.n_batch}")
+        if n == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        tokens = np.asarray(tokens, dtype=np.int32)
+        # The last chunk holds every requested row (n_logit_rows <= n_batch); earlier chunks
+        # fill the cache without outputs.
+        last_start = max(0, n - self.n_batch)
+        for lo in range(0, last_start, self.n_batch):
+            hi = min(lo + self.n_batch, last_start)
+            self._decode_chunk(tokens[lo:hi], start_pos + lo, 0)
+        self._decode_chunk(tokens[last_start:], start_pos + last_start, n_logit_rows)
+        if n_logit_rows == 0:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        ptr = ll.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(n_logit_rows, self.n_vocab))
+
+    def _decode_chunk(self, tokens: np.ndarray, start_pos: int, n_out: int) -> None:
+        n = len(tokens)
+        self._batch_tokens[:n] = tokens
+        self._batch_pos[:n] = np.arange(start_pos, start_pos + n, dtype=np.int32)
+        self._batch_out[:n] = 0
+        if n_out:
+            self._batch_out[n - n_out:n] = 1
+        self._batch.n_tokens = n
+        rc = ll.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with code {rc} at position {start_pos}")
+        self.n_cached = start_pos + n
+
+    def truncate(self, n: int) -> None:
+        """Remove every cached position >= n (always asks llama.cpp, so that a cache left ahead
+        of `n_cached` by an interrupted decode is cleaned too)."""
+        if not ll.llama_memory_seq_rm(self._memory, 0, n, -1):
+            raise IncompatibleModelsError(
+                f"{self.path.name}: the KV cache cannot drop positions {n}.. (recurrent or "
+                "hybrid model); speculation needs a transformer model")
+        self.n_cached = min(self.n_cached, n)
+
+    def close(self) -> None:
+        """Free the context, batch and model (idempotent)."""
+        if self._ctx:
+            ll.llama_batch_free(self._batch)
+            ll.llama_free(self._ctx)
+            self._ctx = None
+        if self._model:
+            ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit llama_cpp may be gone
+            self.close()
+
+
+def _model_params(opts: LoadOptions):
+    params = ll.llama_model_default_params()
+    params.n_gpu_layers = opts.n_gpu_layers
+    params.main_gpu = opts.main_gpu
+    params.split_mode = SPLIT_MODES[opts.split_mode]
+    if opts.tensor_split:
+        arr = (ctypes.c_float * len(opts.tensor_split))(*opts.tensor_split)
+        params.tensor_split = ctypes.cast(arr, ctypes.POINTER(ctypes.c_float))
+        params._tensor_split_ref = arr  # keep the array alive as long as params
+    return params
+
+
+def _context_params(opts: LoadOptions):
+    params = ll.llama_context_default_params()
+    threads = opts.n_threads or physical_cores()
+    params.n_ctx = opts.n_ctx
+    params.n_batch = opts.n_batch
+    params.n_ubatch = opts.n_batch
+    params.n_seq_max = 1
+    params.n_threads = threads
+    params.n_threads_batch = threads
+    params.no_perf = True
+    return params
+
+
+def check_vocab_compatible(target: Model, draft: Model) -> None:
+    """Raise IncompatibleModelsError unless `draft` tokenizes text exactly like `target`."""
+    if abs(target.n_vocab - draft.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:
+        raise IncompatibleModelsError(
+            f"draft {draft.path.name} has {draft.n_vocab} tokens, target {target.path.name} has "
+            f"{target.n_vocab}: different vocabularies (use prompt lookup: drafter='lookup')")
+    if target.add_bos != draft.add_bos or (target.add_bos and target.bos_token != draft.bos_token):
+        raise IncompatibleModelsError(
+            f"draft {draft.path.name} and target {target.path.name} use different BOS tokens")
+    for token in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
+        if target.token_text(token) != draft.token_text(token):
+            raise IncompatibleModelsError(
+                f"draft {draft.path.name} and target {target.path.name} differ at token {token} "
+                f"({draft.token_text(token)!r} vs {target.token_text(token)!r}): different "
+                "vocabularies (use prompt lookup: drafter='lookup')")

@@ -1,0 +1,12 @@
+"""Drafters propose the next K tokens cheaply. They never import llama_cpp: the draft model is
+a backend Model handed in by the engine."""
+
+from __future__ import annotations
+
+from .base import Draft, Drafter
+from .lookup import LookupDrafter, lookup_kernel, lookup_reference
+from .model import ModelDrafter
+from .multilevel import MultiLevelDrafter
+
+__all__ = ["Draft", "Drafter", "LookupDrafter", "ModelDrafter", "MultiLevelDrafter",
+           "lookup_kernel", "lookup_reference"]

@@ -1,0 +1,70 @@
+"""Prompt lookup decoding (Saxena 2023): propose what followed the most recent earlier
+occurrence of the last n tokens, trying n = max_ngram down to min_ngram."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ..errors import check
+from ..verify.sampling import SamplerSettings
+from .base import EMPTY_DRAFT, Draft
+
+
+@njit(cache=True, nogil=True)
+def lookup_kernel(tokens, max_ngram, min_ngram, k, out):
+    """tokens: int32[n] (prompt + output), out: int32[>= k]. Returns how many of out are set.
+    O(n * max_ngram) at worst; scans backwards so the most recent occurrence wins."""
+    n = tokens.shape[0]
+    for size in range(min(max_ngram, n - 1), min_ngram - 1, -1):
+        tail = n - size
+        for start in range(tail - 1, -1, -1):
+            same = True
+            for i in range(size):
+                if tokens[start + i] != tokens[tail + i]:
+                    same = False
+                    break
+            if same:
+                m = min(k, n - (start + size))
+                for i in range(m):
+                    out[i] = tokens[start + size + i]
+                return m
+    return 0
+
+
+def lookup_reference(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int) -> np.ndarray:
+    """Obvious numpy version of lookup_kernel (tests only). tokens: int32[n] -> int32[<= k]."""
+    seq = [int(t) for t in tokens]
+    n = len(seq)
+    for size in range(min(max_ngram, n - 1), min_ngram - 1, -1):
+        tail = seq[n - size:]
+        starts = [s for s in range(n - size) if seq[s:s + size] == tail]
+        if starts:
+            start = max(starts) + size
+            return np.array(seq[start:start + k], np.int32)
+    return np.zeros(0, np.int32)
+
+
+class LookupDrafter:
+    """Drafts from the context itself; no model, no probabilities (p_d is one-hot)."""
+
+    name = "lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        check(max_ngram >= 1, "max_ngram", f"{max_ngram} (must be >= 1)")
+        check(1 <= min_ngram <= max_ngram, "min_ngram", f"{min_ngram} (must be 1..max_ngram)")
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self._out = np.zeros(64, np.int32)
+
+    def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
+                rng: np.random.Generator | None = None) -> Draft:
+        if k <= 0:
+            return EMPTY_DRAFT
+        if len(self._out) < k:
+            self._out = np.zeros(k, np.int32)
+        m = lookup_kernel(history, self.max_ngram, self.min_ngram, k, self._out)
+        return Draft(self._out[:m].copy())
+
+    def reset(self) -> None:
+        """Stateless: the history is the index."""

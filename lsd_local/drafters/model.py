@@ -1,0 +1,79 @@
+"""A small model with the target's vocabulary drafts greedily (or by sampling).
+
+Its KV cache is kept across rounds: before drafting, only the cached positions that disagree
+with the committed tokens are dropped (longest common prefix) and only what is new is
+evaluated. Greedy drafting stops early when the draft's top-1 probability falls under p_min
+(llama.cpp's --draft-p-min).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import check
+from ..verify._rows import row_argmax_prob
+from ..verify.sampling import SamplerSettings, draw, sampling_probs
+from .base import EMPTY_DRAFT, Draft
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two int32 arrays."""
+    m = min(len(a), len(b))
+    differ = np.flatnonzero(a[:m] != b[:m])
+    return int(differ[0]) if len(differ) else m
+
+
+class ModelDrafter:
+    """Draft model drafter. `model` is a backend Model (duck-typed: decode/truncate/n_cached)."""
+
+    name = "model"
+
+    def __init__(self, model, p_min: float = 0.75) -> None:
+        check(0.0 <= p_min <= 1.0, "p_min", f"{p_min} (must be within [0, 1])")
+        self.model = model
+        self.p_min = p_min
+        self.cached = np.zeros(model.n_ctx, np.int32)  # token at each cached draft position
+        self.n_evaluated = 0  # draft tokens evaluated so far (shows the KV reuse)
+        self.n_forward = 0  # draft forward passes so far
+
+    def _eval(self, tokens: np.ndarray, n_rows: int) -> np.ndarray:
+        """Append tokens to the draft cache; logits float32[n_rows, V] of the last rows."""
+        pos = self.model.n_cached
+        rows = self.model.decode(tokens, pos, n_rows)
+        self.cached[pos:pos + len(tokens)] = tokens
+        self.n_evaluated += len(tokens)
+        self.n_forward += 1
+        return rows
+
+    def sync(self, history: np.ndarray) -> np.ndarray:
+        """Bring the draft cache to `history` (int32[n]); logits row float32[V] after it."""
+        n = len(history)
+        keep = min(common_prefix(self.cached[:self.model.n_cached], history), n - 1)
+        self.model.truncate(keep)
+        return self._eval(history[keep:], 1)[0]
+
+    def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
+                rng: np.random.Generator | None = None) -> Draft:
+        if k <= 0:
+            return EMPTY_DRAFT
+        row = self.sync(history)
+        tokens: list[int] = []
+        probs: list[np.ndarray] = []
+        while True:
+            if sampler is not None:
+                p = sampling_probs(row, sampler)
+                token = draw(p, rng)
+                probs.append(p)
+            else:
+                token, p_top = row_argmax_prob(row)
+                if p_top < self.p_min:
+                    break
+            tokens.append(int(token))
+            if len(tokens) == k:
+                break
+            row = self._eval(np.array([token], np.int32), 1)[0]
+        return Draft(np.array(tokens, np.int32), np.stack(probs) if probs else None)
+
+    def reset(self) -> None:
+        """Forget the draft cache (the next proposal re-evaluates the history)."""
+        self.model.truncate(0)

@@ -1,0 +1,69 @@
+"""Multi-level drafting (FLy's MLA): the draft model's own steps are sped up by prompt lookup.
+
+An n-gram continuation is proposed from the context, the draft model checks it in one batch
+against its own greedy choice (strict), and what it agrees with is kept. The drafted text is
+exactly the draft model's greedy output, only produced in fewer forward passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..verify._rows import row_argmax_prob
+from ..verify.sampling import SamplerSettings
+from .base import EMPTY_DRAFT, Draft
+from .lookup import lookup_kernel
+from .model import ModelDrafter
+
+
+class MultiLevelDrafter(ModelDrafter):
+    """Draft model accelerated by prompt lookup (greedy; sampled drafts fall back to plain)."""
+
+    name = "multilevel"
+
+    def __init__(self, model, p_min: float = 0.75, max_ngram: int = 3, min_ngram: int = 1) -> None:
+        super().__init__(model, p_min)
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self._work = np.zeros(model.n_ctx + 1, np.int32)
+        self._guess = np.zeros(64, np.int32)
+
+    def _lookup(self, n: int, k: int) -> np.ndarray:
+        if len(self._guess) < k:
+            self._guess = np.zeros(k, np.int32)
+        m = lookup_kernel(self._work[:n], self.max_ngram, self.min_ngram, k, self._guess)
+        return self._guess[:m]
+
+    def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
+                rng: np.random.Generator | None = None) -> Draft:
+        if sampler is not None:
+            return super().propose(history, k, sampler, rng)
+        if k <= 0:
+            return EMPTY_DRAFT
+        n = len(history)
+        self._work[:n] = history
+        row = self.sync(history)
+        n_draft = 0
+        while n_draft < k:
+            token, p_top = row_argmax_prob(row)
+            if p_top < self.p_min:
+                break
+            self._work[n + n_draft] = token
+            n_draft += 1
+            if n_draft == k:
+                break
+            guess = self._lookup(n + n_draft, k - n_draft)
+            batch = np.concatenate(([token], guess)).astype(np.int32)
+            pos = self.model.n_cached
+            rows = self._eval(batch, len(batch))
+            n_ok = 0
+            for i in range(len(guess)):
+                agreed, p_top = row_argmax_prob(rows[i])
+                if agreed != guess[i] or p_top < self.p_min or n_draft == k:
+                    break
+                self._work[n + n_draft] = agreed
+                n_draft += 1
+                n_ok += 1
+            self.model.truncate(pos + 1 + n_ok)  # drop the guesses the draft model rejected
+            row = rows[n_ok]
+        return Draft(self._work[n:n + n_draft].copy())

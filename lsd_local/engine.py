@@ -1,0 +1,276 @@
+"""The public engine: load a target (and optional draft), then generate with speculation."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from time import perf_counter
+
+import numpy as np
+
+from .backend import LoadOptions, Model, check_vocab_compatible
+from .chat import render_chat
+from .drafters import LookupDrafter, ModelDrafter, MultiLevelDrafter
+from .drafters.model import common_prefix
+from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
+from .rules import RuleConfig, Verifier
+from .speculative import Request, TokenBuffer, run_rounds
+from .stats import GenerationStats, RoundEvent
+from .text import TextAssembler
+from .verify.sampling import SamplerSettings
+
+DRAFTERS = ("model", "lookup", "multilevel", "none")
+DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 8, "none": 0}
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """Which drafter to use and how far it drafts."""
+
+    drafter: str = "lookup"
+    k: int | None = None  # None = DEFAULT_K[drafter]
+    p_min: float = 0.75  # draft model: stop drafting under this top-1 probability
+    max_ngram: int = 3  # prompt lookup: longest n-gram to match
+    min_ngram: int = 1
+
+    @property
+    def k_value(self) -> int:
+        return DEFAULT_K[self.drafter] if self.k is None else self.k
+
+    def validate(self) -> None:
+        check(self.drafter in DRAFTERS, "drafter",
+              f"{self.drafter!r} (choose one of {', '.join(DRAFTERS)})")
+        check(self.drafter == "none" or self.k_value >= 1, "k", f"{self.k} (must be >= 1)")
+        check(0.0 <= self.p_min <= 1.0, "p_min", f"{self.p_min} (must be within [0, 1])")
+        check(self.max_ngram >= 1, "max_ngram", f"{self.max_ngram} (must be >= 1)")
+        check(1 <= self.min_ngram <= self.max_ngram, "min_ngram",
+              f"{self.min_ngram} (must be within 1..max_ngram)")
+
+
+def sampler_settings(temperature: float, top_k: int, top_p: float,
+                     min_p: float) -> SamplerSettings | None:
+    """Validate sampler parameters; None means greedy (temperature 0)."""
+    check(math.isfinite(temperature) and temperature >= 0, "temperature",
+          f"{temperature} (must be >= 0; 0 = greedy)")
+    check(top_k >= 0, "top_k", f"{top_k} (must be >= 0; 0 = off)")
+    check(0 < top_p <= 1, "top_p", f"{top_p} (must be within (0, 1])")
+    check(0 <= min_p <= 1, "min_p", f"{min_p} (must be within [0, 1])")
+    if temperature == 0:
+        return None
+    return SamplerSettings(temperature, top_k, top_p, min_p)
+
+
+class Generation:
+    """A running generation: iterate for RoundEvents; `stats`, `text`, `finish_reason` and
+    `tokens` are filled in as it goes and final once iteration ends."""
+
+    def __init__(self, rounds: Iterator[RoundEvent], stats: GenerationStats,
+                 text: TextAssembler, history: TokenBuffer, n_prompt: int, cleanup) -> None:
+        self._rounds = rounds
+        self.stats = stats
+        self._text = text
+        self._history = history
+        self._n_prompt = n_prompt
+        self._cleanup = cleanup
+        self._done = False
+
+    def __iter__(self) -> Iterator[RoundEvent]:
+        try:
+            for event in self._rounds:
+                self.stats.add_round(event)
+                if event.finish_reason:
+                    self.stats.finish_reason = event.finish_reason
+                yield event
+        finally:
+            self._done = True
+            self._cleanup(self.stats)
+
+    def run(self) -> Generation:
+        """Consume every round; returns self for chaining."""
+        for _ in self:
+            pass
+        return self
+
+    @property
+    def text(self) -> str:
+        return self._text.released_text
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.stats.finish_reason
+
+    @property
+    def tokens(self) -> list[int]:
+        """Generated token ids (EOS included when the model emitted one)."""
+        return self._history.view()[self._n_prompt:].tolist()
+
+
+class Engine:
+    """Speculative decoding over llama.cpp. Create with `Engine.load(...)`."""
+
+    def __init__(self, target: Model, draft: Model | None, drafter: DrafterConfig,
+                 rule: RuleConfig) -> None:
+        self.target = target
+        self.draft_model = draft
+        self.drafter_config = drafter
+        self.rule_config = rule
+        self._drafter = _make_drafter(drafter, draft)
+        self._history = TokenBuffer(target.n_ctx)  # mirrors the target cache (+ pending)
+        self._busy = False
+
+    @classmethod
+    def load(cls, target: str | os.PathLike, draft: str | os.PathLike | None = None, *,
+             drafter: str | None = None, rule: str = "strict", k: int | None = None,
+             n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
+             draft_n_gpu_layers: int | None = None, main_gpu: int = 0,
+             split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
+             p_min: float = 0.75, max_ngram: int = 3, verbose: bool = False,
+             **rule_params) -> Engine:
+        """Load the target GGUF (and a draft GGUF with the same vocabulary).
+
+        drafter: "model" (needs draft), "lookup", "multilevel" (needs draft) or "none";
+        default "model" with a draft, else "lookup". rule: "strict", "fly" or "asd"; FLy takes
+        theta/window/entropy_top_k/entropy, ASD gate/max_exceptions/budget (see RuleConfig).
+        """
+        drafter = drafter or ("model" if draft is not None else "lookup")
+        dcfg = DrafterConfig(drafter, k, p_min, max_ngram)
+        dcfg.validate()
+        rcfg = _rule_config(rule, rule_params)
+        if drafter in ("model", "multilevel") and draft is None:
+            raise ParameterError(f"invalid drafter: {drafter!r} needs a draft model (draft=...)")
+        n_batch = max(512, dcfg.k_value + 1)
+        opts = LoadOptions(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
+                           n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, split_mode=split_mode,
+                           tensor_split=tuple(tensor_split) if tensor_split else None,
+                           verbose=verbose)
+        target_model = Model.load(target, opts)
+        draft_model = None
+        try:
+            if draft is not None and drafter in ("model", "multilevel"):
+                draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
+                                     else draft_n_gpu_layers)
+                draft_model = Model.load(draft, draft_opts)
+                check_vocab_compatible(target_model, draft_model)
+            if drafter != "none" and not target_model.supports_truncate:
+                raise IncompatibleModelsError(
+                    f"{target_model.path.name} is a recurrent/hybrid model whose cache cannot "
+                    "drop rejected tokens; use drafter='none'")
+        except BaseException:
+            target_model.close()
+            if draft_model is not None:
+                draft_model.close()
+            raise
+        return cls(target_model, draft_model, dcfg, rcfg)
+
+    def set_rule(self, rule: str, **rule_params) -> None:
+        """Switch the verification rule (e.g. chat's /mode) keeping other parameters."""
+        params = {**self.rule_config.__dict__, **rule_params}
+        params.pop("rule")
+        self.rule_config = _rule_config(rule, params)
+
+    def prompt_tokens(self, prompt: str | Sequence[dict]) -> list[int]:
+        """Tokenize a raw prompt string, or chat messages through the model's chat template."""
+        if isinstance(prompt, str):
+            return self.target.tokenize(prompt, add_special=True)
+        bos = self.target.token_bytes(self.target.bos_token).decode("utf-8", "replace")
+        eos = self.target.token_bytes(self.target.eos_token).decode("utf-8", "replace")
+        text = render_chat(self.target.chat_template(), prompt, bos_token=bos, eos_token=eos)
+        add_bos = self.target.add_bos and not (bos and text.startswith(bos))
+        tokens = self.target.tokenize(text, add_special=False)
+        return ([self.target.bos_token] if add_bos else []) + tokens
+
+    def generate(self, prompt: str | Sequence[dict], *, max_tokens: int = 256,
+                 temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95,
+                 min_p: float = 0.05, seed: int | None = None,
+                 stop: Sequence[str] = ()) -> Generation:
+        """Start generating. `prompt` is raw text, or chat messages [{'role', 'content'}]
+        rendered with the GGUF's chat template. Iterate the result for RoundEvents."""
+        check(max_tokens >= 0, "max_tokens", f"{max_tokens} (must be >= 0)")
+        sampler = sampler_settings(temperature, top_k, top_p, min_p)
+        verifier = Verifier(self.rule_config, sampler)
+        if self._busy:
+            raise RuntimeError("this Engine is already generating; finish that generation first")
+        prompt_ids = self.prompt_tokens(prompt)
+        if not prompt_ids:
+            raise ParameterError("invalid prompt: it is empty (no tokens)")
+        if len(prompt_ids) + 1 > self.target.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt has {len(prompt_ids)} tokens but the context holds "
+                f"{self.target.n_ctx} (raise n_ctx or shorten the prompt)")
+        stats = GenerationStats(prompt_tokens=len(prompt_ids))
+        text = TextAssembler(self.target.token_bytes, stop)
+        request = Request(max_tokens, self.drafter_config.k_value, sampler,
+                          np.random.default_rng(seed))
+        rounds = self._rounds(prompt_ids, verifier, request, text, stats)
+        return Generation(rounds, stats, text, self._history, len(prompt_ids), self._cleanup)
+
+    def _rounds(self, prompt_ids: list[int], verifier: Verifier, request: Request,
+                text: TextAssembler, stats: GenerationStats) -> Iterator[RoundEvent]:
+        self._busy = True
+        t0 = perf_counter()
+        self._prefill(prompt_ids, stats)
+        stats.prefill_seconds = perf_counter() - t0
+        if request.max_tokens == 0:
+            stats.finish_reason = "length"
+            return
+        yield from run_rounds(self.target, None if self.drafter_config.drafter == "none"
+                              else self._drafter, verifier, self._history, request, text)
+        stats.regret_spent = verifier.regret_spent
+
+    def _prefill(self, prompt_ids: list[int], stats: GenerationStats) -> None:
+        """Evaluate all but the last prompt token, reusing the cached common prefix."""
+        prompt = np.asarray(prompt_ids, np.int32)
+        cached = self._history.data[:self.target.n_cached]
+        keep = min(common_prefix(cached, prompt), len(prompt) - 1)
+        self.target.truncate(keep)
+        self._history.set(prompt)
+        self.target.decode(prompt[keep:-1], keep, 0)
+        stats.cached_prompt_tokens = keep
+
+    def _cleanup(self, stats: GenerationStats) -> None:
+        """Restore the cache invariant after a generation ends, fails or is abandoned."""
+        self._busy = False
+        self.target.truncate(min(self.target.n_cached, max(self._history.n - 1, 0)))
+        if stats.finish_reason is None and self._drafter is not None:
+            self._drafter.reset()  # interrupted: the draft cache state is unknown
+
+    def reset(self) -> None:
+        """Forget every cached token (the next prompt is evaluated from scratch)."""
+        self.target.truncate(0)
+        self._history.n = 0
+        if self._drafter is not None:
+            self._drafter.reset()
+
+    def close(self) -> None:
+        """Free both models."""
+        self.target.close()
+        if self.draft_model is not None:
+            self.draft_model.close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _rule_config(rule: str, params: dict) -> RuleConfig:
+    known = set(RuleConfig.__dataclass_fields__) - {"rule"}
+    unknown = set(params) - known
+    if unknown:
+        raise ParameterError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+    cfg = RuleConfig(rule=rule, **params)
+    cfg.validate()
+    return cfg
+
+
+def _make_drafter(cfg: DrafterConfig, draft: Model | None):
+    if cfg.drafter == "lookup":
+        return LookupDrafter(cfg.max_ngram, cfg.min_ngram)
+    if cfg.drafter == "model":
+        return ModelDrafter(draft, cfg.p_min)
+    if cfg.drafter == "multilevel":
+        return MultiLevelDrafter(draft, cfg.p_min, cfg.max_ngram, cfg.min_ngram)
+    return None

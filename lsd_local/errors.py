@@ -1,0 +1,29 @@
+"""Errors a user can cause. The CLI prints them as one line; the library raises them."""
+
+from __future__ import annotations
+
+
+class LsdError(Exception):
+    """Base class for every error lsd reports to a user (never a bug in lsd itself)."""
+
+
+class ModelLoadError(LsdError):
+    """A GGUF file is missing, unreadable, corrupt or of an unsupported architecture."""
+
+
+class IncompatibleModelsError(LsdError):
+    """The draft model cannot draft for the target (different vocabulary, unsupported cache)."""
+
+
+class ContextOverflowError(LsdError):
+    """The prompt does not fit into the context window."""
+
+
+class ParameterError(LsdError, ValueError):
+    """An invalid parameter value; the message names the parameter."""
+
+
+def check(condition: bool, name: str, message: str) -> None:
+    """Raise ParameterError naming `name` unless `condition` holds."""
+    if not condition:
+        raise ParameterError(f"invalid {name}: {message}")

@@ -1,0 +1,115 @@
+"""The round loop: draft, score the block in one target pass, verify, commit, truncate.
+
+Invariant between rounds: `history` holds the committed tokens c[0..n-1]; the target's KV cache
+holds c[0..n-2]; c[n-1] is pending. A round evaluates [c[n-1], d1..dK] at positions n-1..n-1+K
+with logits for those K+1 rows only, keeps L draft tokens plus the verifier's next token, and
+truncates the target cache to n+L. A plain decoding step is the same round with K = 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from time import perf_counter
+
+import numpy as np
+
+from .drafters.base import EMPTY_DRAFT, Draft, Drafter
+from .rules import Verifier
+from .stats import Origin, RoundEvent
+from .text import TextAssembler
+from .verify.sampling import SamplerSettings
+
+
+class TokenBuffer:
+    """Committed tokens in a preallocated int32 array (drafters read a view, no copies)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.data = np.zeros(capacity, np.int32)
+        self.n = 0
+
+    def view(self) -> np.ndarray:
+        return self.data[:self.n]
+
+    def set(self, tokens: list[int] | np.ndarray) -> None:
+        self.n = len(tokens)
+        self.data[:self.n] = tokens
+
+    def extend(self, tokens: list[int]) -> None:
+        self.data[self.n:self.n + len(tokens)] = tokens
+        self.n += len(tokens)
+
+
+@dataclass(frozen=True)
+class Request:
+    """Per-request settings of the loop."""
+
+    max_tokens: int
+    k: int  # largest draft per round (0 = plain decoding)
+    sampler: SamplerSettings | None  # None = greedy
+    rng: np.random.Generator
+
+
+def _commit(verdict, draft: Draft, is_eog) -> tuple[list[int], list[Origin], bool]:
+    """Tokens to commit for a verdict, cut after the first end-of-generation token."""
+    tokens = [int(t) for t in draft.tokens[:verdict.n_accept]] + [verdict.next_token]
+    origins = [Origin.DRAFT_LOOSE if verdict.loose[j] else Origin.DRAFT_EXACT
+               for j in range(verdict.n_accept)] + [Origin.TARGET]
+    for i, token in enumerate(tokens):
+        if is_eog(token):
+            return tokens[:i + 1], origins[:i + 1], True
+    return tokens, origins, False
+
+
+def _finish_reason(eog: bool, generated: int, req: Request, n: int, n_ctx: int) -> str | None:
+    if eog:
+        return "stop"
+    if generated >= req.max_tokens or n >= n_ctx:
+        return "length"
+    return None
+
+
+def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
+               req: Request, text: TextAssembler) -> Iterator[RoundEvent]:
+    """Generate until EOS, a stop string, max_tokens or a full context; one event per round.
+
+    `target` is a backend Model whose cache holds history[:-1]. The caller restores that
+    invariant if the generator is abandoned mid-way (see Engine).
+    """
+    generated = 0
+    while True:
+        t0 = perf_counter()
+        n = history.n
+        k = min(req.k, req.max_tokens - generated - 1, target.n_ctx - n)
+        draft = EMPTY_DRAFT
+        if drafter is not None and k > 0:
+            draft = drafter.propose(history.view(), k, req.sampler, req.rng)
+        t1 = perf_counter()
+        block = np.empty(len(draft) + 1, np.int32)
+        block[0] = history.data[n - 1]
+        block[1:] = draft.tokens
+        logits = target.decode(block, n - 1, len(block))
+        verdict = verifier.verify(logits, draft, req.rng)
+        t2 = perf_counter()
+        tokens, origins, eog = _commit(verdict, draft, target.is_eog)
+        history.extend(tokens)
+        target.truncate(history.n - 1)
+        generated += len(tokens)
+        for token, origin in zip(tokens, origins, strict=True):
+            if not target.is_eog(token):
+                text.add(token, origin)
+        finish = _finish_reason(eog, generated, req, history.n, target.n_ctx)
+        if finish:
+            text.finish()
+        delta, spans = text.release(final=finish is not None)
+        if text.stopped:
+            finish = "stop"
+        n_accepted = len(tokens) - 1 if origins[-1] is Origin.TARGET else len(tokens)
+        yield RoundEvent(
+            tokens=tuple(tokens), origins=tuple(origins), text=delta, spans=spans,
+            n_drafted=len(draft), n_accepted=n_accepted,
+            n_loose=sum(o is Origin.DRAFT_LOOSE for o in origins),
+            draft_seconds=t1 - t0, verify_seconds=t2 - t1, other_seconds=perf_counter() - t2,
+            finish_reason=finish)
+        if finish:
+            return

@@ -1,0 +1,92 @@
+"""Typed events the generation loop yields and the statistics it accumulates."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import IntEnum
+
+
+class Origin(IntEnum):
+    """Where a committed token came from."""
+
+    DRAFT_EXACT = 0  # draft token equal to the target's choice
+    DRAFT_LOOSE = 1  # draft token kept by a loose rule (FLy deferral, ASD exception)
+    TARGET = 2  # produced by the target (correction or bonus)
+
+
+@dataclass(frozen=True)
+class RoundEvent:
+    """One verification round: what it committed and what it cost."""
+
+    tokens: tuple[int, ...]  # committed token ids, in order
+    origins: tuple[Origin, ...]  # one per token
+    text: str  # text delta released to the user by this round (may be "" while held back)
+    spans: tuple[tuple[str, Origin], ...]  # text split by the origin of the token it came from
+    n_drafted: int
+    n_accepted: int
+    n_loose: int
+    draft_seconds: float
+    verify_seconds: float
+    other_seconds: float
+    finish_reason: str | None = None  # set on the last event: "stop", "length", "eos"
+
+
+@dataclass
+class GenerationStats:
+    """Counters and timings of one generation (decode excludes prefill)."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt prefix reused from the KV cache (multi-turn)
+    generated_tokens: int = 0
+    rounds: int = 0
+    drafted: int = 0
+    accepted_exact: int = 0
+    accepted_loose: int = 0
+    regret_spent: float = 0.0
+    prefill_seconds: float = 0.0
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    other_seconds: float = 0.0
+    finish_reason: str | None = None
+    accepted_per_round: list[int] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        return self.accepted_exact + self.accepted_loose
+
+    @property
+    def tau(self) -> float:
+        """Committed tokens per round."""
+        return self.generated_tokens / self.rounds if self.rounds else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def decode_seconds(self) -> float:
+        return self.draft_seconds + self.verify_seconds + self.other_seconds
+
+    @property
+    def decode_tokens_per_second(self) -> float:
+        return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
+
+    def add_round(self, event: RoundEvent) -> None:
+        self.rounds += 1
+        self.generated_tokens += len(event.tokens)
+        self.drafted += event.n_drafted
+        self.accepted_loose += event.n_loose
+        self.accepted_exact += event.n_accepted - event.n_loose
+        self.draft_seconds += event.draft_seconds
+        self.verify_seconds += event.verify_seconds
+        self.other_seconds += event.other_seconds
+        self.accepted_per_round.append(event.n_accepted)
+
+    def as_dict(self) -> dict:
+        """Plain dict for JSON: counters, timings and the derived rates."""
+        out = asdict(self)
+        del out["accepted_per_round"]
+        for name in ("accepted", "tau", "acceptance_rate", "decode_seconds",
+                     "decode_tokens_per_second"):
+            out[name] = getattr(self, name)
+        return out

@@ -1,0 +1,75 @@
+"""Row kernels shared by the verifiers: argmax and target entropy of one logits row.
+
+Each works on a float32[V] row in place (no copy, no materialized softmax) and accumulates in
+float64 so that the numba version and the numpy references agree to rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def row_argmax(row):  # row: float32[V]; first index of the maximum, like np.argmax
+    best = 0
+    best_value = row[0]
+    for i in range(1, row.shape[0]):
+        if row[i] > best_value:
+            best_value = row[i]
+            best = i
+    return best
+
+
+@njit(cache=True, nogil=True)
+def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
+    """Entropy of softmax(row): over the top_k largest probabilities (unnormalized: the FLy
+    reference code's and vLLM's h), or the full entropy divided by log V when `normalized`."""
+    n = row.shape[0]
+    m = np.float64(row_max)
+    total = 0.0
+    weighted = 0.0  # sum of exp(l - m) * (l - m), for the full entropy
+    top = np.full(top_k, -np.inf)  # the top_k largest logits, descending
+    for i in range(n):
+        shifted = np.float64(row[i]) - m
+        e = np.exp(shifted)
+        total += e
+        weighted += e * shifted
+        if shifted > top[top_k - 1]:
+            pos = top_k - 1
+            while pos > 0 and top[pos - 1] < shifted:
+                top[pos] = top[pos - 1]
+                pos -= 1
+            top[pos] = shifted
+    log_total = np.log(total)
+    if normalized:
+        return (log_total - weighted / total) / np.log(n)
+    h = 0.0
+    for t in range(top_k):
+        if top[t] == -np.inf:
+            break
+        log_p = top[t] - log_total
+        h -= np.exp(log_p) * log_p
+    return h
+
+
+def row_entropy_reference(row: np.ndarray, top_k: int, normalized: bool) -> float:
+    """Slow, obvious numpy version of row_entropy (tests only). row: float32[V]."""
+    logits = row.astype(np.float64)
+    log_p = logits - logits.max()
+    log_p -= np.log(np.exp(log_p).sum())
+    p = np.exp(log_p)
+    if normalized:
+        return float(-(p * log_p).sum() / np.log(len(row)))
+    top = np.sort(log_p)[::-1][:top_k]
+    return float(-(np.exp(top) * top).sum())
+
+
+@njit(cache=True, nogil=True)
+def row_argmax_prob(row):  # row: float32[V] -> (argmax, its softmax probability)
+    best = row_argmax(row)
+    m = np.float64(row[best])
+    total = 0.0
+    for i in range(row.shape[0]):
+        total += np.exp(np.float64(row[i]) - m)
+    return best, 1.0 / total

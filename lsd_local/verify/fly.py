@@ -1,0 +1,69 @@
+"""FLy (Li et al., arXiv 2511.22972): an entropy gate plus a deferred window.
+
+A mismatch at draft position j (1-based) is accepted iff the target's top-k entropy at that
+row is >= theta, the window fits in the block (j + W <= K), and the next W draft tokens all
+match the target's argmax (the target went on with the draft instead of correcting it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._rows import row_argmax, row_entropy, row_entropy_reference
+
+
+@njit(cache=True, nogil=True)
+def _cached_argmax(logits, targets, row):  # targets: int64[K+1], -1 = not computed yet
+    if targets[row] < 0:
+        targets[row] = row_argmax(logits[row])
+    return targets[row]
+
+
+@njit(cache=True, nogil=True)
+def fly_kernel(logits, draft, theta, window, top_k, normalized, loose):
+    """logits: float32[K+1, V], draft: int32[K], loose: uint8[K] (out: 1 = accepted mismatch).
+    Returns (n_accept, next_token). Rows past the first rejection are never read."""
+    k = draft.shape[0]
+    targets = np.full(k + 1, -1, np.int64)
+    loose[:] = 0
+    n_accept = 0
+    for j in range(1, k + 1):
+        target = _cached_argmax(logits, targets, j - 1)
+        if target == draft[j - 1]:
+            n_accept = j
+            continue
+        if j + window > k:
+            break
+        row = logits[j - 1]
+        if row_entropy(row, row[target], top_k, normalized) < theta:
+            break
+        continued = True
+        for i in range(j + 1, j + window + 1):
+            if _cached_argmax(logits, targets, i - 1) != draft[i - 1]:
+                continued = False
+                break
+        if not continued:
+            break
+        loose[j - 1] = 1
+        n_accept = j
+    return n_accept, _cached_argmax(logits, targets, n_accept)
+
+
+def fly_reference(logits: np.ndarray, draft: np.ndarray, theta: float, window: int, top_k: int,
+                  normalized: bool) -> tuple[int, int, np.ndarray]:
+    """numpy reference: computes match and entropy for every row, then the longest ok prefix.
+    logits: float32[K+1, V], draft: int32[K] -> (n_accept, next_token, loose uint8[K])."""
+    k = len(draft)
+    target = np.argmax(logits, axis=1)
+    match = target[:-1] == draft
+    entropy = np.array([row_entropy_reference(logits[j], top_k, normalized) for j in range(k)])
+    ok = match.copy()
+    for j in range(1, k + 1):  # 1-based draft position
+        if not match[j - 1] and entropy[j - 1] >= theta and j + window <= k:
+            ok[j - 1] = bool(match[j:j + window].all())
+    not_ok = np.flatnonzero(~ok)
+    n_accept = int(not_ok[0]) if len(not_ok) else k
+    loose = np.zeros(k, np.uint8)
+    loose[:n_accept] = ~match[:n_accept]
+    return n_accept, int(target[n_accept]), loose

@@ -1,0 +1,40 @@
+"""Shared fixtures: tiny generated GGUF models (always) and the real Qwen pair (slow tests)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import tinymodels
+
+QWEN_TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+QWEN_DRAFT = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+
+def models_dir() -> Path:
+    return Path(os.environ.get("LSD_MODELS_DIR", "~/.cache/lsd/models")).expanduser()
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_pair(tiny_dir) -> tuple[Path, Path]:
+    """(target.gguf, draft.gguf): the draft is the target plus 10 % weight noise."""
+    return tinymodels.make_pair(tiny_dir, noise=0.1)
+
+
+@pytest.fixture(scope="session")
+def tiny_other_vocab(tiny_dir) -> Path:
+    return tinymodels.make_other_vocab(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen_pair() -> tuple[Path, Path]:
+    target, draft = models_dir() / QWEN_TARGET, models_dir() / QWEN_DRAFT
+    if not (target.exists() and draft.exists()):
+        pytest.skip(f"Qwen pair not in {models_dir()}: run shared/models/fetch-models.sh")
+    return target, draft

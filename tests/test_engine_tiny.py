@@ -1,0 +1,172 @@
+"""The engine on real llama.cpp with tiny generated GGUF models."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lsd_local import Engine, Origin
+from lsd_local.backend import LoadOptions, Model
+
+PROMPTS = ["the cat is", "def f(x): return", "a b a b a b", "in the end it is"]
+CTX = 1024
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_pair):
+    eng = Engine.load(tiny_pair[0], drafter="none", n_ctx=CTX)
+    yield eng
+    eng.close()
+
+
+def greedy(plain: Engine, prompt, max_tokens: int) -> list[int]:
+    return plain.generate(prompt, max_tokens=max_tokens).run().tokens
+
+
+def load(pair, drafter, **kw) -> Engine:
+    draft = pair[1] if drafter in ("model", "multilevel") else None
+    kw.setdefault("p_min", 0.0)
+    return Engine.load(pair[0], draft, drafter=drafter, n_ctx=CTX, **kw)
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup", "multilevel"])
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_strict_equals_greedy(tiny_pair, plain, drafter, k):
+    with load(tiny_pair, drafter, k=k) as eng:
+        for prompt in PROMPTS:
+            gen = eng.generate(prompt, max_tokens=80).run()
+            assert gen.tokens == greedy(plain, prompt, 80), (drafter, prompt)
+            assert gen.stats.accepted_loose == 0
+        assert gen.stats.drafted > 0 and gen.stats.accepted_exact > 0
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup"])
+@pytest.mark.parametrize("rule,params", [("fly", {"theta": math.inf}),
+                                         ("fly", {"theta": 0.0, "window": 6}),
+                                         ("asd", {"budget": 0.0}),
+                                         ("asd", {"max_exceptions": 0, "budget": 100.0})])
+def test_loose_rules_in_strict_limit_equal_strict(tiny_pair, plain, drafter, rule, params):
+    with load(tiny_pair, drafter, k=6, rule=rule, **params) as eng:
+        for prompt in PROMPTS[:2]:
+            gen = eng.generate(prompt, max_tokens=60).run()
+            assert gen.tokens == greedy(plain, prompt, 60)
+            assert gen.stats.accepted_loose == 0
+
+
+@pytest.mark.parametrize("rule,params", [("fly", {"theta": 0.01, "window": 2}),
+                                         ("asd", {"gate": 10.0, "budget": 50.0,
+                                                  "max_exceptions": 3})])
+def test_loose_rules_accept_mismatches(tiny_pair, rule, params):
+    with load(tiny_pair, "model", k=6, rule=rule, **params) as eng:
+        loose = 0
+        for prompt in PROMPTS:
+            gen = eng.generate(prompt, max_tokens=80).run()
+            loose += gen.stats.accepted_loose
+        assert loose > 0
+
+
+def test_origins_and_counters_agree(tiny_pair):
+    with load(tiny_pair, "model", k=4, rule="fly", theta=0.01, window=2) as eng:
+        gen = eng.generate(PROMPTS[0], max_tokens=80)
+        events = list(gen)
+    origins = [o for e in events for o in e.origins]
+    assert origins.count(Origin.DRAFT_LOOSE) == gen.stats.accepted_loose
+    assert origins.count(Origin.DRAFT_EXACT) == gen.stats.accepted_exact
+    assert origins.count(Origin.TARGET) == gen.stats.rounds
+    assert len(origins) == gen.stats.generated_tokens == len(gen.tokens)
+    assert "".join(e.text for e in events) == gen.text
+    assert gen.stats.tau == pytest.approx(len(origins) / len(events))
+
+
+@pytest.mark.parametrize("drafter,rule", [("model", "fly"), ("multilevel", "asd"),
+                                          ("lookup", "strict")])
+def test_kv_cache_consistent_after_many_rounds(tiny_pair, drafter, rule):
+    """Logits from the cache after >= 50 rounds equal a fresh evaluation of the same tokens."""
+    with load(tiny_pair, drafter, k=4, rule=rule, theta=0.01, budget=20.0) as eng:
+        gen = eng.generate(PROMPTS[1], max_tokens=300).run()
+        assert gen.stats.rounds >= 50
+        history = eng._history.view().copy()
+        n = len(history)
+        cached_row = eng.target.decode(history[n - 1:], n - 1, 1)[0].copy()
+        eng.target.truncate(n - 1)
+    fresh = Model.load(tiny_pair[0], LoadOptions(n_ctx=CTX))
+    try:
+        fresh_row = fresh.decode(history, 0, 1)[0]
+        # The KV cache is f16 and batch shapes differ, so allow rounding-level differences;
+        # a stale or misplaced cache entry changes logits by whole units.
+        np.testing.assert_allclose(cached_row, fresh_row, rtol=1e-2, atol=1e-2)
+        assert int(np.argmax(cached_row)) == int(np.argmax(fresh_row))
+    finally:
+        fresh.close()
+
+
+def test_multi_turn_reuses_the_prompt_prefix(tiny_pair, plain):
+    with load(tiny_pair, "model", k=4) as eng:
+        messages = [{"role": "user", "content": "the cat is"}]
+        first = eng.generate(messages, max_tokens=20).run()
+        messages += [{"role": "assistant", "content": first.text},
+                     {"role": "user", "content": "and the dog?"}]
+        second = eng.generate(messages, max_tokens=20).run()
+        assert second.stats.cached_prompt_tokens >= first.stats.prompt_tokens - 1
+        assert second.tokens == greedy(plain, messages, 20)
+
+
+def test_draft_kv_is_reused_across_rounds(tiny_pair):
+    with load(tiny_pair, "model", k=4) as eng:
+        gen = eng.generate(PROMPTS[0], max_tokens=100).run()
+        drafter = eng._drafter
+        # Without reuse every round would re-evaluate the whole history.
+        n_prompt = gen.stats.prompt_tokens
+        assert drafter.n_evaluated < n_prompt + gen.stats.generated_tokens + gen.stats.drafted
+        assert drafter.n_evaluated < gen.stats.rounds * n_prompt
+
+
+def test_multilevel_drafts_equal_model_drafts_in_fewer_passes(tiny_pair):
+    with load(tiny_pair, "model", k=6) as model_eng, load(tiny_pair, "multilevel", k=6) as ml:
+        a = model_eng.generate("a b a b a b", max_tokens=120).run()
+        b = ml.generate("a b a b a b", max_tokens=120).run()
+        assert a.tokens == b.tokens
+        assert a.stats.accepted_per_round == b.stats.accepted_per_round
+        assert ml._drafter.n_forward < model_eng._drafter.n_forward
+
+
+@pytest.mark.parametrize("drafter,rule", [("model", "strict"), ("lookup", "fly"),
+                                          ("multilevel", "strict")])
+def test_same_seed_same_sampled_output(tiny_pair, drafter, rule):
+    with load(tiny_pair, drafter, k=4, rule=rule) as eng:
+        runs = [eng.generate(PROMPTS[0], max_tokens=40, temperature=0.9, seed=s).run().tokens
+                for s in (1, 1, 2)]
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_sampled_first_token_follows_the_target(tiny_pair):
+    """Speculative sampling through real llama.cpp: the first generated token's frequencies
+    match the target's sampling distribution (chi-square over the top tokens)."""
+    from lsd_local.verify.sampling import SamplerSettings, sampling_probs
+    settings = SamplerSettings(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
+    with load(tiny_pair, "model", k=3) as eng:
+        prompt_ids = eng.prompt_tokens(PROMPTS[0])
+        eng.target.truncate(0)
+        eng._history.n = 0
+        p = sampling_probs(eng.target.decode(prompt_ids, 0, 1)[0], settings)
+        eng.target.truncate(0)
+        counts = np.zeros(len(p))
+        for seed in range(1500):
+            tokens = eng.generate(PROMPTS[0], max_tokens=2, temperature=1.0, top_k=6,
+                                  top_p=1.0, min_p=0.0, seed=seed).run().tokens
+            counts[tokens[0]] += 1
+    support = p > 0
+    assert counts[~support].sum() == 0
+    expected = p[support] * counts.sum()
+    chi2 = float(((counts[support] - expected) ** 2 / expected).sum())
+    assert chi2 < 20.52  # df = 5, p = 0.001
+
+
+def test_asd_refuses_sampling(tiny_pair):
+    from lsd_local import ParameterError
+    with load(tiny_pair, "lookup", rule="asd") as eng, \
+            pytest.raises(ParameterError, match="greedy"):
+        eng.generate("x", temperature=0.5)

@@ -1,0 +1,176 @@
+"""The round loop against a fake target that serves scripted logits (no llama.cpp)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lsd_local.drafters.base import Draft
+from lsd_local.rules import RuleConfig, Verifier
+from lsd_local.speculative import Request, TokenBuffer, run_rounds
+from lsd_local.stats import Origin
+from lsd_local.text import TextAssembler
+
+V = 16
+EOS = 0
+
+
+class FakeTarget:
+    """Logits depend on the last two tokens only, so teacher forcing is exact; the cache is a
+    list of tokens whose positions are checked like llama.cpp's."""
+
+    def __init__(self, n_ctx: int = 256, eos_after: tuple[int, int] | None = None) -> None:
+        self.n_ctx = n_ctx
+        self.cache: list[int] = []
+        self.eos_after = eos_after
+        self.decode_calls: list[int] = []
+
+    @property
+    def n_cached(self) -> int:
+        return len(self.cache)
+
+    def next_logits(self, prefix: list[int]) -> np.ndarray:
+        key = tuple(prefix[-2:])
+        rng = np.random.default_rng(abs(hash(key)) % (2**32))
+        row = rng.standard_normal(V).astype(np.float32)
+        row[EOS] = 10.0 if key == self.eos_after else -10.0
+        return row
+
+    def decode(self, tokens, start_pos, n_rows):
+        assert start_pos == len(self.cache), "decode must append at the cache end"
+        self.decode_calls.append(len(tokens))
+        self.cache.extend(int(t) for t in tokens)
+        assert len(self.cache) <= self.n_ctx
+        n = len(self.cache)
+        if n_rows == 0:
+            return np.zeros((0, V), np.float32)
+        return np.stack([self.next_logits(self.cache[:n - n_rows + i + 1])
+                         for i in range(n_rows)])
+
+    def truncate(self, n):
+        del self.cache[n:]
+
+    def is_eog(self, token):
+        return token == EOS
+
+    def greedy(self, prompt: list[int], n: int) -> list[int]:
+        seq = list(prompt)
+        for _ in range(n):
+            seq.append(int(np.argmax(self.next_logits(seq))))
+            if seq[-1] == EOS:
+                break
+        return seq[len(prompt):]
+
+
+class ScriptedDrafter:
+    """Proposes the target's greedy continuation, corrupted at chosen draft positions."""
+
+    name = "scripted"
+
+    def __init__(self, target: FakeTarget, corrupt_every: int = 0) -> None:
+        self.target = target
+        self.corrupt_every = corrupt_every
+        self.calls = 0
+
+    def propose(self, history, k, sampler=None, rng=None):
+        self.calls += 1
+        tokens = self.target.greedy(history.tolist(), k)[:k]
+        tokens = [t for t in tokens]
+        if self.corrupt_every and self.calls % self.corrupt_every == 0 and len(tokens) > 1:
+            tokens[1] = (tokens[1] + 1) % V or 1
+        return Draft(np.array(tokens, np.int32))
+
+    def reset(self):
+        pass
+
+
+def run(target, drafter, prompt, k=4, max_tokens=40, rule="strict", stop=()):
+    history = TokenBuffer(target.n_ctx)
+    history.set(prompt)
+    target.decode(prompt[:-1], 0, 0)
+    text = TextAssembler(lambda t: bytes([65 + t]), stop)
+    req = Request(max_tokens, k, None, np.random.default_rng(0))
+    events = []
+    for event in run_rounds(target, drafter, Verifier(RuleConfig(rule=rule), None), history,
+                            req, text):
+        assert target.n_cached == history.n - 1, "cache must hold all but the pending token"
+        events.append(event)
+    return events, history.view()[len(prompt):].tolist(), text
+
+
+def test_perfect_drafts_commit_k_plus_one_per_round():
+    target = FakeTarget()
+    events, out, _ = run(target, ScriptedDrafter(target), [3, 5], k=4, max_tokens=20)
+    assert out == target.greedy([3, 5], 20)
+    assert [len(e.tokens) for e in events] == [5, 5, 5, 5]
+    assert all(e.origins == (Origin.DRAFT_EXACT,) * 4 + (Origin.TARGET,) for e in events)
+    assert target.decode_calls[1:] == [5, 5, 5, 5]
+
+
+def test_corrupted_drafts_still_give_greedy_output():
+    target = FakeTarget()
+    events, out, _ = run(target, ScriptedDrafter(target, corrupt_every=2), [3, 5], k=4,
+                         max_tokens=30)
+    assert out == target.greedy([3, 5], 30)
+    assert any(e.n_accepted == 1 for e in events)  # the corrupted rounds kept one token
+    assert events[-1].finish_reason == "length"
+
+
+def test_no_drafter_is_plain_greedy_decoding():
+    target = FakeTarget()
+    events, out, _ = run(target, None, [7, 1], max_tokens=12)
+    assert out == target.greedy([7, 1], 12)
+    assert len(events) == 12 and all(e.n_drafted == 0 for e in events)
+
+
+def test_max_tokens_is_exact():
+    target = FakeTarget()
+    for max_tokens in (1, 2, 5, 9):
+        _, out, _ = run(FakeTarget(), ScriptedDrafter(target), [3, 5], k=4,
+                        max_tokens=max_tokens)
+        assert len(out) == max_tokens
+
+
+def test_eos_inside_an_accepted_draft_stops_there():
+    probe = FakeTarget()
+    seq = probe.greedy([3, 5], 10)
+    target = FakeTarget(eos_after=(seq[3], seq[4]))
+    events, out, _ = run(target, ScriptedDrafter(target), [3, 5], k=8, max_tokens=40)
+    assert out == seq[:5] + [EOS]
+    assert events[-1].finish_reason == "stop"
+    assert target.n_cached == 2 + len(out) - 1
+
+
+def test_context_end_stops_with_length_and_output_intact():
+    target = FakeTarget(n_ctx=20)
+    events, out, _ = run(target, ScriptedDrafter(target), [3, 5], k=8, max_tokens=100)
+    assert events[-1].finish_reason == "length"
+    assert len(out) == 18 and out == FakeTarget().greedy([3, 5], 18)
+
+
+def test_stop_string_cuts_text():
+    target = FakeTarget()
+    seq = target.greedy([3, 5], 30)
+    stop = "".join(chr(65 + t) for t in seq[6:8])
+    first = "".join(chr(65 + t) for t in seq).find(stop)
+    events, _, text = run(target, ScriptedDrafter(target), [3, 5], k=4, max_tokens=30,
+                          stop=[stop])
+    assert events[-1].finish_reason == "stop"
+    assert text.released_text == "".join(chr(65 + t) for t in seq)[:first]
+    assert "".join(e.text for e in events) == text.released_text
+
+
+@pytest.mark.parametrize("rule", ["fly", "asd"])
+def test_loose_rules_commit_teacher_forced_tokens(rule):
+    """After a loose acceptance the next token is the target's greedy choice for the
+    realized prefix: check every committed TARGET token against the fake target."""
+    target = FakeTarget()
+    events, out, _ = run(target, ScriptedDrafter(target, corrupt_every=1), [3, 5], k=6,
+                         max_tokens=40, rule=rule)
+    seq = [3, 5] + out
+    origins = [o for e in events for o in e.origins]
+    assert len(origins) == len(out) == 40
+    for i, origin in enumerate(origins):
+        if origin is Origin.TARGET:
+            prefix = seq[:2 + i]
+            assert seq[2 + i] == int(np.argmax(target.next_logits(prefix)))

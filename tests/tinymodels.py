@@ -1,0 +1,134 @@
+"""Tiny random-weight llama-architecture GGUF files that real llama.cpp loads in milliseconds.
+
+The vocabulary is SentencePiece-style (llama.cpp's "llama" tokenizer): <unk>, <s>, </s>, the 256
+byte tokens and a few word pieces, so text with multi-byte characters is spelled with byte
+tokens and a character can span several tokens. A draft is the target's weights plus noise, so
+drafts agree with the target often but not always.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+WORDS = ["▁", "▁the", "▁a", "▁of", "▁and", "▁to", "▁in", "▁is", "▁it", "▁that", "e", "t", "a",
+         "o", "n", "s", "▁def", "▁return", "(", ")"]
+OTHER_WORDS = ["▁x", "▁y", "▁z", "▁foo", "▁bar", "▁baz", "▁qux", "▁if", "▁else", "▁for",
+               "i", "u", "r", "l", "m", "p", "▁class", "▁pass", "[", "]", "▁while", "▁not"]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape and randomness of one tiny model."""
+
+    seed: int = 0
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_ff: int = 128
+    n_ctx_train: int = 4096
+    logit_scale: float = 0.45  # std of the output matrix: peakier distributions when larger
+    words: tuple[str, ...] = tuple(WORDS)
+    eos_logit_zero: bool = True  # zero row for </s> so that generations rarely stop early
+
+
+def vocab(words: tuple[str, ...]) -> tuple[list[str], list[float], list[int]]:
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + list(words)
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * len(words)
+    scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
+    return tokens, scores, [int(t) for t in types]
+
+
+def random_weights(spec: TinySpec, n_vocab: int) -> dict[str, np.ndarray]:
+    """numpy arrays in GGUF layout (rows = output features)."""
+    rng = np.random.default_rng(spec.seed)
+    d, ff = spec.n_embd, spec.n_ff
+
+    def mat(rows: int, cols: int, std: float) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * std).astype(np.float32)
+
+    w = {"token_embd.weight": mat(n_vocab, d, 1.0),
+         "output_norm.weight": np.ones(d, np.float32),
+         "output.weight": mat(n_vocab, d, spec.logit_scale)}
+    if spec.eos_logit_zero:
+        w["output.weight"][2] = 0.0
+    for i in range(spec.n_layer):
+        p = f"blk.{i}."
+        w[p + "attn_norm.weight"] = np.ones(d, np.float32)
+        w[p + "ffn_norm.weight"] = np.ones(d, np.float32)
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w[p + name + ".weight"] = mat(d, d, 0.5 / np.sqrt(d))
+        w[p + "ffn_gate.weight"] = mat(ff, d, 1.0 / np.sqrt(d))
+        w[p + "ffn_up.weight"] = mat(ff, d, 1.0 / np.sqrt(d))
+        w[p + "ffn_down.weight"] = mat(d, ff, 1.0 / np.sqrt(ff))
+    return w
+
+
+def perturbed(weights: dict[str, np.ndarray], noise: float, seed: int) -> dict[str, np.ndarray]:
+    """A copy with relative Gaussian noise on every matrix (the draft of a target)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, w in weights.items():
+        if w.ndim == 2:
+            w = w + (rng.standard_normal(w.shape) * noise * w.std()).astype(np.float32)
+        out[name] = w
+    return out
+
+
+def write_gguf(path: Path, spec: TinySpec, weights: dict[str, np.ndarray],
+               chat_template: str | None = CHAT_TEMPLATE) -> Path:
+    tokens, scores, types = vocab(spec.words)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name(path.stem)
+    writer.add_context_length(spec.n_ctx_train)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head)
+    writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(True)
+    if chat_template:
+        writer.add_chat_template(chat_template)
+    for name, w in weights.items():
+        writer.add_tensor(name, w)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def make_pair(directory: Path, noise: float = 0.1,
+              spec: TinySpec | None = None) -> tuple[Path, Path]:
+    """Write target.gguf and draft.gguf (a perturbed copy) into `directory`."""
+    spec = spec or TinySpec()
+    n_vocab = 259 + len(spec.words)
+    weights = random_weights(spec, n_vocab)
+    target = write_gguf(directory / "target.gguf", spec, weights)
+    draft = write_gguf(directory / "draft.gguf", spec, perturbed(weights, noise, spec.seed + 1))
+    return target, draft
+
+
+def make_other_vocab(directory: Path) -> Path:
+    """A model whose vocabulary differs from make_pair's (other word pieces, other size)."""
+    spec = TinySpec(seed=7, words=tuple(OTHER_WORDS))
+    weights = random_weights(spec, 259 + len(OTHER_WORDS))
+    return write_gguf(directory / "other-vocab.gguf", spec, weights)
