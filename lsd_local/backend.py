@@ -122,6 +122,7 @@ class Model:
         self.n_ctx: int = ll.llama_n_ctx(ctx_p)
         self.n_batch: int = ll.llama_n_batch(ctx_p)
         self.n_cached = 0  # positions 0..n_cached-1 are in the KV cache
+        self._cached_tokens = np.zeros(self.n_ctx, np.int32)  # the token at each position
         self.supports_truncate = not (ll.llama_model_is_recurrent(model_p)
                                       or ll.llama_model_is_hybrid(model_p))
         self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
@@ -256,8 +257,25 @@ class Model:
         self._batch.n_tokens = n
         rc = ll.llama_decode(self._ctx, self._batch)
         if rc != 0:
+            self.truncate(start_pos)  # a failed decode may leave part of the batch cached
             raise RuntimeError(f"llama_decode failed with code {rc} at position {start_pos}")
+        self._cached_tokens[start_pos:start_pos + n] = tokens
         self.n_cached = start_pos + n
+
+    @property
+    def cached_tokens(self) -> np.ndarray:
+        """int32[n_cached]: the tokens whose keys and values are in the cache (a view)."""
+        return self._cached_tokens[:self.n_cached]
+
+    def reuse_prefix(self, tokens: np.ndarray, limit: int) -> int:
+        """Truncate the cache to its longest common prefix with `tokens` (at most `limit`
+        positions) and return that length: what a new request need not evaluate again."""
+        cached = self.cached_tokens
+        m = min(len(cached), len(tokens), limit)
+        differ = np.flatnonzero(cached[:m] != tokens[:m])
+        keep = int(differ[0]) if len(differ) else m
+        self.truncate(keep)
+        return keep
 
     def truncate(self, n: int) -> None:
         """Remove every cached position >= n (always asks llama.cpp, so that a cache left ahead

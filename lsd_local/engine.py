@@ -13,7 +13,6 @@ import numpy as np
 from .backend import LoadOptions, Model, check_vocab_compatible
 from .chat import render_chat
 from .drafters import LookupDrafter, ModelDrafter, MultiLevelDrafter
-from .drafters.model import common_prefix
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
 from .rules import RuleConfig, Verifier
 from .speculative import Request, TokenBuffer, run_rounds
@@ -117,7 +116,6 @@ class Engine:
         self.drafter_config = drafter
         self.rule_config = rule
         self._drafter = _make_drafter(drafter, draft)
-        self._history = TokenBuffer(target.n_ctx)  # mirrors the target cache (+ pending)
         self._busy = False
 
     @classmethod
@@ -126,7 +124,8 @@ class Engine:
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
              draft_n_gpu_layers: int | None = None, main_gpu: int = 0,
              split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
-             p_min: float = 0.75, max_ngram: int = 3, verbose: bool = False,
+             p_min: float = 0.75, max_ngram: int = 3, min_ngram: int = 1,
+             verbose: bool = False,
              **rule_params) -> Engine:
         """Load the target GGUF (and a draft GGUF with the same vocabulary).
 
@@ -135,7 +134,7 @@ class Engine:
         theta/window/entropy_top_k/entropy, ASD gate/max_exceptions/budget (see RuleConfig).
         """
         drafter = drafter or ("model" if draft is not None else "lookup")
-        dcfg = DrafterConfig(drafter, k, p_min, max_ngram)
+        dcfg = DrafterConfig(drafter, k, p_min, max_ngram, min_ngram)
         dcfg.validate()
         rcfg = _rule_config(rule, rule_params)
         if drafter in ("model", "multilevel") and draft is None:
@@ -164,11 +163,31 @@ class Engine:
             raise
         return cls(target_model, draft_model, dcfg, rcfg)
 
-    def set_rule(self, rule: str, **rule_params) -> None:
-        """Switch the verification rule (e.g. chat's /mode) keeping other parameters."""
+    def configure(self, *, drafter: str | None = None, k: int | None = None,
+                  rule: str | None = None, p_min: float | None = None,
+                  max_ngram: int | None = None, min_ngram: int | None = None,
+                  **rule_params) -> None:
+        """Change drafter, K or rule (e.g. chat's /mode) on the loaded models. Unnamed settings
+        keep their values; a new drafter without k gets its default K."""
+        changes = {name: value for name, value in (("drafter", drafter), ("k", k),
+                   ("p_min", p_min), ("max_ngram", max_ngram), ("min_ngram", min_ngram))
+                   if value is not None}
+        if drafter is not None and k is None:
+            changes["k"] = None
+        dcfg = replace(self.drafter_config, **changes)
+        dcfg.validate()
+        if dcfg.drafter in ("model", "multilevel") and self.draft_model is None:
+            raise ParameterError(f"invalid drafter: {dcfg.drafter!r} needs a draft model, and "
+                                 "this engine was loaded without one")
+        check(dcfg.k_value + 1 <= self.target.n_batch, "k",
+              f"{dcfg.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
         params = {**self.rule_config.__dict__, **rule_params}
-        params.pop("rule")
-        self.rule_config = _rule_config(rule, params)
+        current_rule = params.pop("rule")
+        rcfg = _rule_config(rule or current_rule, params)
+        if dcfg != self.drafter_config:
+            self._drafter = _make_drafter(dcfg, self.draft_model)
+        self.drafter_config = dcfg
+        self.rule_config = rcfg
 
     def prompt_tokens(self, prompt: str | Sequence[dict]) -> list[int]:
         """Tokenize a raw prompt string, or chat messages through the model's chat template."""
@@ -203,45 +222,43 @@ class Engine:
         text = TextAssembler(self.target.token_bytes, stop)
         request = Request(max_tokens, self.drafter_config.k_value, sampler,
                           np.random.default_rng(seed))
-        rounds = self._rounds(prompt_ids, verifier, request, text, stats)
-        return Generation(rounds, stats, text, self._history, len(prompt_ids), self._cleanup)
+        history = TokenBuffer(self.target.n_ctx)
+        rounds = self._rounds(prompt_ids, history, verifier, request, text, stats)
+        return Generation(rounds, stats, text, history, len(prompt_ids), self._cleanup)
 
-    def _rounds(self, prompt_ids: list[int], verifier: Verifier, request: Request,
-                text: TextAssembler, stats: GenerationStats) -> Iterator[RoundEvent]:
+    def _rounds(self, prompt_ids: list[int], history: TokenBuffer, verifier: Verifier,
+                request: Request, text: TextAssembler,
+                stats: GenerationStats) -> Iterator[RoundEvent]:
         self._busy = True
         t0 = perf_counter()
-        self._prefill(prompt_ids, stats)
+        self._prefill(prompt_ids, history, stats)
         stats.prefill_seconds = perf_counter() - t0
         if request.max_tokens == 0:
             stats.finish_reason = "length"
             return
         yield from run_rounds(self.target, None if self.drafter_config.drafter == "none"
-                              else self._drafter, verifier, self._history, request, text)
+                              else self._drafter, verifier, history, request, text)
         stats.regret_spent = verifier.regret_spent
 
-    def _prefill(self, prompt_ids: list[int], stats: GenerationStats) -> None:
+    def _prefill(self, prompt_ids: list[int], history: TokenBuffer,
+                 stats: GenerationStats) -> None:
         """Evaluate all but the last prompt token, reusing the cached common prefix."""
         prompt = np.asarray(prompt_ids, np.int32)
-        cached = self._history.data[:self.target.n_cached]
-        keep = min(common_prefix(cached, prompt), len(prompt) - 1)
-        self.target.truncate(keep)
-        self._history.set(prompt)
+        keep = self.target.reuse_prefix(prompt, len(prompt) - 1)
+        history.set(prompt)
         self.target.decode(prompt[keep:-1], keep, 0)
         stats.cached_prompt_tokens = keep
 
     def _cleanup(self, stats: GenerationStats) -> None:
-        """Restore the cache invariant after a generation ends, fails or is abandoned."""
+        """A generation ended, failed or was abandoned. Both models track what their caches
+        hold (backend.Model.cached_tokens), so the next request simply reuses the prefix."""
         self._busy = False
-        self.target.truncate(min(self.target.n_cached, max(self._history.n - 1, 0)))
-        if stats.finish_reason is None and self._drafter is not None:
-            self._drafter.reset()  # interrupted: the draft cache state is unknown
 
     def reset(self) -> None:
         """Forget every cached token (the next prompt is evaluated from scratch)."""
         self.target.truncate(0)
-        self._history.n = 0
-        if self._drafter is not None:
-            self._drafter.reset()
+        if self.draft_model is not None:
+            self.draft_model.truncate(0)
 
     def close(self) -> None:
         """Free both models."""

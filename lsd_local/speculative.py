@@ -80,7 +80,8 @@ def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: Tok
     while True:
         t0 = perf_counter()
         n = history.n
-        k = min(req.k, req.max_tokens - generated - 1, target.n_ctx - n)
+        # commit at most k + 1 tokens: within max_tokens and the context (n + k + 1 <= n_ctx)
+        k = min(req.k, req.max_tokens - generated - 1, target.n_ctx - n - 1)
         draft = EMPTY_DRAFT
         if drafter is not None and k > 0:
             draft = drafter.propose(history.view(), k, req.sampler, req.rng)

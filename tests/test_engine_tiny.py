@@ -87,7 +87,7 @@ def test_kv_cache_consistent_after_many_rounds(tiny_pair, drafter, rule):
     with load(tiny_pair, drafter, k=4, rule=rule, theta=0.01, budget=20.0) as eng:
         gen = eng.generate(PROMPTS[1], max_tokens=300).run()
         assert gen.stats.rounds >= 50
-        history = eng._history.view().copy()
+        history = np.array(eng.prompt_tokens(PROMPTS[1]) + gen.tokens, np.int32)
         n = len(history)
         cached_row = eng.target.decode(history[n - 1:], n - 1, 1)[0].copy()
         eng.target.truncate(n - 1)
@@ -150,7 +150,6 @@ def test_sampled_first_token_follows_the_target(tiny_pair):
     with load(tiny_pair, "model", k=3) as eng:
         prompt_ids = eng.prompt_tokens(PROMPTS[0])
         eng.target.truncate(0)
-        eng._history.n = 0
         p = sampling_probs(eng.target.decode(prompt_ids, 0, 1)[0], settings)
         eng.target.truncate(0)
         counts = np.zeros(len(p))
@@ -170,3 +169,23 @@ def test_asd_refuses_sampling(tiny_pair):
     with load(tiny_pair, "lookup", rule="asd") as eng, \
             pytest.raises(ParameterError, match="greedy"):
         eng.generate("x", temperature=0.5)
+
+
+def test_configure_switches_drafter_k_and_rule(tiny_pair, plain):
+    with load(tiny_pair, "model", k=4) as eng:
+        first = eng.generate(PROMPTS[0], max_tokens=40).run()
+        eng.configure(drafter="lookup", k=6)
+        assert eng.drafter_config.k_value == 6 and eng.drafter_config.drafter == "lookup"
+        second = eng.generate(PROMPTS[0], max_tokens=40).run()
+        eng.configure(rule="fly", theta=0.01, window=2)
+        assert eng.rule_config.rule == "fly" and eng.rule_config.theta == 0.01
+        eng.configure(drafter="multilevel")
+        assert eng.drafter_config.k_value == 4  # the new drafter's default K
+        loose = eng.generate(PROMPTS[0], max_tokens=40).run()
+        eng.configure(rule="strict")
+        assert eng.rule_config.theta == 0.01  # other parameters are kept
+        # an earlier Generation keeps its own tokens
+        assert first.tokens == second.tokens == greedy(plain, PROMPTS[0], 40)
+        assert loose.stats.generated_tokens == 40
+    with load(tiny_pair, "lookup") as eng, pytest.raises(Exception, match="draft model"):
+        eng.configure(drafter="model")

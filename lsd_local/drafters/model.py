@@ -16,15 +16,9 @@ from ..verify.sampling import SamplerSettings, draw, sampling_probs
 from .base import EMPTY_DRAFT, Draft
 
 
-def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
-    """Length of the longest common prefix of two int32 arrays."""
-    m = min(len(a), len(b))
-    differ = np.flatnonzero(a[:m] != b[:m])
-    return int(differ[0]) if len(differ) else m
-
-
 class ModelDrafter:
-    """Draft model drafter. `model` is a backend Model (duck-typed: decode/truncate/n_cached)."""
+    """Draft model drafter. `model` is a backend Model (duck-typed: decode, truncate,
+    reuse_prefix, n_cached)."""
 
     name = "model"
 
@@ -32,7 +26,6 @@ class ModelDrafter:
         check(0.0 <= p_min <= 1.0, "p_min", f"{p_min} (must be within [0, 1])")
         self.model = model
         self.p_min = p_min
-        self.cached = np.zeros(model.n_ctx, np.int32)  # token at each cached draft position
         self.n_evaluated = 0  # draft tokens evaluated so far (shows the KV reuse)
         self.n_forward = 0  # draft forward passes so far
 
@@ -40,16 +33,13 @@ class ModelDrafter:
         """Append tokens to the draft cache; logits float32[n_rows, V] of the last rows."""
         pos = self.model.n_cached
         rows = self.model.decode(tokens, pos, n_rows)
-        self.cached[pos:pos + len(tokens)] = tokens
         self.n_evaluated += len(tokens)
         self.n_forward += 1
         return rows
 
     def sync(self, history: np.ndarray) -> np.ndarray:
         """Bring the draft cache to `history` (int32[n]); logits row float32[V] after it."""
-        n = len(history)
-        keep = min(common_prefix(self.cached[:self.model.n_cached], history), n - 1)
-        self.model.truncate(keep)
+        keep = self.model.reuse_prefix(history, len(history) - 1)
         return self._eval(history[keep:], 1)[0]
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,

@@ -1,0 +1,143 @@
+"""User mistakes give one clear error (LsdError subclasses) and lose nothing."""
+
+from __future__ import annotations
+
+import math
+
+import gguf
+import numpy as np
+import pytest
+import tinymodels
+
+from lsd_local import (
+    ContextOverflowError,
+    Engine,
+    IncompatibleModelsError,
+    LsdError,
+    ModelLoadError,
+    ParameterError,
+)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ModelLoadError, match="not found"):
+        Engine.load(tmp_path / "nope.gguf")
+
+
+def test_directory(tmp_path):
+    with pytest.raises(ModelLoadError, match="directory"):
+        Engine.load(tmp_path)
+
+
+def test_not_a_gguf(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_text("this is not a model")
+    with pytest.raises(ModelLoadError, match="not a GGUF"):
+        Engine.load(path)
+
+
+def test_truncated_gguf(tmp_path, tiny_pair):
+    data = tiny_pair[0].read_bytes()
+    path = tmp_path / "truncated.gguf"
+    path.write_bytes(data[:len(data) // 2])
+    with pytest.raises(ModelLoadError, match="cannot load truncated.gguf"):
+        Engine.load(path)
+
+
+def test_unknown_architecture(tmp_path):
+    path = tmp_path / "alien.gguf"
+    writer = gguf.GGUFWriter(str(path), "alien-arch")
+    writer.add_tensor("x.weight", np.zeros((4, 4), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelLoadError, match="alien-arch"):
+        Engine.load(path)
+
+
+def test_mismatched_vocabularies_suggest_lookup(tiny_pair, tiny_other_vocab):
+    with pytest.raises(IncompatibleModelsError, match="lookup"):
+        Engine.load(tiny_pair[0], tiny_other_vocab, drafter="model")
+
+
+def test_same_file_as_draft_accepts_everything(tiny_pair):
+    with Engine.load(tiny_pair[0], tiny_pair[0], drafter="model", k=4, p_min=0.0,
+                     n_ctx=512) as eng:
+        gen = eng.generate("the cat is", max_tokens=60).run()
+    assert gen.stats.acceptance_rate > 0.95
+
+
+def test_prompt_longer_than_context(tiny_pair):
+    with Engine.load(tiny_pair[0], n_ctx=256) as eng:
+        with pytest.raises(ContextOverflowError, match=r"prompt has \d+ tokens .* holds 256"):
+            eng.generate("the cat is " * 80)
+        # the engine is still usable afterwards
+        assert eng.generate("the cat", max_tokens=5).run().stats.generated_tokens == 5
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "model", "none"])
+def test_generation_reaching_the_context_end(tiny_pair, drafter):
+    draft = tiny_pair[1] if drafter == "model" else None
+    with Engine.load(tiny_pair[0], draft, drafter=drafter, n_ctx=256, k=8, p_min=0.0) as eng:
+        gen = eng.generate("the cat is", max_tokens=1000).run()
+        n_prompt = gen.stats.prompt_tokens
+        assert gen.finish_reason == "length"
+        assert n_prompt + len(gen.tokens) == eng.target.n_ctx == 256
+    with Engine.load(tiny_pair[0], drafter="none", n_ctx=256) as plain:
+        assert plain.generate("the cat is", max_tokens=1000).run().tokens == gen.tokens
+
+
+def test_max_tokens_zero(tiny_pair):
+    with Engine.load(tiny_pair[0], n_ctx=128) as eng:
+        gen = eng.generate("the cat", max_tokens=0)
+        assert list(gen) == []
+        assert gen.tokens == [] and gen.text == "" and gen.finish_reason == "length"
+
+
+def test_empty_chat(tiny_pair):
+    with Engine.load(tiny_pair[0], n_ctx=128) as eng, pytest.raises(LsdError, match="no chat"):
+        eng.generate([])
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"k": 0}, "k"), ({"rule": "loose"}, "rule"), ({"drafter": "magic"}, "drafter"),
+    ({"rule": "fly", "theta": -1.0}, "theta"), ({"rule": "fly", "window": 0}, "window"),
+    ({"rule": "fly", "theta": math.nan}, "theta"), ({"rule": "asd", "budget": -1.0}, "budget"),
+    ({"rule": "asd", "gate": -0.5}, "gate"), ({"drafter": "model"}, "drafter"),
+    ({"n_ctx": 0}, "n_ctx"), ({"split_mode": "diagonal"}, "split_mode"),
+    ({"bogus_option": 1}, "bogus_option"),
+])
+def test_invalid_load_parameters(tiny_pair, kwargs, name):
+    with pytest.raises(ParameterError, match=name):
+        Engine.load(tiny_pair[0], **kwargs)
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"temperature": -0.1}, "temperature"), ({"top_p": 0.0}, "top_p"),
+    ({"top_p": 1.5}, "top_p"), ({"min_p": 2.0}, "min_p"), ({"top_k": -1}, "top_k"),
+    ({"max_tokens": -5}, "max_tokens"),
+])
+def test_invalid_generation_parameters(tiny_pair, kwargs, name):
+    with Engine.load(tiny_pair[0], n_ctx=128) as eng, pytest.raises(ParameterError, match=name):
+        eng.generate("x", **kwargs)
+
+
+def test_abandoned_generation_leaves_engine_consistent(tiny_pair):
+    """Stopping iteration mid-way (e.g. Ctrl-C in a chat) must not corrupt the caches."""
+    with Engine.load(tiny_pair[0], tiny_pair[1], drafter="model", k=4, p_min=0.0,
+                     n_ctx=512) as eng, \
+            Engine.load(tiny_pair[0], drafter="none", n_ctx=512) as plain:
+        gen = eng.generate("the cat is", max_tokens=100)
+        for i, _ in enumerate(gen):
+            if i == 3:
+                break
+        again = eng.generate("a b a b", max_tokens=50).run()
+        assert again.tokens == plain.generate("a b a b", max_tokens=50).run().tokens
+
+
+def test_other_vocab_model_generates(tiny_other_vocab):
+    """The second tiny vocabulary is a working model too (so the mismatch test is fair)."""
+    with Engine.load(tiny_other_vocab, n_ctx=128) as eng:
+        assert len(eng.generate("x y", max_tokens=5).run().tokens) == 5
+    assert tinymodels.OTHER_WORDS != tinymodels.WORDS
