@@ -28,8 +28,10 @@ from pathlib import Path
 
 from lsd_local import Engine
 
-DEFAULT_CONFIGS = ["plain", "strict:lookup:8", "strict:model:4", "strict:multilevel:4",
-                   "fly:lookup:8", "fly:model:4", "asd:lookup:8", "asd:model:4"]
+DEFAULT_CONFIGS = ["plain", "strict:lookup", "strict:lookup:8", "strict:model:4",
+                   "strict:multilevel:4", "fly:lookup", "fly:model:4", "fly:multilevel:4",
+                   "asd:lookup", "asd:model:4"]
+FLOAT_KEYS = {"p_min", "theta", "gate", "budget"}
 INSTRUCTION = ("Complete the following Python function. Reply with the whole function in one "
                "code block.\n\n```python\n{prompt}```")
 
@@ -43,10 +45,14 @@ def humaneval_messages(limit: int, offset: int = 0) -> list[list[dict]]:
 
 
 def parse_config(name: str) -> dict:
+    """"rule:drafter[:k][:key=value...]" (keys: p_min, max_ngram, min_ngram, theta, ...)."""
     if name == "plain":
-        return {"rule": "strict", "drafter": "none", "k": None}
-    rule, drafter, *k = name.split(":")
-    return {"rule": rule, "drafter": drafter, "k": int(k[0]) if k else None}
+        return {"rule": "strict", "drafter": "none", "k": None, "extra": {}}
+    rule, drafter, *rest = name.split(":")
+    k = int(rest.pop(0)) if rest and "=" not in rest[0] else None
+    extra = {key: float(v) if "." in v or key in FLOAT_KEYS else int(v)
+             for key, v in (item.split("=") for item in rest)}
+    return {"rule": rule, "drafter": drafter, "k": k, "extra": extra}
 
 
 def run_cpp(name: str, args, prompt_text: str) -> dict:
@@ -90,8 +96,9 @@ def run_lsd(engines: dict[str, Engine], name: str, messages, args) -> dict:
     cfg = parse_config(name)
     uses_draft = cfg["drafter"] in ("model", "multilevel")
     eng = engines["draft" if uses_draft else "plain"]
-    eng.configure(drafter=cfg["drafter"], k=cfg["k"], rule=cfg["rule"], p_min=args.p_min,
-                  max_ngram=args.max_ngram, min_ngram=args.min_ngram)
+    settings = {"p_min": args.p_min, "max_ngram": args.max_ngram,
+                "min_ngram": args.min_ngram, **cfg["extra"]}
+    eng.configure(drafter=cfg["drafter"], k=cfg["k"], rule=cfg["rule"], **settings)
     eng.reset()  # every configuration pays the same prefill
     gen = eng.generate(messages, max_tokens=args.max_tokens).run()
     s = gen.stats
@@ -143,8 +150,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--p-min", type=float, default=0.75)
-    ap.add_argument("--max-ngram", type=int, default=3)
-    ap.add_argument("--min-ngram", type=int, default=1)
+    ap.add_argument("--max-ngram", type=int, default=8)
+    ap.add_argument("--min-ngram", type=int, default=3)
     ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
     ap.add_argument("--cpp-bin", help="folder with llama-speculative-simple, llama-completion")
     ap.add_argument("--profile", help="also profile this configuration on the first prompt")
@@ -152,11 +159,14 @@ def main() -> None:
     args = ap.parse_args()
     configs = args.configs.split(",")
     if args.cpp_bin:
-        configs += ["cpp:plain", "cpp:ngram-simple:8", "cpp:draft-simple:4"]
+        configs += [c for c in ("cpp:plain", "cpp:ngram-simple:8", "cpp:draft-simple:4")
+                    if c not in configs]
     engines = load_engines(args, configs)
     prompts = humaneval_messages(args.limit, args.offset)
     any_engine = next(iter(engines.values()))
     results: dict[str, list[dict]] = {c: [] for c in configs}
+    for eng in engines.values():  # warm up: page in the weights, compile the kernels
+        eng.generate(prompts[0], max_tokens=8).run()
     for rep in range(args.repeat):
         for i, messages in enumerate(prompts):
             text = None

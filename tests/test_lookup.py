@@ -52,7 +52,7 @@ def test_kernel_matches_reference(tokens, max_ngram, k, data):
 
 
 def test_drafter_returns_draft_and_validates():
-    drafter = LookupDrafter(max_ngram=3)
+    drafter = LookupDrafter(max_ngram=3, min_ngram=1)
     draft = drafter.propose(np.array([1, 2, 3, 1, 2], np.int32), 4)
     assert draft.tokens.tolist() == [3, 1, 2]
     assert draft.probs is None
