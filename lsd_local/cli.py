@@ -13,69 +13,123 @@ from .engine import DRAFTERS
 from .errors import LsdError, ParameterError
 from .rules import ASD_BUDGET, ASD_GATE, ASD_MAX_EXCEPTIONS, RULES
 
+ENGINE_OPTIONS = [
+    click.option("--draft", default=None, metavar="MODEL|none",
+                 help="Draft model (registry name or .gguf) with the target's vocabulary. It "
+                      "proposes tokens that the target checks in one batched pass."),
+    click.option("--drafter", type=click.Choice(DRAFTERS), default=None,
+                 help="Who proposes tokens: draft model, prompt lookup (copies n-grams from "
+                      "the context), multilevel (both), none (plain decoding). Default: "
+                      "lookup on CPU; multilevel with the model's draft when offloading to GPU."),
+    click.option("--rule", type=click.Choice(RULES), default="strict", show_default=True,
+                 help="How drafts are checked: strict keeps exact matches only (lossless); "
+                      "fly and asd also keep mismatches the target signals are harmless."),
+    click.option("-k", "--k", "k", type=click.IntRange(min=1), default=None,
+                 help="Most tokens drafted per round (lookup 32, draft model 4). Each costs "
+                      "verification time, so long drafts pay only when they are likely right."),
+    click.option("--theta", type=click.FloatRange(min=0), default=0.3, show_default=True,
+                 help="FLy: keep a mismatch only where the target's top-k entropy is at least "
+                      "theta, i.e. the target itself was unsure there."),
+    click.option("--window", type=click.IntRange(min=1), default=None,
+                 help="FLy: ... and only if the next W draft tokens all match (the target "
+                      "went on with the draft). Default min(6, K-1)."),
+    click.option("--entropy-top-k", type=click.IntRange(min=1), default=3, show_default=True,
+                 help="FLy: the entropy sums over this many largest probabilities."),
+    click.option("--gate", type=click.FloatRange(min=0), default=ASD_GATE, show_default=True,
+                 help="ASD: a mismatch's logit regret divided by the tokens left in the block "
+                      "must be at most this."),
+    click.option("--max-exceptions", type=click.IntRange(min=0), default=ASD_MAX_EXCEPTIONS,
+                 show_default=True, help="ASD: most kept mismatches per round."),
+    click.option("--budget", type=click.FloatRange(min=0), default=ASD_BUDGET, show_default=True,
+                 help="ASD: total logit regret one answer may spend on kept mismatches "
+                      "(0 = strict)."),
+    click.option("--p-min", type=click.FloatRange(0, 1), default=0.75, show_default=True,
+                 help="Draft model: stop drafting when its top-1 probability falls below."),
+    click.option("--ctx", type=click.IntRange(min=8), default=None,
+                 help="Context size in tokens (prompt + answers). Default: the registry's, "
+                      "else 4096."),
+    click.option("--threads", type=click.IntRange(min=1), default=None,
+                 help="CPU threads. Default: physical cores."),
+    click.option("--n-gpu-layers", type=int, default=0, show_default=True,
+                 help="Target layers to offload to the GPU (-1 = all)."),
+    click.option("--draft-n-gpu-layers", type=int, default=None,
+                 help="Draft layers to offload (default: as --n-gpu-layers)."),
+    click.option("--split-mode", type=click.Choice(["none", "layer", "row"]), default="layer",
+                 show_default=True, help="How to split a model across several GPUs."),
+    click.option("--tensor-split", default=None, metavar="F,F,...",
+                 help="Fraction of the model per GPU, e.g. 3,1."),
+    click.option("--main-gpu", type=int, default=0, show_default=True,
+                 help="GPU for the whole model (split mode none) or for small tensors."),
+    click.option("--verbose", is_flag=True, help="Show llama.cpp's log."),
+]
 
-def engine_options(func):
-    """Options shared by every command that loads models."""
-    options = [
-        click.option("--draft", "draft", default=None, metavar="GGUF|none",
-                     help="Draft model with the target's vocabulary (or 'none'). It proposes "
-                          "tokens the target then checks in one batched pass."),
-        click.option("--drafter", type=click.Choice(DRAFTERS), default=None,
-                     help="Who proposes tokens: draft model, prompt lookup (copies n-grams "
-                          "from the context), multilevel (both), none (plain decoding). "
-                          "Default: model with --draft, else lookup."),
-        click.option("--rule", type=click.Choice(RULES), default="strict", show_default=True,
-                     help="How drafts are checked: strict keeps exact matches only "
-                          "(lossless); fly and asd also keep harmless mismatches."),
-        click.option("-k", "--k", "k", type=click.IntRange(min=1), default=None,
-                     help="Most tokens drafted per round. Default depends on the drafter."),
-        click.option("--theta", type=click.FloatRange(min=0), default=0.3, show_default=True,
-                     help="FLy: keep a mismatch only where the target's top-k entropy is at "
-                          "least this (the target itself was unsure)."),
-        click.option("--window", type=click.IntRange(min=1), default=None,
-                     help="FLy: ... and only if the next W draft tokens match. "
-                          "Default min(6, K-1)."),
-        click.option("--entropy-top-k", type=click.IntRange(min=1), default=3,
-                     show_default=True, help="FLy: entropy over this many top probabilities."),
-        click.option("--gate", type=click.FloatRange(min=0), default=ASD_GATE,
-                     show_default=True,
-                     help="ASD: largest logit regret per remaining block token for a kept "
-                          "mismatch."),
-        click.option("--max-exceptions", type=click.IntRange(min=0),
-                     default=ASD_MAX_EXCEPTIONS, show_default=True,
-                     help="ASD: most kept mismatches per round."),
-        click.option("--budget", type=click.FloatRange(min=0), default=ASD_BUDGET,
-                     show_default=True,
-                     help="ASD: total logit regret a whole answer may spend on mismatches."),
-        click.option("--ctx", type=click.IntRange(min=8), default=4096, show_default=True,
-                     help="Context size in tokens (prompt + answer)."),
-        click.option("--threads", type=click.IntRange(min=1), default=None,
-                     help="CPU threads. Default: physical cores."),
-        click.option("--n-gpu-layers", type=int, default=0, show_default=True,
-                     help="Target layers to offload to the GPU (-1 = all)."),
-        click.option("--draft-n-gpu-layers", type=int, default=None,
-                     help="Draft layers to offload (default: as --n-gpu-layers)."),
-        click.option("--verbose", is_flag=True, help="Show llama.cpp's log."),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+SAMPLING_OPTIONS = [
+    click.option("--max-tokens", type=click.IntRange(min=0), default=512, show_default=True,
+                 help="Most tokens per answer."),
+    click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+                 help="0 = greedy. Above 0, speculative sampling keeps the target's "
+                      "distribution exactly (strict) or nearly (fly)."),
+    click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True,
+                 help="Sampling: keep the k most likely tokens (0 = all)."),
+    click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
+                 show_default=True, help="Sampling: keep the smallest set with this mass."),
+    click.option("--min-p", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+                 help="Sampling: drop tokens below min-p times the top probability."),
+    click.option("--seed", type=int, default=None, help="Sampling seed (reproducible)."),
+    click.option("--system", default=None, help="System message for the chat template."),
+]
+
+
+def with_options(options):
+    def decorate(func):
+        for option in reversed(options):
+            func = option(func)
+        return func
+    return decorate
+
+
+def generation_kwargs(opts: dict) -> dict:
+    return {name: opts[name] for name in ("max_tokens", "temperature", "top_k", "top_p",
+                                          "min_p", "seed")}
 
 
 def load_engine(model: str, opts: dict):
-    """Build an Engine from parsed options; LsdErrors propagate to `main`."""
+    """Resolve MODEL/--draft (names, paths, downloads) and build an Engine."""
     from .engine import Engine
+    from .resolve import resolve_models
 
-    draft = opts["draft"]
-    draft = None if draft in (None, "none") else draft
-    rule_params = {"theta": opts["theta"], "window": opts["window"],
-                   "entropy_top_k": opts["entropy_top_k"], "gate": opts["gate"],
-                   "max_exceptions": opts["max_exceptions"], "budget": opts["budget"]}
-    return Engine.load(model, draft, drafter=opts["drafter"], rule=opts["rule"], k=opts["k"],
-                       n_ctx=opts["ctx"], n_threads=opts["threads"],
+    target, draft, drafter, ctx = resolve_models(model, opts["draft"], opts["drafter"],
+                                                 opts["n_gpu_layers"], notify=_notify)
+    tensor_split = _tensor_split(opts["tensor_split"])
+    return Engine.load(target, draft, drafter=drafter, rule=opts["rule"], k=opts["k"],
+                       n_ctx=opts["ctx"] or ctx or 4096, n_threads=opts["threads"],
                        n_gpu_layers=opts["n_gpu_layers"],
-                       draft_n_gpu_layers=opts["draft_n_gpu_layers"], verbose=opts["verbose"],
-                       **rule_params)
+                       draft_n_gpu_layers=opts["draft_n_gpu_layers"],
+                       main_gpu=opts["main_gpu"], split_mode=opts["split_mode"],
+                       tensor_split=tensor_split, p_min=opts["p_min"], verbose=opts["verbose"],
+                       theta=opts["theta"], window=opts["window"],
+                       entropy_top_k=opts["entropy_top_k"], gate=opts["gate"],
+                       max_exceptions=opts["max_exceptions"], budget=opts["budget"])
+
+
+def _tensor_split(text: str | None) -> list[float] | None:
+    if not text:
+        return None
+    try:
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise ParameterError(f"invalid tensor_split: {text!r} (comma-separated numbers)") \
+            from None
+
+
+def _notify(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def summary_line(stats) -> str:
+    return (f"[{stats.generated_tokens} tokens, {stats.decode_tokens_per_second:.1f} tok/s, "
+            f"tau {stats.tau:.2f}, acceptance {stats.acceptance_rate:.0%}, "
+            f"loose {stats.accepted_loose}]")
 
 
 class LsdGroup(click.Group):
@@ -96,46 +150,93 @@ class LsdGroup(click.Group):
 @click.group(cls=LsdGroup)
 @click.version_option(__version__, prog_name="lsd")
 def cli() -> None:
-    """lsd: faster local generation with loose speculative decoding (llama.cpp, GGUF)."""
+    """lsd: faster local generation with loose speculative decoding (llama.cpp, GGUF).
+
+    MODEL is a name from `lsd models` (downloaded on first use) or a path to a .gguf file.
+    """
 
 
 @cli.command()
 @click.argument("model")
 @click.argument("prompt", required=False)
-@engine_options
-@click.option("--system", default=None, help="System message (chat template only).")
+@with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
 @click.option("--raw", is_flag=True, help="Send PROMPT as is, without the chat template.")
-@click.option("--max-tokens", type=click.IntRange(min=0), default=256, show_default=True)
-@click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="0 = greedy. Above 0, speculative sampling keeps the target's distribution.")
-@click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True)
-@click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
-              show_default=True)
-@click.option("--min-p", type=click.FloatRange(min=0, max=1), default=0.05, show_default=True)
-@click.option("--seed", type=int, default=None, help="Seed for sampling (reproducible).")
+@click.option("--show-drafts", is_flag=True,
+              help="Colour tokens by origin: green = draft kept exactly, yellow = draft kept "
+                   "loosely, plain = produced by the target.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with stats.")
 def run(model: str, prompt: str | None, **opts) -> None:
-    """Generate once for PROMPT (or standard input) with MODEL (a .gguf path)."""
+    """Answer PROMPT (or standard input) once and exit."""
+    from .chatsession import render_spans
+
     if prompt is None or prompt == "-":
         prompt = sys.stdin.read()
     messages = [] if opts["system"] is None else [{"role": "system", "content": opts["system"]}]
     request = prompt if opts["raw"] else messages + [{"role": "user", "content": prompt}]
+    colour = opts["show_drafts"] and use_colour()
     with load_engine(model, opts) as engine:
-        gen = engine.generate(request, max_tokens=opts["max_tokens"],
-                              temperature=opts["temperature"], top_k=opts["top_k"],
-                              top_p=opts["top_p"], min_p=opts["min_p"], seed=opts["seed"])
+        gen = engine.generate(request, **generation_kwargs(opts))
         for event in gen:
             if not opts["as_json"]:
-                click.echo(event.text, nl=False)
+                click.echo(render_spans(event.spans, colour), nl=False)
     if opts["as_json"]:
         click.echo(json.dumps({"text": gen.text, "finish_reason": gen.finish_reason,
                                "stats": gen.stats.as_dict()}))
     else:
         click.echo()
-        s = gen.stats
-        click.echo(f"[{s.generated_tokens} tokens, {s.decode_tokens_per_second:.1f} tok/s, "
-                   f"tau {s.tau:.2f}, acceptance {s.acceptance_rate:.0%}, "
-                   f"loose {s.accepted_loose}]", err=True)
+        click.echo(summary_line(gen.stats), err=True)
+
+
+@cli.command()
+@click.argument("model")
+@with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
+@click.option("--show-drafts", is_flag=True,
+              help="Colour tokens by origin: green = draft kept exactly, yellow = draft kept "
+                   "loosely, plain = produced by the target.")
+def chat(model: str, **opts) -> None:
+    """Chat with MODEL in the terminal (/help lists the commands)."""
+    from .chatsession import ChatSession, run_chat
+
+    with load_engine(model, opts) as engine:
+        session = ChatSession(engine, opts["system"], generation_kwargs(opts))
+        run_chat(session, show_drafts=opts["show_drafts"] and use_colour())
+
+
+@cli.command()
+@click.argument("name")
+def pull(name: str) -> None:
+    """Download registry model NAME (and its default draft) into the Hugging Face cache."""
+    from .hub import download
+    from .registry import load_registry, lookup
+
+    registry = load_registry()
+    spec = lookup(name, registry)
+    specs = [spec] + ([lookup(spec.draft, registry)] if spec.draft else [])
+    for item in specs:
+        click.echo(f"pulling {item.name}: {item.file} from {item.repo}", err=True)
+        click.echo(download(item))
+
+
+@cli.command(name="models")
+def list_models() -> None:
+    """List the model registry and what is downloaded."""
+    from .hub import cached_file
+    from .registry import load_registry
+
+    rows = [("NAME", "FILE", "QUANT", "DRAFT", "SIZE", "CACHED")]
+    for spec in load_registry().values():
+        path = cached_file(spec)
+        size = f"{path.stat().st_size / 1e9:.2f} GB" if path else "-"
+        rows.append((spec.name, spec.file, spec.quant, spec.draft or "-", size,
+                     "yes" if path else "no"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def use_colour() -> bool:
+    """Colours only on a terminal and when NO_COLOR is unset."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 def main() -> None:

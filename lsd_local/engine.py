@@ -76,7 +76,6 @@ class Generation:
         self._history = history
         self._n_prompt = n_prompt
         self._cleanup = cleanup
-        self._done = False
 
     def __iter__(self) -> Iterator[RoundEvent]:
         try:
@@ -86,8 +85,7 @@ class Generation:
                     self.stats.finish_reason = event.finish_reason
                 yield event
         finally:
-            self._done = True
-            self._cleanup(self.stats)
+            self._cleanup()
 
     def run(self) -> Generation:
         """Consume every round; returns self for chaining."""
@@ -252,7 +250,7 @@ class Engine:
         self.target.decode(prompt[keep:-1], keep, 0)
         stats.cached_prompt_tokens = keep
 
-    def _cleanup(self, stats: GenerationStats) -> None:
+    def _cleanup(self) -> None:
         """A generation ended, failed or was abandoned. Both models track what their caches
         hold (backend.Model.cached_tokens), so the next request simply reuses the prefix."""
         self._busy = False

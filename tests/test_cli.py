@@ -1,38 +1,63 @@
-"""The `lsd run` command against tiny generated models (click's CliRunner)."""
+"""The `lsd` command line against tiny generated models (click's CliRunner)."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
+import pytest
 from click.testing import CliRunner
 
 from lsd_local.cli import cli
 
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
-def invoke(*args, input=None):
-    return CliRunner().invoke(cli, [str(a) for a in args], input=input)
+
+def invoke(*args, input=None, env=None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, env=env)
+
+
+@pytest.fixture()
+def hub_env(tmp_path, tiny_pair):
+    """A user registry naming the tiny pair, and an offline Hub cache that holds them, laid out
+    exactly as huggingface_hub writes it (refs/main -> snapshots/<commit>/<file>)."""
+    config = tmp_path / "config" / "lsd"
+    config.mkdir(parents=True)
+    (config / "models.toml").write_text(
+        '[tiny]\nrepo = "lsd-test/tiny-GGUF"\nfile = "target.gguf"\nctx = 256\n'
+        'draft = "tiny-draft"\n\n'
+        '[tiny-draft]\nrepo = "lsd-test/tiny-draft-GGUF"\nfile = "draft.gguf"\n')
+    cache = tmp_path / "hub"
+    for repo, path in (("tiny-GGUF", tiny_pair[0]), ("tiny-draft-GGUF", tiny_pair[1])):
+        root = cache / f"models--lsd-test--{repo}"
+        (root / "refs").mkdir(parents=True)
+        (root / "refs" / "main").write_text(COMMIT)
+        (root / "snapshots" / COMMIT).mkdir(parents=True)
+        shutil.copy(path, root / "snapshots" / COMMIT / path.name)
+    return {"XDG_CONFIG_HOME": str(tmp_path / "config"), "HF_HUB_CACHE": str(cache),
+            "HF_HUB_OFFLINE": "1", "NO_COLOR": "1"}
 
 
 def test_run_json_reports_stats(tiny_pair):
     result = invoke("run", tiny_pair[0], "the cat is", "--draft", tiny_pair[1], "-k", "3",
-                    "--max-tokens", "24", "--ctx", "256", "--json")
+                    "--max-tokens", "24", "--ctx", "256", "--p-min", "0", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["finish_reason"] == "length"
     stats = data["stats"]
     assert stats["generated_tokens"] == 24
-    assert stats["prompt_tokens"] > 0 and stats["rounds"] > 0
+    assert stats["prompt_tokens"] > 0 and stats["rounds"] > 0 and stats["drafted"] > 0
     for key in ("prefill_seconds", "decode_seconds", "decode_tokens_per_second", "drafted",
                 "accepted", "accepted_loose", "tau", "acceptance_rate"):
         assert key in stats
     assert stats["tau"] == stats["generated_tokens"] / stats["rounds"]
 
 
-def test_run_streams_text_and_summary(tiny_pair):
+def test_run_reads_stdin_and_prints_summary(tiny_pair):
     result = invoke("run", tiny_pair[0], "--raw", "--max-tokens", "10", "--ctx", "256",
                     input="the cat is")
     assert result.exit_code == 0, result.output
-    assert "10 tokens" in result.output and "tok/s" in result.output
+    assert "[10 tokens" in result.output and "tok/s" in result.output
 
 
 def test_run_same_text_as_library(tiny_pair):
@@ -43,11 +68,95 @@ def test_run_same_text_as_library(tiny_pair):
     assert json.loads(result.output)["text"] == expected
 
 
+def test_chat_two_turns_reset_stats_exit(tiny_pair):
+    script = "the cat is\n/stats\nand then\n/reset\n/mode fly\n/mode bogus\n/help\nhello\n"
+    result = invoke("chat", tiny_pair[0], "--max-tokens", "8", "--ctx", "512",
+                    "--system", "be brief", input=script)
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert out.count("[8 tokens") == 3  # one summary line per answer
+    assert "session: 1 answers, 8 tokens" in out
+    assert "(conversation cleared)" in out and "(rule: fly)" in out
+    assert "Error: invalid rule: 'bogus'" in out
+    assert "/mode strict|fly|asd" in out  # the help text
+
+
+def test_chat_reuses_the_cache_between_turns(tiny_pair):
+    from lsd_local import Engine
+    from lsd_local.chatsession import ChatSession
+    with Engine.load(tiny_pair[0], n_ctx=512) as eng:
+        session = ChatSession(eng, None, {"max_tokens": 6})
+        turns = []
+        for text in ("first question", "second question"):
+            gen = session.ask(text)
+            gen.run()
+            session.finish(gen)
+            turns.append(gen.stats)
+        # The whole first prompt is reused (the random model's answer may re-tokenize
+        # differently, so reuse can stop inside it).
+        assert turns[1].cached_prompt_tokens >= turns[0].prompt_tokens - 1
+        assert len(session.messages) == 4
+
+
+def test_show_drafts_colours_only_on_a_terminal(tiny_pair):
+    from lsd_local.chatsession import render_spans
+    from lsd_local.stats import Origin
+    spans = (("a", Origin.DRAFT_EXACT), ("b", Origin.DRAFT_LOOSE), ("c", Origin.TARGET))
+    assert render_spans(spans, colour=False) == "abc"
+    coloured = render_spans(spans, colour=True)
+    assert "\x1b[32ma" in coloured and "\x1b[33mb" in coloured and coloured.endswith("c")
+    # CliRunner's stdout is not a terminal: --show-drafts prints plain text
+    result = invoke("run", tiny_pair[0], "x", "--max-tokens", "5", "--ctx", "256",
+                    "--show-drafts")
+    assert result.exit_code == 0 and "\x1b[" not in result.output
+
+
+def test_registry_name_resolves_through_the_offline_hub_cache(hub_env):
+    result = invoke("run", "tiny", "hello", "--drafter", "model", "--p-min", "0",
+                    "--max-tokens", "6",
+                    "--json", env=hub_env)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output.splitlines()[-1])
+    assert data["stats"]["generated_tokens"] == 6 and data["stats"]["drafted"] > 0
+
+
+def test_models_lists_registry_and_cache_state(hub_env):
+    result = invoke("models", env=hub_env)
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line for line in result.output.splitlines()}
+    assert lines["tiny"].split()[-1] == "yes" and "tiny-draft" in lines["tiny"]
+    assert lines["qwen2.5-coder-1.5b"].split()[-1] == "no"
+    assert "qwen2.5-coder-0.5b" in lines["qwen2.5-coder-1.5b"]
+
+
+def test_pull_offline_uses_cache_or_names_the_file(hub_env):
+    result = invoke("pull", "tiny", env=hub_env)
+    assert result.exit_code == 0, result.output
+    assert result.output.count(".gguf") >= 2
+    result = invoke("pull", "qwen2.5-coder-7b", env=hub_env)
+    assert result.exit_code == 1
+    assert "Qwen2.5-Coder-7B-Instruct-Q4_K_M.gguf" in result.output
+    assert "HF_HUB_OFFLINE" in result.output and "Traceback" not in result.output
+
+
+def test_unknown_model_suggests_close_names(hub_env):
+    result = invoke("run", "qwen2.5-coder-1.5", "hi", env=hub_env)
+    assert result.exit_code == 1
+    assert "Did you mean" in result.output and "qwen2.5-coder-1.5b" in result.output
+
+
 def test_missing_model_is_one_line(tmp_path):
     result = invoke("run", tmp_path / "missing.gguf", "hi")
     assert result.exit_code == 1
     assert result.output.strip().startswith("Error: model file not found")
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_corrupt_model_is_one_line(tmp_path, tiny_pair):
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(tiny_pair[0].read_bytes()[:5000])
+    result = invoke("run", bad, "hi")
+    assert result.exit_code == 1 and result.output.startswith("Error: cannot load bad.gguf")
 
 
 def test_mismatched_draft_is_one_line(tiny_pair, tiny_other_vocab):
@@ -56,10 +165,10 @@ def test_mismatched_draft_is_one_line(tiny_pair, tiny_other_vocab):
     assert "different vocabularies" in result.output and "Traceback" not in result.output
 
 
-def test_invalid_option_value_is_a_usage_error(tiny_pair):
+def test_invalid_option_values_are_usage_errors(tiny_pair):
     result = invoke("run", tiny_pair[0], "hi", "--theta", "-1")
-    assert result.exit_code == 2
-    assert "--theta" in result.output
+    assert result.exit_code == 2 and "--theta" in result.output
     result = invoke("run", tiny_pair[0], "hi", "--drafter", "model")
-    assert result.exit_code == 2
-    assert "needs a draft model" in result.output
+    assert result.exit_code == 2 and "needs a draft model" in result.output
+    result = invoke("run", tiny_pair[0], "hi", "--tensor-split", "a,b")
+    assert result.exit_code == 2 and "tensor_split" in result.output

@@ -6,6 +6,7 @@ these tests are skipped with that reason.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from lsd_local import Engine
@@ -20,21 +21,44 @@ PROMPTS = [
 ]
 
 
+# llama.cpp computes a batch with other CPU kernels than a single token, so quantized models
+# see logit differences of up to ~0.1 between verification and plain decoding. Strict output
+# must equal greedy output except where the greedy choice itself was such a near-tie.
+NEAR_TIE = 0.25
+
+
 @pytest.fixture(scope="module")
-def greedy_outputs(qwen_pair):
+def plain_engine(qwen_pair):
     with Engine.load(qwen_pair[0], drafter="none", n_threads=2) as plain:
-        return [plain.generate([{"role": "user", "content": p}], max_tokens=64).run().tokens
-                for p in PROMPTS]
+        yield plain
+
+
+def top2_gap(engine: Engine, tokens: list[int]) -> float:
+    """Gap between the two largest logits after `tokens`, from a fresh evaluation."""
+    engine.reset()
+    row = np.sort(engine.target.decode(np.array(tokens, np.int32), 0, 1)[0])
+    engine.reset()
+    return float(row[-1] - row[-2])
 
 
 @pytest.mark.parametrize("drafter", ["lookup", "model", "multilevel"])
-def test_strict_equals_greedy_on_qwen(qwen_pair, greedy_outputs, drafter):
+def test_strict_equals_greedy_on_qwen(qwen_pair, plain_engine, drafter):
     draft = qwen_pair[1] if drafter != "lookup" else None
+    exact = 0
     with Engine.load(qwen_pair[0], draft, drafter=drafter, n_threads=2) as eng:
-        for prompt, expected in zip(PROMPTS, greedy_outputs, strict=True):
-            gen = eng.generate([{"role": "user", "content": prompt}], max_tokens=64).run()
-            assert gen.tokens == expected, prompt
-            assert gen.stats.accepted_loose == 0
+        for prompt in PROMPTS:
+            messages = [{"role": "user", "content": prompt}]
+            expected = plain_engine.generate(messages, max_tokens=64).run().tokens
+            gen = eng.generate(messages, max_tokens=64).run()
+            assert gen.stats.accepted_loose == 0 and gen.stats.drafted > 0
+            if gen.tokens == expected:
+                exact += 1
+                continue
+            i = next(i for i, (a, b) in enumerate(zip(gen.tokens, expected, strict=False))
+                     if a != b)
+            prefix = plain_engine.prompt_tokens(messages) + expected[:i]
+            assert top2_gap(plain_engine, prefix) < NEAR_TIE, (prompt, i)
+    assert exact >= len(PROMPTS) - 1
 
 
 @pytest.mark.parametrize("rule", ["fly", "asd"])

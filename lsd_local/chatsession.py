@@ -1,0 +1,163 @@
+"""Interactive chat: a conversation over one Engine (KV reused across turns) and its REPL."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import click
+
+from .errors import LsdError
+from .stats import GenerationStats, Origin
+
+COLOURS = {Origin.DRAFT_EXACT: "green", Origin.DRAFT_LOOSE: "yellow", Origin.TARGET: None}
+HELP = """commands:
+  /reset              forget the conversation (keeps the system message)
+  /stats              statistics of this session and of the last answer
+  /mode strict|fly|asd  switch the verification rule
+  /help               this text
+  Ctrl-C stops an answer; Ctrl-C again at the prompt, or Ctrl-D, exits."""
+
+
+def render_spans(spans, colour: bool) -> str:
+    """Text of (text, origin) spans, coloured by origin when `colour`."""
+    if not colour:
+        return "".join(text for text, _ in spans)
+    return "".join(click.style(text, fg=COLOURS[origin]) if COLOURS[origin] else text
+                   for text, origin in spans)
+
+
+@dataclass
+class SessionTotals:
+    turns: int = 0
+    tokens: int = 0
+    decode_seconds: float = 0.0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    loose: int = 0
+
+    def add(self, s: GenerationStats) -> None:
+        self.turns += 1
+        self.tokens += s.generated_tokens
+        self.decode_seconds += s.decode_seconds
+        self.rounds += s.rounds
+        self.drafted += s.drafted
+        self.accepted += s.accepted
+        self.loose += s.accepted_loose
+
+    def line(self) -> str:
+        tps = self.tokens / self.decode_seconds if self.decode_seconds else 0.0
+        tau = self.tokens / self.rounds if self.rounds else 0.0
+        acc = self.accepted / self.drafted if self.drafted else 0.0
+        return (f"session: {self.turns} answers, {self.tokens} tokens, {tps:.1f} tok/s, "
+                f"tau {tau:.2f}, acceptance {acc:.0%}, loose {self.loose}")
+
+
+class ChatSession:
+    """The message history of one conversation; each answer reuses the cached prefix."""
+
+    def __init__(self, engine, system: str | None, generation_kwargs: dict) -> None:
+        self.engine = engine
+        self.system = system
+        self.kwargs = generation_kwargs
+        self.messages: list[dict] = []
+        self.totals = SessionTotals()
+        self.last: GenerationStats | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.messages = [{"role": "system", "content": self.system}] if self.system else []
+
+    def ask(self, text: str):
+        """Start an answer; iterate the returned Generation, then call `finish` with it."""
+        self.messages.append({"role": "user", "content": text})
+        try:
+            return self.engine.generate(self.messages, **self.kwargs)
+        except LsdError:
+            self.messages.pop()
+            raise
+
+    def finish(self, gen) -> None:
+        """Record the (possibly interrupted) answer in the history and the statistics."""
+        self.messages.append({"role": "assistant", "content": gen.text})
+        self.last = gen.stats
+        self.totals.add(gen.stats)
+
+
+def _command(session: ChatSession, line: str) -> str | None:
+    """Handle a /command; returns the text to print."""
+    name, _, arg = line[1:].partition(" ")
+    if name == "help":
+        return HELP
+    if name == "reset":
+        session.reset()
+        return "(conversation cleared)"
+    if name == "stats":
+        last = "" if session.last is None else "\nlast answer: " + _summary(session.last)
+        return session.totals.line() + last
+    if name == "mode":
+        session.engine.configure(rule=arg.strip())
+        return f"(rule: {session.engine.rule_config.rule})"
+    return f"unknown command /{name}; /help lists them"
+
+
+def _summary(s: GenerationStats) -> str:
+    return (f"{s.generated_tokens} tokens, {s.decode_tokens_per_second:.1f} tok/s, "
+            f"tau {s.tau:.2f}, acceptance {s.acceptance_rate:.0%}, loose {s.accepted_loose}")
+
+
+def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
+    gen = session.ask(text)
+    interrupted = False
+    try:
+        for event in gen:
+            click.echo(render_spans(event.spans, show_drafts), nl=False)
+    except KeyboardInterrupt:
+        interrupted = True
+    session.finish(gen)
+    click.echo(" [interrupted]" if interrupted else "")
+    click.echo(click.style(f"[{_summary(gen.stats)}]", dim=True) if show_drafts
+               else f"[{_summary(gen.stats)}]")
+
+
+def _read_line(prompt: str) -> str:
+    click.echo(prompt, nl=False)
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line.rstrip("\n")
+
+
+def run_chat(session: ChatSession, show_drafts: bool) -> None:
+    """The read-answer loop. Ctrl-C stops an answer; twice at the prompt (or Ctrl-D) exits."""
+    if sys.stdin.isatty():
+        import readline  # noqa: F401  (line editing and history for input())
+        read = input
+    else:
+        read = _read_line
+    click.echo("lsd chat: /help for commands, Ctrl-D to exit.")
+    armed = False  # a Ctrl-C at the prompt was seen
+    while True:
+        try:
+            line = read(">>> ")
+        except EOFError:
+            click.echo()
+            return
+        except KeyboardInterrupt:
+            if armed:
+                click.echo()
+                return
+            armed = True
+            click.echo("\n(Ctrl-C again or Ctrl-D to exit)")
+            continue
+        armed = False
+        if not line.strip():
+            continue
+        try:
+            if line.startswith("/"):
+                click.echo(_command(session, line.strip()))
+            else:
+                _answer(session, line, show_drafts)
+        except LsdError as exc:
+            click.echo(f"Error: {exc}")

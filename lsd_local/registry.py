@@ -1,0 +1,89 @@
+"""Model names -> model specs: the shipped models.toml plus the user's own overrides."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import LsdError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+FIELDS = {"repo", "file", "quant", "sha256", "ctx", "draft", "chat_template"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One registry entry: where the GGUF lives on the Hub and how to run it."""
+
+    name: str
+    repo: str
+    file: str
+    quant: str = ""
+    sha256: str | None = None
+    ctx: int = 4096
+    draft: str | None = None  # registry name of the default draft model
+    chat_template: str | None = None
+
+
+def shipped_registry() -> Path | None:
+    """models.toml of the source tree (editable install) or of the installed data files."""
+    for candidate in (Path(__file__).resolve().parents[1] / "models.toml",
+                      Path(sys.prefix) / "share" / "lsd" / "models.toml"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def user_registry() -> Path:
+    """~/.config/lsd/models.toml, honouring XDG_CONFIG_HOME."""
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "lsd" / "models.toml"
+
+
+def _read(path: Path) -> dict[str, ModelSpec]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LsdError(f"cannot read model registry {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise LsdError(f"model registry {path} is not valid TOML: {exc}") from None
+    specs = {}
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or not {"repo", "file"} <= set(entry):
+            raise LsdError(f"{path}: entry [{name}] needs 'repo' and 'file'")
+        unknown = set(entry) - FIELDS
+        if unknown:
+            raise LsdError(f"{path}: entry [{name}] has unknown field(s) "
+                           f"{', '.join(sorted(unknown))}")
+        specs[name] = ModelSpec(name=name, **entry)
+    return specs
+
+
+def load_registry(extra: Path | None = None) -> dict[str, ModelSpec]:
+    """Shipped entries, overridden by the user's file, overridden by `extra` (tests)."""
+    specs: dict[str, ModelSpec] = {}
+    for path in (shipped_registry(), user_registry(), extra):
+        if path is not None and path.is_file():
+            specs.update(_read(path))
+    return specs
+
+
+def lookup(name: str, registry: dict[str, ModelSpec]) -> ModelSpec:
+    """The entry for `name`, or an LsdError suggesting close names."""
+    if name in registry:
+        return registry[name]
+    close = difflib.get_close_matches(name, list(registry), n=3, cutoff=0.5)
+    hint = f" Did you mean: {', '.join(close)}?" if close else " See `lsd models`."
+    raise LsdError(f"unknown model {name!r} (not a registry name, nor a .gguf file).{hint}")
+
+
+def is_path(spec: str) -> bool:
+    """A command-line model argument that names a file rather than a registry entry."""
+    return spec.endswith(".gguf") or os.sep in spec or Path(spec).exists()
