@@ -34,8 +34,8 @@ class DrafterConfig:
     drafter: str = "lookup"
     k: int | None = None  # None = DEFAULT_K[drafter]
     p_min: float = 0.75  # draft model: stop drafting under this top-1 probability
-    max_ngram: int = 8  # prompt lookup: longest n-gram to match
-    min_ngram: int = 3  # shorter matches are too often wrong to pay for their verification
+    max_ngram: int = 12  # prompt lookup: longest n-gram to match
+    min_ngram: int = 6  # shorter matches are too often wrong to pay for their verification
 
     @property
     def k_value(self) -> int:
@@ -125,7 +125,7 @@ class Engine:
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
              draft_n_gpu_layers: int | None = None, main_gpu: int = 0,
              split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
-             p_min: float = 0.75, max_ngram: int = 8, min_ngram: int = 3,
+             p_min: float = 0.75, max_ngram: int = 12, min_ngram: int = 6,
              verbose: bool = False,
              **rule_params) -> Engine:
         """Load the target GGUF (and a draft GGUF with the same vocabulary).

@@ -50,7 +50,7 @@ class LookupDrafter:
 
     name = "lookup"
 
-    def __init__(self, max_ngram: int = 8, min_ngram: int = 3) -> None:
+    def __init__(self, max_ngram: int = 12, min_ngram: int = 6) -> None:
         check(max_ngram >= 1, "max_ngram", f"{max_ngram} (must be >= 1)")
         check(1 <= min_ngram <= max_ngram, "min_ngram", f"{min_ngram} (must be 1..max_ngram)")
         self.max_ngram = max_ngram

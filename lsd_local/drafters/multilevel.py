@@ -21,8 +21,8 @@ class MultiLevelDrafter(ModelDrafter):
 
     name = "multilevel"
 
-    def __init__(self, model, p_min: float = 0.75, max_ngram: int = 8,
-                 min_ngram: int = 3) -> None:
+    def __init__(self, model, p_min: float = 0.75, max_ngram: int = 12,
+                 min_ngram: int = 6) -> None:
         super().__init__(model, p_min)
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
