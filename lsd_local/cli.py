@@ -98,11 +98,12 @@ def load_engine(model: str, opts: dict):
     from .engine import Engine
     from .resolve import resolve_models
 
-    target, draft, drafter, ctx = resolve_models(model, opts["draft"], opts["drafter"],
-                                                 opts["n_gpu_layers"], notify=_notify)
+    found = resolve_models(model, opts["draft"], opts["drafter"], opts["n_gpu_layers"],
+                           notify=_notify)
     tensor_split = _tensor_split(opts["tensor_split"])
-    return Engine.load(target, draft, drafter=drafter, rule=opts["rule"], k=opts["k"],
-                       n_ctx=opts["ctx"] or ctx or 4096, n_threads=opts["threads"],
+    return Engine.load(found.target, found.draft, drafter=found.drafter, rule=opts["rule"],
+                       k=opts["k"], chat_template=found.chat_template,
+                       n_ctx=opts["ctx"] or found.ctx or 4096, n_threads=opts["threads"],
                        n_gpu_layers=opts["n_gpu_layers"],
                        draft_n_gpu_layers=opts["draft_n_gpu_layers"],
                        main_gpu=opts["main_gpu"], split_mode=opts["split_mode"],
@@ -124,12 +125,6 @@ def _tensor_split(text: str | None) -> list[float] | None:
 
 def _notify(message: str) -> None:
     click.echo(message, err=True)
-
-
-def summary_line(stats) -> str:
-    return (f"[{stats.generated_tokens} tokens, {stats.decode_tokens_per_second:.1f} tok/s, "
-            f"tau {stats.tau:.2f}, acceptance {stats.acceptance_rate:.0%}, "
-            f"loose {stats.accepted_loose}]")
 
 
 class LsdGroup(click.Group):
@@ -184,7 +179,7 @@ def run(model: str, prompt: str | None, **opts) -> None:
                                "stats": gen.stats.as_dict()}))
     else:
         click.echo()
-        click.echo(summary_line(gen.stats), err=True)
+        click.echo(f"[{gen.stats.summary()}]", err=True)
 
 
 @cli.command()

@@ -111,8 +111,9 @@ class Engine:
     """Speculative decoding over llama.cpp. Create with `Engine.load(...)`."""
 
     def __init__(self, target: Model, draft: Model | None, drafter: DrafterConfig,
-                 rule: RuleConfig) -> None:
+                 rule: RuleConfig, chat_template: str | None = None) -> None:
         self.target = target
+        self.chat_template = chat_template or target.chat_template()
         self.draft_model = draft
         self.drafter_config = drafter
         self.rule_config = rule
@@ -126,13 +127,14 @@ class Engine:
              draft_n_gpu_layers: int | None = None, main_gpu: int = 0,
              split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
              p_min: float = 0.75, max_ngram: int = 12, min_ngram: int = 6,
-             verbose: bool = False,
+             chat_template: str | None = None, verbose: bool = False,
              **rule_params) -> Engine:
         """Load the target GGUF (and a draft GGUF with the same vocabulary).
 
         drafter: "model" (needs draft), "lookup", "multilevel" (needs draft) or "none";
         default "model" with a draft, else "lookup". rule: "strict", "fly" or "asd"; FLy takes
         theta/window/entropy_top_k/entropy, ASD gate/max_exceptions/budget (see RuleConfig).
+        chat_template (Jinja) overrides the template stored in the GGUF.
         """
         drafter = drafter or ("model" if draft is not None else "lookup")
         dcfg = DrafterConfig(drafter, k, p_min, max_ngram, min_ngram)
@@ -162,7 +164,7 @@ class Engine:
             if draft_model is not None:
                 draft_model.close()
             raise
-        return cls(target_model, draft_model, dcfg, rcfg)
+        return cls(target_model, draft_model, dcfg, rcfg, chat_template)
 
     def configure(self, *, drafter: str | None = None, k: int | None = None,
                   rule: str | None = None, p_min: float | None = None,
@@ -196,7 +198,7 @@ class Engine:
             return self.target.tokenize(prompt, add_special=True)
         bos = self.target.token_bytes(self.target.bos_token).decode("utf-8", "replace")
         eos = self.target.token_bytes(self.target.eos_token).decode("utf-8", "replace")
-        text = render_chat(self.target.chat_template(), prompt, bos_token=bos, eos_token=eos)
+        text = render_chat(self.chat_template, prompt, bos_token=bos, eos_token=eos)
         add_bos = self.target.add_bos and not (bos and text.startswith(bos))
         tokens = self.target.tokenize(text, add_special=False)
         return ([self.target.bos_token] if add_bos else []) + tokens

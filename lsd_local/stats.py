@@ -82,6 +82,20 @@ class GenerationStats:
         self.other_seconds += event.other_seconds
         self.accepted_per_round.append(event.n_accepted)
 
+    def summary(self) -> str:
+        """One line for people: tokens, speed, tau, acceptance, loose acceptances."""
+        return (f"{self.generated_tokens} tokens, {self.decode_tokens_per_second:.1f} tok/s, "
+                f"tau {self.tau:.2f}, acceptance {self.acceptance_rate:.0%}, "
+                f"loose {self.accepted_loose}")
+
+    def merge(self, other: GenerationStats) -> None:
+        """Add another generation's counters and timings (e.g. totals of a chat session)."""
+        for name in ("prompt_tokens", "cached_prompt_tokens", "generated_tokens", "rounds",
+                     "drafted", "accepted_exact", "accepted_loose", "regret_spent",
+                     "prefill_seconds", "draft_seconds", "verify_seconds", "other_seconds"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.accepted_per_round.extend(other.accepted_per_round)
+
     def as_dict(self) -> dict:
         """Plain dict for JSON: counters, timings and the derived rates."""
         out = asdict(self)

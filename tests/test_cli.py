@@ -26,7 +26,9 @@ def hub_env(tmp_path, tiny_pair):
     (config / "models.toml").write_text(
         '[tiny]\nrepo = "lsd-test/tiny-GGUF"\nfile = "target.gguf"\nctx = 256\n'
         'draft = "tiny-draft"\n\n'
-        '[tiny-draft]\nrepo = "lsd-test/tiny-draft-GGUF"\nfile = "draft.gguf"\n')
+        '[tiny-draft]\nrepo = "lsd-test/tiny-draft-GGUF"\nfile = "draft.gguf"\n\n'
+        '[tiny-qa]\nrepo = "lsd-test/tiny-GGUF"\nfile = "target.gguf"\nctx = 256\n'
+        'chat_template = "{% for m in messages %}Q: {{ m.content }}\\n{% endfor %}A:"\n')
     cache = tmp_path / "hub"
     for repo, path in (("tiny-GGUF", tiny_pair[0]), ("tiny-draft-GGUF", tiny_pair[1])):
         root = cache / f"models--lsd-test--{repo}"
@@ -118,6 +120,18 @@ def test_registry_name_resolves_through_the_offline_hub_cache(hub_env):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output.splitlines()[-1])
     assert data["stats"]["generated_tokens"] == 6 and data["stats"]["drafted"] > 0
+
+
+def test_registry_chat_template_override(hub_env, tiny_pair):
+    from lsd_local.backend import LoadOptions, Model
+    result = invoke("run", "tiny-qa", "hello", "--max-tokens", "2", "--json", env=hub_env)
+    assert result.exit_code == 0, result.output
+    model = Model.load(tiny_pair[0], LoadOptions(n_ctx=64))
+    try:
+        expected = len(model.tokenize("Q: hello\nA:", add_special=True))
+    finally:
+        model.close()
+    assert json.loads(result.output.splitlines()[-1])["stats"]["prompt_tokens"] == expected
 
 
 def test_models_lists_registry_and_cache_state(hub_env):
