@@ -20,6 +20,9 @@ class Terminal:
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # child
+            # a background runner (nohup, CI) may ignore SIGINT, and Python keeps an ignored
+            # SIGINT ignored: restore the default so that Ctrl-C raises KeyboardInterrupt
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.execvpe(argv[0], argv, env)
         self.output = b""
 
