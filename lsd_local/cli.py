@@ -21,9 +21,10 @@ ENGINE_OPTIONS = [
                  help="Who proposes tokens: draft model, prompt lookup (copies n-grams from "
                       "the context), multilevel (both), none (plain decoding). Default: "
                       "lookup on CPU; multilevel with the model's draft when offloading to GPU."),
-    click.option("--rule", type=click.Choice(RULES), default="strict", show_default=True,
-                 help="How drafts are checked: strict keeps exact matches only (lossless); "
-                      "fly and asd also keep mismatches the target signals are harmless."),
+    click.option("--rule", type=click.Choice(RULES), default=None,
+                 help="How drafts are checked: strict (default) keeps exact matches only, "
+                      "lossless; fly and asd also keep mismatches the target signals are "
+                      "harmless."),
     click.option("-k", "--k", "k", type=click.IntRange(min=1), default=None,
                  help="Most tokens drafted per round (lookup 32, draft model 4). Each costs "
                       "verification time, so long drafts pay only when they are likely right."),
@@ -93,7 +94,7 @@ def generation_kwargs(opts: dict) -> dict:
                                           "min_p", "seed")}
 
 
-def load_engine(model: str, opts: dict):
+def load_engine(model: str | None, opts: dict):
     """Resolve MODEL/--draft (names, paths, downloads) and build an Engine."""
     from .engine import Engine
     from .resolve import resolve_models
@@ -101,7 +102,8 @@ def load_engine(model: str, opts: dict):
     found = resolve_models(model, opts["draft"], opts["drafter"], opts["n_gpu_layers"],
                            notify=_notify)
     tensor_split = _tensor_split(opts["tensor_split"])
-    return Engine.load(found.target, found.draft, drafter=found.drafter, rule=opts["rule"],
+    rule = opts["rule"] or found.rule or "strict"
+    return Engine.load(found.target, found.draft, drafter=found.drafter, rule=rule,
                        k=opts["k"], chat_template=found.chat_template,
                        n_ctx=opts["ctx"] or found.ctx or 4096, n_threads=opts["threads"],
                        n_gpu_layers=opts["n_gpu_layers"],
@@ -152,18 +154,22 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("model")
-@click.argument("prompt", required=False)
+@click.argument("args", nargs=-1, metavar="[MODEL] [PROMPT]")
 @with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
 @click.option("--raw", is_flag=True, help="Send PROMPT as is, without the chat template.")
 @click.option("--show-drafts", is_flag=True,
               help="Colour tokens by origin: green = draft kept exactly, yellow = draft kept "
                    "loosely, plain = produced by the target.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with stats.")
-def run(model: str, prompt: str | None, **opts) -> None:
-    """Answer PROMPT (or standard input) once and exit."""
+def run(args: tuple[str, ...], **opts) -> None:
+    """Answer PROMPT (or standard input) once and exit.
+
+    With a single argument that is a .gguf path or a registry name, it is the MODEL and the
+    prompt comes from standard input; otherwise it is the PROMPT and the default model answers.
+    """
     from .chatsession import render_spans
 
+    model, prompt = split_run_args(args)
     if prompt is None or prompt == "-":
         prompt = sys.stdin.read()
     messages = [] if opts["system"] is None else [{"role": "system", "content": opts["system"]}]
@@ -183,13 +189,14 @@ def run(model: str, prompt: str | None, **opts) -> None:
 
 
 @cli.command()
-@click.argument("model")
+@click.argument("model", required=False)
 @with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
 @click.option("--show-drafts", is_flag=True,
               help="Colour tokens by origin: green = draft kept exactly, yellow = draft kept "
                    "loosely, plain = produced by the target.")
-def chat(model: str, **opts) -> None:
-    """Chat with MODEL in the terminal (/help lists the commands)."""
+def chat(model: str | None, **opts) -> None:
+    """Chat with MODEL in the terminal (/help lists the commands). Without MODEL: the default
+    model if downloaded, else the embedded demo model (lsd-local[demo])."""
     from .chatsession import ChatSession, run_chat
 
     with load_engine(model, opts) as engine:
@@ -227,6 +234,19 @@ def list_models() -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def split_run_args(args: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """(MODEL or None, PROMPT or None) from `lsd run`'s positional arguments."""
+    from .registry import is_path, load_registry
+
+    if len(args) > 2:
+        raise click.UsageError("expected at most MODEL and PROMPT (quote the prompt)")
+    if len(args) == 2:
+        return args[0], args[1]
+    if len(args) == 1 and (is_path(args[0]) or args[0] in load_registry()):
+        return args[0], None
+    return None, args[0] if args else None
 
 
 def use_colour() -> bool:

