@@ -189,3 +189,18 @@ def test_configure_switches_drafter_k_and_rule(tiny_pair, plain):
         assert loose.stats.generated_tokens == 40
     with load(tiny_pair, "lookup") as eng, pytest.raises(Exception, match="draft model"):
         eng.configure(drafter="model")
+
+
+def test_prefill_longer_than_a_batch_is_chunked(tiny_pair):
+    """A prompt longer than n_batch is evaluated in chunks with the same result."""
+    tokens = np.random.default_rng(3).integers(3, 279, size=300).astype(np.int32)
+    rows = []
+    for n_batch in (64, 512):
+        model = Model.load(tiny_pair[0], LoadOptions(n_ctx=512, n_batch=n_batch))
+        try:
+            rows.append(model.decode(tokens, 0, 2).copy())
+            assert model.n_cached == 300 and model.cached_tokens.tolist() == tokens.tolist()
+        finally:
+            model.close()
+    np.testing.assert_allclose(rows[0], rows[1], rtol=1e-2, atol=1e-2)
+    assert rows[0].shape == (2, 279)
