@@ -77,6 +77,8 @@ SAMPLING_OPTIONS = [
     click.option("--min-p", type=click.FloatRange(0, 1), default=0.05, show_default=True,
                  help="Sampling: drop tokens below min-p times the top probability."),
     click.option("--seed", type=int, default=None, help="Sampling seed (reproducible)."),
+    click.option("--stop", multiple=True, metavar="TEXT",
+                 help="End the answer where TEXT appears (not shown); repeatable."),
     click.option("--system", default=None, help="System message for the chat template."),
 ]
 
@@ -91,7 +93,7 @@ def with_options(options):
 
 def generation_kwargs(opts: dict) -> dict:
     return {name: opts[name] for name in ("max_tokens", "temperature", "top_k", "top_p",
-                                          "min_p", "seed")}
+                                          "min_p", "seed", "stop")}
 
 
 def load_engine(model: str | None, opts: dict):

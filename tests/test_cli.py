@@ -223,3 +223,13 @@ def test_run_arguments_model_or_prompt(tiny_pair):
     assert split_run_args(("Name a colour.",)) == (None, "Name a colour.")
     assert split_run_args(("m.gguf", "hi")) == ("m.gguf", "hi")
     assert split_run_args(()) == (None, None)
+
+
+def test_run_stop_string_ends_the_answer(tiny_pair):
+    base = ["run", tiny_pair[0], "--raw", "the cat is", "--max-tokens", "40", "--ctx", "256",
+            "--json"]
+    full = json.loads(invoke(*base).output)["text"]
+    stop = full[10:14]
+    cut = json.loads(invoke(*base, "--stop", stop).output)
+    assert cut["finish_reason"] == "stop"
+    assert cut["text"] == full[:full.index(stop)]
