@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .errors import LsdError
+from .errors import ContextOverflowError, LsdError
 from .stats import GenerationStats, Origin
 
 COLOURS = {Origin.DRAFT_EXACT: "green", Origin.DRAFT_LOOSE: "yellow", Origin.TARGET: None}
@@ -36,6 +36,7 @@ class ChatSession:
         self.messages: list[dict] = []
         self.totals = GenerationStats()  # every answer of the session added up
         self.turns = 0
+        self.dropped_turns = 0
         self.last: GenerationStats | None = None
         self.reset()
 
@@ -43,13 +44,28 @@ class ChatSession:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
 
     def ask(self, text: str):
-        """Start an answer; iterate the returned Generation, then call `finish` with it."""
+        """Start an answer; iterate the returned Generation, then call `finish` with it.
+        When the conversation no longer fits the context, the oldest turns are dropped
+        (`dropped_turns` counts them) until it does."""
         self.messages.append({"role": "user", "content": text})
-        try:
-            return self.engine.generate(self.messages, **self.kwargs)
-        except LsdError:
-            self.messages.pop()
-            raise
+        first = 1 if self.system else 0
+        while True:
+            try:
+                return self.engine.generate(self.messages, **self.kwargs)
+            except ContextOverflowError:
+                if len(self.messages) - first <= 1 or not self._fits_alone():
+                    self.messages.pop()  # the new message is too long even on its own
+                    raise
+                del self.messages[first:first + 2]  # the oldest question and its answer
+                self.dropped_turns += 1
+            except LsdError:
+                self.messages.pop()
+                raise
+
+    def _fits_alone(self) -> bool:
+        """Would the system message plus the newest question fit the context?"""
+        alone = self.messages[:1 if self.system else 0] + self.messages[-1:]
+        return len(self.engine.prompt_tokens(alone)) + 1 <= self.engine.target.n_ctx
 
     def finish(self, gen) -> None:
         """Record the (possibly interrupted) answer in the history and the statistics."""
@@ -77,7 +93,11 @@ def _command(session: ChatSession, line: str) -> str | None:
 
 
 def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
+    dropped = session.dropped_turns
     gen = session.ask(text)
+    if session.dropped_turns > dropped:
+        click.echo(f"(context full: forgot the {session.dropped_turns - dropped} oldest "
+                   "exchange(s); /reset starts over)")
     interrupted = False
     try:
         for event in gen:
@@ -85,7 +105,10 @@ def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
     except KeyboardInterrupt:
         interrupted = True
     session.finish(gen)
-    click.echo(" [interrupted]" if interrupted else "")
+    context_full = (gen.finish_reason == "length"
+                    and gen.stats.generated_tokens < session.kwargs.get("max_tokens", 0))
+    click.echo(" [interrupted]" if interrupted else
+               " [context full: /reset, or a larger --ctx]" if context_full else "")
     line = f"[{gen.stats.summary()}]"
     click.echo(click.style(line, dim=True) if show_drafts else line)
 

@@ -233,3 +233,21 @@ def test_run_stop_string_ends_the_answer(tiny_pair):
     cut = json.loads(invoke(*base, "--stop", stop).output)
     assert cut["finish_reason"] == "stop"
     assert cut["text"] == full[:full.index(stop)]
+
+
+def test_chat_drops_oldest_turns_when_the_context_is_full(tiny_pair):
+    from lsd_local import ContextOverflowError, Engine
+    from lsd_local.chatsession import ChatSession
+    with Engine.load(tiny_pair[0], n_ctx=256) as eng:
+        session = ChatSession(eng, "be brief", {"max_tokens": 20})
+        for i in range(8):
+            gen = session.ask(f"question {i}: " + "the cat is in the house " * 3)
+            gen.run()
+            session.finish(gen)
+        assert session.dropped_turns > 0
+        assert session.messages[0] == {"role": "system", "content": "be brief"}
+        assert session.messages[-2]["content"].startswith("question 7")
+        assert len(eng.prompt_tokens(session.messages[:-1])) < eng.target.n_ctx
+        with pytest.raises(ContextOverflowError):
+            session.ask("the cat is " * 200)  # too long even alone
+        assert session.messages[-1]["role"] == "assistant"
