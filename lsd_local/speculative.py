@@ -96,9 +96,9 @@ def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: Tok
         history.extend(tokens)
         target.truncate(history.n - 1)
         generated += len(tokens)
-        for token, origin in zip(tokens, origins, strict=True):
-            if not target.is_eog(token):
-                text.add(token, origin)
+        n_text = len(tokens) - 1 if eog else len(tokens)  # only the last can be EOG
+        for token, origin in zip(tokens[:n_text], origins[:n_text], strict=True):
+            text.add(token, origin)
         finish = _finish_reason(eog, generated, req, history.n, target.n_ctx)
         if finish:
             text.finish()
