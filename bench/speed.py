@@ -27,6 +27,8 @@ import tempfile
 from pathlib import Path
 
 from lsd_local import Engine
+from lsd_local.drafters.lookup import MAX_NGRAM, MIN_NGRAM
+from lsd_local.drafters.model import P_MIN
 
 DEFAULT_CONFIGS = ["plain", "strict:lookup", "strict:lookup:8", "strict:model:4",
                    "strict:multilevel:4", "fly:lookup", "fly:model:4", "fly:multilevel:4",
@@ -163,9 +165,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--p-min", type=float, default=0.75)
-    ap.add_argument("--max-ngram", type=int, default=12)
-    ap.add_argument("--min-ngram", type=int, default=6)
+    ap.add_argument("--p-min", type=float, default=P_MIN)
+    ap.add_argument("--max-ngram", type=int, default=MAX_NGRAM)
+    ap.add_argument("--min-ngram", type=int, default=MIN_NGRAM)
     ap.add_argument("--configs", default=",".join(DEFAULT_CONFIGS))
     ap.add_argument("--cpp-bin", help="folder with llama-speculative-simple, llama-completion")
     ap.add_argument("--profile", help="also profile this configuration on the first prompt")

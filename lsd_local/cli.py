@@ -9,6 +9,7 @@ import sys
 import click
 
 from . import __version__
+from .drafters.model import P_MIN
 from .engine import DRAFTERS
 from .errors import LsdError, ParameterError
 from .rules import ASD_BUDGET, ASD_GATE, ASD_MAX_EXCEPTIONS, RULES
@@ -44,7 +45,7 @@ ENGINE_OPTIONS = [
     click.option("--budget", type=click.FloatRange(min=0), default=ASD_BUDGET, show_default=True,
                  help="ASD: total logit regret one answer may spend on kept mismatches "
                       "(0 = strict)."),
-    click.option("--p-min", type=click.FloatRange(0, 1), default=0.75, show_default=True,
+    click.option("--p-min", type=click.FloatRange(0, 1), default=P_MIN, show_default=True,
                  help="Draft model: stop drafting when its top-1 probability falls below."),
     click.option("--ctx", type=click.IntRange(min=8), default=None,
                  help="Context size in tokens (prompt + answers). Default: the registry's, "

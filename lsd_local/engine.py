@@ -13,6 +13,8 @@ import numpy as np
 from .backend import LoadOptions, Model, check_vocab_compatible
 from .chat import render_chat
 from .drafters import LookupDrafter, ModelDrafter, MultiLevelDrafter
+from .drafters.lookup import MAX_NGRAM, MIN_NGRAM
+from .drafters.model import P_MIN
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
 from .rules import RuleConfig, Verifier
 from .speculative import Request, TokenBuffer, run_rounds
@@ -33,9 +35,9 @@ class DrafterConfig:
 
     drafter: str = "lookup"
     k: int | None = None  # None = DEFAULT_K[drafter]
-    p_min: float = 0.75  # draft model: stop drafting under this top-1 probability
-    max_ngram: int = 12  # prompt lookup: longest n-gram to match
-    min_ngram: int = 6  # shorter matches are too often wrong to pay for their verification
+    p_min: float = P_MIN  # draft model: stop drafting under this top-1 probability
+    max_ngram: int = MAX_NGRAM  # prompt lookup: longest n-gram to match
+    min_ngram: int = MIN_NGRAM  # prompt lookup: shortest n-gram to match
 
     @property
     def k_value(self) -> int:
@@ -126,7 +128,7 @@ class Engine:
              n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
              draft_n_gpu_layers: int | None = None, main_gpu: int = 0,
              split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
-             p_min: float = 0.75, max_ngram: int = 12, min_ngram: int = 6,
+             p_min: float = P_MIN, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
              chat_template: str | None = None, verbose: bool = False,
              **rule_params) -> Engine:
         """Load the target GGUF (and a draft GGUF with the same vocabulary).

@@ -66,10 +66,10 @@ def _read(path: Path) -> dict[str, ModelSpec]:
     return specs
 
 
-def load_registry(extra: Path | None = None) -> dict[str, ModelSpec]:
-    """Shipped entries, overridden by the user's file, overridden by `extra` (tests)."""
+def load_registry() -> dict[str, ModelSpec]:
+    """Shipped entries, overridden by the user's file."""
     specs: dict[str, ModelSpec] = {}
-    for path in (shipped_registry(), user_registry(), extra):
+    for path in (shipped_registry(), user_registry()):
         if path is not None and path.is_file():
             specs.update(_read(path))
     return specs

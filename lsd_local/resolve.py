@@ -80,7 +80,7 @@ def resolve_models(model: str | None, draft: str | None, drafter: str | None,
     ctx = spec.ctx if spec else None
     template = spec.chat_template if spec else None
     draft_arg = None if draft == "none" else draft
-    if draft_arg is None and draft != "none" and spec and spec.draft:
+    if draft is None and spec and spec.draft:
         wants_model = drafter in ("model", "multilevel") or (drafter is None and n_gpu_layers)
         draft_arg = spec.draft if wants_model else None
     if drafter is None:

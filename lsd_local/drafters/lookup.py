@@ -45,12 +45,18 @@ def lookup_reference(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int)
     return np.zeros(0, np.int32)
 
 
+# Measured on Qwen2.5-Coder 1.5B (bench/speed.py): continuations of shorter matches are too
+# often wrong to pay for their verification on a CPU.
+MAX_NGRAM = 12
+MIN_NGRAM = 6
+
+
 class LookupDrafter:
     """Drafts from the context itself; no model, no probabilities (p_d is one-hot)."""
 
     name = "lookup"
 
-    def __init__(self, max_ngram: int = 12, min_ngram: int = 6) -> None:
+    def __init__(self, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> None:
         check(max_ngram >= 1, "max_ngram", f"{max_ngram} (must be >= 1)")
         check(1 <= min_ngram <= max_ngram, "min_ngram", f"{min_ngram} (must be 1..max_ngram)")
         self.max_ngram = max_ngram

@@ -15,6 +15,8 @@ from ..verify._rows import row_argmax_prob
 from ..verify.sampling import SamplerSettings, draw, sampling_probs
 from .base import EMPTY_DRAFT, Draft
 
+P_MIN = 0.75  # stop greedy drafting under this top-1 probability (llama.cpp's --draft-p-min)
+
 
 class ModelDrafter:
     """Draft model drafter. `model` is a backend Model (duck-typed: decode, truncate,
@@ -22,7 +24,7 @@ class ModelDrafter:
 
     name = "model"
 
-    def __init__(self, model, p_min: float = 0.75) -> None:
+    def __init__(self, model, p_min: float = P_MIN) -> None:
         check(0.0 <= p_min <= 1.0, "p_min", f"{p_min} (must be within [0, 1])")
         self.model = model
         self.p_min = p_min

@@ -12,8 +12,8 @@ import numpy as np
 from ..verify._rows import row_argmax_prob
 from ..verify.sampling import SamplerSettings
 from .base import EMPTY_DRAFT, Draft
-from .lookup import lookup_kernel
-from .model import ModelDrafter
+from .lookup import MAX_NGRAM, MIN_NGRAM, lookup_kernel
+from .model import P_MIN, ModelDrafter
 
 
 class MultiLevelDrafter(ModelDrafter):
@@ -21,8 +21,8 @@ class MultiLevelDrafter(ModelDrafter):
 
     name = "multilevel"
 
-    def __init__(self, model, p_min: float = 0.75, max_ngram: int = 12,
-                 min_ngram: int = 6) -> None:
+    def __init__(self, model, p_min: float = P_MIN, max_ngram: int = MAX_NGRAM,
+                 min_ngram: int = MIN_NGRAM) -> None:
         super().__init__(model, p_min)
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
