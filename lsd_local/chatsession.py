@@ -85,7 +85,8 @@ def _command(session: ChatSession, line: str) -> str | None:
         return "(conversation cleared)"
     if name == "stats":
         last = "" if session.last is None else "\nlast answer: " + session.last.summary()
-        return f"session: {session.turns} answers, {session.totals.summary()}{last}"
+        return (f"session: {session.turns} answers, {session.totals.summary()}\n"
+                f"{session.totals.mix()}{last}")
     if name == "mode":
         session.engine.configure(rule=arg.strip())
         return f"(rule: {session.engine.rule_config.rule})"

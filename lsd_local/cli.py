@@ -15,21 +15,41 @@ from .engine import DRAFTERS
 from .errors import LsdError, ParameterError
 from .rules import ASD_BUDGET, ASD_GATE, ASD_MAX_EXCEPTIONS, FLY_THETA, FLY_WINDOW, RULES
 
+
+class KType(click.ParamType):
+    """--k: 'auto' or an integer >= 1."""
+
+    name = "auto|N"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int):
+            return value
+        try:
+            k = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither 'auto' nor an integer", param, ctx)
+        if k < 1:
+            self.fail(f"{k} is not >= 1", param, ctx)
+        return k
+
+
 ENGINE_OPTIONS = [
     click.option("--draft", default=None, metavar="MODEL|none",
                  help="Draft model (registry name or .gguf) with the target's vocabulary. It "
                       "proposes tokens that the target checks in one batched pass."),
     click.option("--drafter", type=click.Choice(DRAFTERS), default=None,
-                 help="Who proposes tokens: draft model, prompt lookup (copies n-grams from "
-                      "the context), multilevel (both), none (plain decoding). Default: "
-                      "lookup on CPU; multilevel with the model's draft when offloading to GPU."),
+                 help="Who proposes tokens: auto (default: each round prompt lookup, the "
+                      "draft model or none, whichever the measured costs and acceptance make "
+                      "fastest), model, lookup (copies n-grams from the context), multilevel "
+                      "(both), none (plain decoding)."),
     click.option("--rule", type=click.Choice(RULES), default=None,
                  help="How drafts are checked: strict (default) keeps exact matches only, "
                       "lossless; fly and asd also keep mismatches the target signals are "
                       "harmless."),
-    click.option("-k", "--k", "k", type=click.IntRange(min=1), default=None,
-                 help="Most tokens drafted per round (lookup 32, draft model 4). Each costs "
-                      "verification time, so long drafts pay only when they are likely right."),
+    click.option("-k", "--k", "k", type=KType(), default="auto", show_default=True,
+                 help="Tokens drafted per round: auto chooses each round from measured "
+                      "verification cost and acceptance (0 = a plain step when drafts do not "
+                      "pay); a number fixes it."),
     click.option("--theta", type=click.FloatRange(min=0), default=FLY_THETA, show_default=True,
                  help="FLy: keep a mismatch only where the target's top-k entropy is at least "
                       "theta, i.e. the target itself was unsure there."),

@@ -156,11 +156,14 @@ def run_and_print(models, options):
 
 def finish(result, opts) -> None:
     from .bench.cost import format_costs
-    from .bench.report import format_table
+    from .bench.report import choices, format_table
     from .bench.suite import write_outputs
     from .bench.tune import candidate_scores, choose, format_tuning
 
     click.echo(format_table(result.summaries))
+    auto = choices(result.rows)
+    if auto:
+        click.echo("what auto chose:\n" + "\n".join(auto) + "\n")
     if result.costs is not None:
         click.echo("cost on this machine:\n" + format_costs(result.costs, result.cost_rows))
     extra_tune = None

@@ -13,6 +13,7 @@ import numpy as np
 from .backend import LoadOptions, Model, check_vocab_compatible
 from .chat import render_chat
 from .drafters import LookupDrafter, ModelDrafter, MultiLevelDrafter
+from .drafters.auto import LOOKUP_CAP, MODEL_CAP, AutoDrafter
 from .drafters.lookup import MAX_NGRAM, MIN_NGRAM
 from .drafters.model import P_MIN
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
@@ -22,11 +23,14 @@ from .stats import GenerationStats, RoundEvent
 from .text import TextAssembler
 from .verify.sampling import SamplerSettings
 
-DRAFTERS = ("model", "lookup", "multilevel", "none")
+DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
 # Measured on a 2-core CPU with Qwen2.5-Coder 1.5B (bench/speed.py): verifying n tokens costs
 # ~37 ms + 24 ms per extra token up to ~9, then ~15 ms per token, so lookup drafts pay when
 # they are long and come from long n-gram matches; a draft model pays with short drafts.
 DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 32, "none": 0}
+# With k="auto" (and for the auto drafter) K is chosen per round up to these caps.
+AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP, "multilevel": MODEL_CAP,
+              "lookup": LOOKUP_CAP, "none": 0}
 
 
 @dataclass(frozen=True)
@@ -34,19 +38,28 @@ class DrafterConfig:
     """Which drafter to use and how far it drafts."""
 
     drafter: str = "lookup"
-    k: int | None = None  # None = DEFAULT_K[drafter]
+    k: int | str | None = None  # int, "auto" (chosen per round) or None: DEFAULT_K[drafter]
     p_min: float = P_MIN  # draft model: stop drafting under this top-1 probability
     max_ngram: int = MAX_NGRAM  # prompt lookup: longest n-gram to match
     min_ngram: int = MIN_NGRAM  # prompt lookup: shortest n-gram to match
 
     @property
+    def adaptive_k(self) -> bool:
+        """K chosen per round by the cost model (k="auto", or the auto drafter's default)."""
+        return self.k == "auto" or (self.drafter == "auto" and self.k is None)
+
+    @property
     def k_value(self) -> int:
+        """The largest draft per round (the cap when K is chosen per round)."""
+        if self.adaptive_k:
+            return AUTO_K_CAP[self.drafter]
         return DEFAULT_K[self.drafter] if self.k is None else self.k
 
     def validate(self) -> None:
         check(self.drafter in DRAFTERS, "drafter",
               f"{self.drafter!r} (choose one of {', '.join(DRAFTERS)})")
-        check(self.drafter == "none" or self.k_value >= 1, "k", f"{self.k} (must be >= 1)")
+        check(self.k is None or self.k == "auto" or (isinstance(self.k, int) and self.k >= 1),
+              "k", f"{self.k!r} (an integer >= 1 or 'auto')")
         check(0.0 <= self.p_min <= 1.0, "p_min", f"{self.p_min} (must be within [0, 1])")
         check(self.max_ngram >= 1, "max_ngram", f"{self.max_ngram} (must be >= 1)")
         check(1 <= self.min_ngram <= self.max_ngram, "min_ngram",
@@ -133,9 +146,12 @@ class Engine:
              **rule_params) -> Engine:
         """Load the target GGUF (and a draft GGUF with the same vocabulary).
 
-        drafter: "model" (needs draft), "lookup", "multilevel" (needs draft) or "none";
-        default "model" with a draft, else "lookup". rule: "strict", "fly" or "asd"; FLy takes
-        theta/window/entropy_top_k/entropy, ASD gate/max_exceptions/budget (see RuleConfig).
+        drafter: "auto" (lookup, the draft model if given, or no draft, chosen per round by
+        measured cost and acceptance), "model" (needs draft), "lookup", "multilevel" (needs
+        draft) or "none"; default "model" with a draft, else "lookup". k: an int, "auto"
+        (chosen per round) or None (the drafter's default; "auto" for the auto drafter).
+        rule: "strict", "fly" or "asd"; FLy takes theta/window/entropy_top_k/entropy, ASD
+        gate/max_exceptions/budget (see RuleConfig).
         chat_template (Jinja) overrides the template stored in the GGUF.
         """
         drafter = drafter or ("model" if draft is not None else "lookup")
@@ -152,7 +168,7 @@ class Engine:
         target_model = Model.load(target, opts)
         draft_model = None
         try:
-            if draft is not None and drafter in ("model", "multilevel"):
+            if draft is not None and drafter in ("model", "multilevel", "auto"):
                 draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
                                      else draft_n_gpu_layers)
                 draft_model = Model.load(draft, draft_opts)
@@ -168,7 +184,7 @@ class Engine:
             raise
         return cls(target_model, draft_model, dcfg, rcfg, chat_template)
 
-    def configure(self, *, drafter: str | None = None, k: int | None = None,
+    def configure(self, *, drafter: str | None = None, k: int | str | None = None,
                   rule: str | None = None, p_min: float | None = None,
                   max_ngram: int | None = None, min_ngram: int | None = None,
                   **rule_params) -> None:
@@ -235,6 +251,8 @@ class Engine:
                 request: Request, text: TextAssembler,
                 stats: GenerationStats) -> Iterator[RoundEvent]:
         self._busy = True
+        if hasattr(self._drafter, "new_request"):
+            self._drafter.new_request()
         t0 = perf_counter()
         self._prefill(prompt_ids, history, stats)
         stats.prefill_seconds = perf_counter() - t0
@@ -289,6 +307,25 @@ def _rule_config(rule: str, params: dict) -> RuleConfig:
 
 
 def _make_drafter(cfg: DrafterConfig, draft: Model | None):
+    if cfg.drafter == "auto" or cfg.adaptive_k:
+        return _auto_drafter(cfg, draft)
+    return _fixed_drafter(cfg, draft)
+
+
+def _auto_drafter(cfg: DrafterConfig, draft: Model | None) -> AutoDrafter | None:
+    """The cost-aware controller over the drafters the configuration allows."""
+    if cfg.drafter == "none":
+        return None
+    lookup = LookupDrafter(cfg.max_ngram, cfg.min_ngram) if cfg.drafter in (
+        "auto", "lookup") else None
+    model = None
+    if draft is not None and cfg.drafter in ("auto", "model", "multilevel"):
+        model = _fixed_drafter(replace(cfg, drafter="model" if cfg.drafter == "auto"
+                                       else cfg.drafter), draft)
+    return AutoDrafter(lookup, model, fixed_k=None if cfg.adaptive_k else cfg.k_value)
+
+
+def _fixed_drafter(cfg: DrafterConfig, draft: Model | None):
     if cfg.drafter == "lookup":
         return LookupDrafter(cfg.max_ngram, cfg.min_ngram)
     if cfg.drafter == "model":

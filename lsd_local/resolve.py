@@ -64,13 +64,20 @@ def default_model(registry: dict[str, ModelSpec], notify: Callable[[str], None]
     return str(demo), "fly"
 
 
+def _is_cached(name: str, registry: dict[str, ModelSpec]) -> bool:
+    from .hub import cached_file
+
+    return name in registry and cached_file(registry[name]) is not None
+
+
 def resolve_models(model: str | None, draft: str | None, drafter: str | None,
                    n_gpu_layers: int, notify: Callable[[str], None] = print) -> Resolved:
     """Find (or download) the target and the draft and choose the drafter.
 
-    Without --drafter: on a GPU (n_gpu_layers != 0) a registry model with a default draft uses
-    it through the multilevel drafter; on a CPU scoring drafts costs nearly as much per token
-    as generating, so prompt lookup (no draft model) is the measured better default.
+    Without --drafter it is "auto" (lookup, draft model or none, chosen per round by cost).
+    Auto uses a registry model's default draft when it is already downloaded, or fetches it
+    when offloading to a GPU (where drafts are cheap to verify); on a CPU it is not worth a
+    download, as scoring drafts costs nearly as much per token as generating.
     """
     registry = load_registry()
     rule = None
@@ -79,14 +86,13 @@ def resolve_models(model: str | None, draft: str | None, drafter: str | None,
     target, spec = resolve_one(model, registry, notify)
     ctx = spec.ctx if spec else None
     template = spec.chat_template if spec else None
+    drafter = drafter or "auto"
     draft_arg = None if draft == "none" else draft
     if draft is None and spec and spec.draft:
-        wants_model = drafter in ("model", "multilevel") or (drafter is None and n_gpu_layers)
+        wants_model = drafter in ("model", "multilevel") or (
+            drafter == "auto" and (n_gpu_layers or _is_cached(spec.draft, registry)))
         draft_arg = spec.draft if wants_model else None
-    if drafter is None:
-        drafter = "multilevel" if draft_arg and n_gpu_layers else (
-            "model" if draft_arg else "lookup")
-    if drafter in ("lookup", "none"):
+    if drafter in ("lookup", "none") or (drafter == "auto" and not draft_arg):
         return Resolved(target, None, drafter, ctx, template, rule)
     draft_path = resolve_one(draft_arg, registry, notify)[0] if draft_arg else None
     return Resolved(target, draft_path, drafter, ctx, template, rule)

@@ -77,6 +77,8 @@ def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: Tok
     invariant if the generator is abandoned mid-way (see Engine).
     """
     generated = 0
+    observe = getattr(drafter, "observe", None)  # cost-aware drafters learn from each round
+    name = drafter.name if drafter is not None else "none"
     while True:
         t0 = perf_counter()
         n = history.n
@@ -92,6 +94,8 @@ def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: Tok
         logits = target.decode(block, n - 1, len(block))
         verdict = verifier.verify(logits, draft, req.rng)
         t2 = perf_counter()
+        if observe is not None:
+            observe(len(draft), verdict.n_accept, t2 - t1)
         tokens, origins, eog = _commit(verdict, draft, target.is_eog)
         history.extend(tokens)
         target.truncate(history.n - 1)
@@ -109,6 +113,7 @@ def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: Tok
         yield RoundEvent(
             tokens=tuple(tokens), origins=tuple(origins), text=delta, spans=spans,
             n_drafted=len(draft), n_accepted=n_accepted,
+            draft_source=(draft.source or name) if len(draft) else "none",
             n_loose=sum(o is Origin.DRAFT_LOOSE for o in origins),
             draft_seconds=t1 - t0, verify_seconds=t2 - t1, other_seconds=perf_counter() - t2,
             finish_reason=finish)

@@ -29,6 +29,7 @@ class RoundEvent:
     verify_seconds: float
     other_seconds: float
     finish_reason: str | None = None  # set on the last event: "stop", "length", "eos"
+    draft_source: str = "none"  # drafter whose tokens were verified ("none": no draft)
 
 
 @dataclass
@@ -49,6 +50,8 @@ class GenerationStats:
     other_seconds: float = 0.0
     finish_reason: str | None = None
     accepted_per_round: list[int] = field(default_factory=list)
+    draft_sources: dict[str, int] = field(default_factory=dict)  # rounds per drafter used
+    draft_lengths: dict[int, int] = field(default_factory=dict)  # rounds per tokens drafted
 
     @property
     def accepted(self) -> int:
@@ -81,12 +84,23 @@ class GenerationStats:
         self.verify_seconds += event.verify_seconds
         self.other_seconds += event.other_seconds
         self.accepted_per_round.append(event.n_accepted)
+        self.draft_sources[event.draft_source] = self.draft_sources.get(event.draft_source, 0) + 1
+        self.draft_lengths[event.n_drafted] = self.draft_lengths.get(event.n_drafted, 0) + 1
 
     def summary(self) -> str:
         """One line for people: tokens, speed, tau, acceptance, loose acceptances."""
         return (f"{self.generated_tokens} tokens, {self.decode_tokens_per_second:.1f} tok/s, "
                 f"tau {self.tau:.2f}, acceptance {self.acceptance_rate:.0%}, "
                 f"loose {self.accepted_loose}")
+
+    def mix(self) -> str:
+        """Which drafter the rounds used and how many tokens they drafted (auto's choices)."""
+        if not self.rounds:
+            return "no rounds"
+        sources = ", ".join(f"{name} {count / self.rounds:.0%}" for name, count in
+                            sorted(self.draft_sources.items(), key=lambda kv: -kv[1]))
+        lengths = " ".join(f"{k}:{count}" for k, count in sorted(self.draft_lengths.items()))
+        return f"drafts by {sources}; rounds per K: {lengths}"
 
     def merge(self, other: GenerationStats) -> None:
         """Add another generation's counters and timings (e.g. totals of a chat session)."""
@@ -95,6 +109,10 @@ class GenerationStats:
                      "prefill_seconds", "draft_seconds", "verify_seconds", "other_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accepted_per_round.extend(other.accepted_per_round)
+        for mine, theirs in ((self.draft_sources, other.draft_sources),
+                             (self.draft_lengths, other.draft_lengths)):
+            for key, count in theirs.items():
+                mine[key] = mine.get(key, 0) + count
 
     def as_dict(self) -> dict:
         """Plain dict for JSON: counters, timings and the derived rates."""

@@ -91,6 +91,8 @@ def test_parse_config_forms():
     assert not c.lossless and parse_config("strict:model").lossless
     assert parse_config("strict:multilevel").uses_draft_model
     assert parse_config("peer").k == 10 and parse_config("peer:4").k == 4
+    assert parse_config("fly:auto").drafter == "auto" and parse_config("fly:auto").k is None
+    assert parse_config("strict:lookup:auto:min_ngram=4").k == "auto"
     ext = parse_external("cpp=./llama -f {prompt_file}")
     assert (ext.name, ext.kind, ext.command) == ("cpp", "external", "./llama -f {prompt_file}")
 
@@ -155,6 +157,19 @@ def test_speedup_spread_over_repetitions():
     s = {x["config"]: x for x in summarize(rows)}["strict:lookup"]
     assert s["speedup"] == 1.5 and s["speedup_per_rep"] == [1.2, 1.5, 3.0]
     assert s["speedup_p25"] == pytest.approx(1.35) and s["speedup_p75"] == pytest.approx(2.25)
+
+
+def test_auto_choices_are_reported_per_set_and_config():
+    from lsd_local.bench.report import choices
+
+    rows = [row("strict:auto", "a", 1.0, [1], draft_sources={"lookup": 3, "none": 1},
+                draft_lengths={0: 1, 5: 3}),
+            row("strict:auto", "b", 1.0, [1], draft_sources={"none": 4}, draft_lengths={0: 4}),
+            row("strict:lookup", "a", 1.0, [1], draft_sources={"lookup": 9},
+                draft_lengths={32: 9})]
+    lines = choices(rows)
+    assert len(lines) == 1 and "strict:auto" in lines[0]
+    assert "none 62%, lookup 38%" in lines[0] and "0:5 5:3" in lines[0]
 
 
 def test_first_divergence():

@@ -78,6 +78,7 @@ def test_chat_two_turns_reset_stats_exit(tiny_pair):
     out = result.output
     assert out.count("[8 tokens") == 3  # one summary line per answer
     assert "session: 1 answers, 8 tokens" in out
+    assert "drafts by " in out and "rounds per K" in out  # what auto chose
     assert "(conversation cleared)" in out and "(rule: fly)" in out
     assert "Error: invalid rule: 'bogus'" in out
     assert "/mode strict|fly|asd" in out  # the help text

@@ -155,6 +155,27 @@ def format_row(s: dict, config_width: int = 24) -> str:
     return " ".join(cells)
 
 
+def choices(rows: Sequence[dict]) -> list[str]:
+    """For configurations whose drafter or K is chosen per round: which drafter the rounds
+    used and how long their drafts were, per prompt set."""
+    merged: dict[tuple[str, str], tuple[dict, dict]] = {}
+    for row in rows:
+        if ":auto" not in row["config"] or "draft_sources" not in row:
+            continue
+        sources, lengths = merged.setdefault((row["set"], row["config"]), ({}, {}))
+        for mine, theirs in ((sources, row["draft_sources"]), (lengths, row["draft_lengths"])):
+            for key, count in theirs.items():
+                mine[key] = mine.get(key, 0) + count
+    lines = []
+    for (set_name, config), (sources, lengths) in merged.items():
+        rounds = sum(sources.values()) or 1
+        mix = ", ".join(f"{name} {count / rounds:.0%}"
+                        for name, count in sorted(sources.items(), key=lambda kv: -kv[1]))
+        hist = " ".join(f"{k}:{count}" for k, count in sorted(lengths.items()))
+        lines.append(f"{set_name:<10} {config:<24} rounds by {mix}; rounds per K {hist}")
+    return lines
+
+
 def write_json(path: Path, meta: dict, rows: Sequence[dict], summaries: Sequence[dict],
                extra: dict | None = None) -> None:
     """Everything measured: settings, per-run rows, summaries and any extra report."""

@@ -33,7 +33,7 @@ class BenchConfig:
     kind: str  # "plain", "lsd", "peer" (llama-cpp-python prompt lookup) or "external"
     rule: str = "strict"
     drafter: str = "none"
-    k: int | None = None
+    k: int | str | None = None  # an int, "auto" or None (the drafter's default)
     params: tuple[tuple[str, float | int], ...] = ()
     command: str = ""  # external: a command template, see run_external
 
@@ -60,7 +60,10 @@ def parse_config(text: str) -> BenchConfig:
                              f"rule:drafter[:k][:key=value], rule in {'/'.join(RULES)}, "
                              f"drafter in {'/'.join(LSD_DRAFTERS)})")
     rest = parts[2:]
-    k = _int(rest.pop(0), text) if rest and "=" not in rest[0] else None
+    k = None
+    if rest and "=" not in rest[0]:
+        k = "auto" if rest[0] == "auto" else _int(rest[0], text)
+        rest = rest[1:]
     params = []
     for item in rest:
         key, _, value = item.partition("=")
@@ -145,7 +148,8 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
         return run_peer(models, config, item, max_tokens)
     if config.kind == "external":
         return run_external(models, config, item, max_tokens)
-    engine = models.engine(config.uses_draft_model)
+    engine = models.engine(config.uses_draft_model or (
+        config.drafter == "auto" and models.draft is not None))
     engine.configure(drafter=config.drafter, k=config.k, rule=config.rule,
                      **{**default_settings(), **dict(config.params)})
     engine.reset()  # every configuration pays the same prefill
@@ -157,6 +161,7 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
             "accepted": s.accepted, "loose": s.accepted_loose, "rounds": s.rounds,
             "draft_s": s.draft_seconds, "verify_s": s.verify_seconds,
             "other_s": s.other_seconds, "accepted_per_round": list(s.accepted_per_round),
+            "draft_sources": dict(s.draft_sources), "draft_lengths": dict(s.draft_lengths),
             "finish_reason": gen.finish_reason}
 
 

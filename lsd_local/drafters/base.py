@@ -16,6 +16,7 @@ class Draft:
 
     tokens: np.ndarray  # int32[k]
     probs: np.ndarray | None = None  # float64[k, V]: p_d rows; None = one-hot (greedy/lookup)
+    source: str = ""  # which drafter made it, when a drafter delegates (auto); "" = the drafter
 
     def __len__(self) -> int:
         return len(self.tokens)

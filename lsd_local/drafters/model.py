@@ -39,6 +39,10 @@ class ModelDrafter:
         self.n_forward += 1
         return rows
 
+    def pending(self, history: np.ndarray) -> int:
+        """Committed tokens the draft cache still has to evaluate before it can draft."""
+        return max(0, len(history) - self.model.n_cached)
+
     def sync(self, history: np.ndarray) -> np.ndarray:
         """Bring the draft cache to `history` (int32[n]); logits row float32[V] after it."""
         keep = self.model.reuse_prefix(history, len(history) - 1)

@@ -1,0 +1,126 @@
+"""Cost-aware speculation: online models of what verification and drafting cost on this
+machine and how often drafts are accepted, and the choice of K that maximises committed
+tokens per second.
+
+A round that drafts k tokens commits 1 + S(k) tokens on average, where S(k) = sum over j <= k
+of P(the first j draft tokens are accepted) = sum_j prod_{i <= j} p_i with p_i the acceptance
+probability of position i given that positions before it were accepted. It costs
+T(k + 1) + D(k): the target scoring k + 1 tokens and the drafter making k. K = 0 is a plain
+decoding step (1 token in T(1)). Pure numpy/python: no llama.cpp here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# Until two batch sizes have been seen, assume scoring n tokens costs t(1) * (1 + (n-1)/2):
+# optimistic for a CPU (≈ 0.65 per extra token at n <= 9, 0.4 at 33 on a 2-core VM), so that
+# speculation gets tried and measured; on a GPU the truth is cheaper still.
+PRIOR_SLOPE = 0.5
+COST_DECAY = 0.995  # weight of every older timing, per new observation of any size
+STALE_WEIGHT = 0.05  # a size whose decayed weight fell below this counts as unmeasured
+ACCEPT_DECAY = 0.98  # weight of older acceptance evidence, per update
+# Each position's estimate is shrunk toward the pooled acceptance of all positions with the
+# weight of this many observations, so that untested (longer) positions inherit what the
+# drafter shows elsewhere instead of a fixed prior; with no evidence at all p = 0.5.
+PRIOR_STRENGTH = 2.0
+
+
+class CostModel:
+    """t(n), the target's time to score n tokens, learned online per batch size.
+
+    Each batch size keeps an exponentially weighted mean of its timings, so the curve follows
+    the machine (another process taking the CPU, thermal limits); a size not seen for ~600
+    rounds is forgotten and predicted afresh. Between measured sizes it
+    is interpolated linearly. Beyond the largest measured size it is extrapolated with half
+    the slope of the last measured segment: optimistic on purpose (per-token cost falls with
+    batch size on CPUs and is nearly flat on GPUs), so that longer drafts get tried and their
+    true cost measured instead of being ruled out by a guess. With one size measured, the slope
+    is PRIOR_SLOPE * t(1) per token."""
+
+    def __init__(self, max_n: int = 128, decay: float = COST_DECAY,
+                 prior_slope: float = PRIOR_SLOPE) -> None:
+        self.decay = decay
+        self.prior_slope = prior_slope
+        self._weight = np.zeros(max_n + 1)  # float64[max_n + 1], index n
+        self._seconds = np.zeros(max_n + 1)  # weighted sum of timings at n
+
+    @property
+    def observed(self) -> bool:
+        return bool(self._weight.any())
+
+    def observe(self, n: int, seconds: float) -> None:
+        if not 1 <= n < len(self._weight) or not math.isfinite(seconds) or seconds <= 0:
+            return
+        self._weight *= self.decay
+        self._seconds *= self.decay
+        self._weight[n] += 1.0
+        self._seconds[n] += seconds
+
+    def measured(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sizes int[m], mean seconds float64[m]) of the batch sizes seen."""
+        sizes = np.flatnonzero(self._weight > STALE_WEIGHT)
+        return sizes, self._seconds[sizes] / self._weight[sizes]
+
+    def predict(self, n: int | np.ndarray) -> np.ndarray:
+        """Predicted seconds for batch size(s) n (0.0 before any observation)."""
+        n = np.asarray(n, dtype=np.float64)
+        sizes, times = self.measured()
+        if len(sizes) == 0:
+            return np.zeros_like(n)
+        if len(sizes) == 1:
+            slope = self.prior_slope * times[0] / sizes[0]
+        else:
+            slope = 0.5 * max(0.0, (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]))
+        inside = np.interp(n, sizes, times)
+        beyond = times[-1] + slope * (n - sizes[-1])
+        below = times[0] * n / sizes[0]
+        return np.where(n > sizes[-1], beyond, np.where(n < sizes[0], below, inside))
+
+    def coefficients(self) -> tuple[float, float]:
+        """(t(1), mean cost per extra token up to 33) for reports."""
+        t1, t33 = self.predict([1, 33])
+        return float(t1), float((t33 - t1) / 32)
+
+
+class AcceptanceModel:
+    """Per-position conditional acceptance p_i with exponential forgetting, shrunk toward
+    the pooled acceptance of all positions."""
+
+    def __init__(self, max_k: int, decay: float = ACCEPT_DECAY) -> None:
+        self.decay = decay
+        self.accepted = np.zeros(max_k)  # float64[max_k]: decayed count of accepts at i
+        self.tried = np.zeros(max_k)  # float64[max_k]: decayed count of tries at i
+
+    def update(self, n_drafted: int, n_accept: int) -> None:
+        """A draft of n_drafted tokens kept its first n_accept: positions 1..n_accept accepted,
+        position n_accept + 1 (if drafted) rejected, later positions untested."""
+        if n_drafted <= 0:
+            return
+        self.accepted *= self.decay
+        self.tried *= self.decay
+        n_drafted = min(n_drafted, len(self.tried))
+        n_accept = min(n_accept, n_drafted)
+        self.accepted[:n_accept] += 1.0
+        self.tried[:min(n_accept + 1, n_drafted)] += 1.0
+
+    def probabilities(self) -> np.ndarray:
+        """float64[max_k]: p_i, position i + 1 accepted given the ones before it were."""
+        tried = self.tried.sum()
+        pooled = (self.accepted.sum() + 1.0) / (tried + 2.0)
+        return (self.accepted + PRIOR_STRENGTH * pooled) / (self.tried + PRIOR_STRENGTH)
+
+    def expected_accepted(self, k_max: int) -> np.ndarray:
+        """float64[k_max + 1]: S(k) for k = 0..k_max."""
+        reach = np.cumprod(self.probabilities()[:k_max])
+        return np.concatenate(([0.0], np.cumsum(reach)))
+
+
+def best_k(expected: np.ndarray, round_seconds: np.ndarray) -> tuple[int, float]:
+    """expected float64[K+1] = S(k), round_seconds float64[K+1] = T(k+1) + D(k) for k = 0..K.
+    Returns (k, committed tokens per second) maximising (1 + S(k)) / cost(k)."""
+    rates = (1.0 + expected) / np.maximum(round_seconds, 1e-9)
+    k = int(np.argmax(rates))
+    return k, float(rates[k])

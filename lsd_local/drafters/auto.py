@@ -1,0 +1,179 @@
+"""The auto drafter: each round, prompt lookup, the draft model or no draft at all, and how
+many tokens, whichever maximises expected committed tokens per second under the online cost
+and acceptance models of lsd_local.controller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from time import perf_counter
+
+import numpy as np
+
+from ..controller import AcceptanceModel, CostModel, best_k
+from ..verify.sampling import SamplerSettings
+from .base import EMPTY_DRAFT, Draft
+
+LOOKUP_CAP = 32  # longest lookup draft considered
+MODEL_CAP = 8  # longest draft-model draft considered
+EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
+EXPLORE_K = 2
+DRAFT_COST_DECAY = 0.9
+PRIOR_DRAFT_SHARE = 0.25  # assumed draft-model cost per token vs a target step until measured
+# A draft model that has not followed the conversation must first evaluate what it missed (the
+# whole prompt, the first time). Batched, a token costs about this share of a drafting step;
+# the bill is spread over this many rounds of expected further use.
+CATCH_UP_SHARE = 0.25
+CATCH_UP_ROUNDS = 64
+
+
+@dataclass
+class _Choice:
+    source: str  # "lookup", "model" or "none"
+    k: int
+    rate: float
+
+
+class AutoDrafter:
+    """Chooses drafter and K per round. `lookup` is a LookupDrafter or None, `model` a
+    ModelDrafter (or MultiLevelDrafter) or None. With fixed_k, K is not adapted (only the
+    drafter is chosen); lookup drafts are still cut to what is available."""
+
+    name = "auto"
+
+    def __init__(self, lookup, model=None, fixed_k: int | None = None,
+                 explore_every: int = EXPLORE_EVERY, clock=perf_counter) -> None:
+        self.clock = clock  # times the draft model (injectable for simulations)
+        self.lookup = lookup
+        self.model = model
+        self.fixed_k = fixed_k
+        self.explore_every = explore_every
+        self.cost = CostModel()
+        self.acceptance = {"lookup": AcceptanceModel(LOOKUP_CAP),
+                           "model": AcceptanceModel(MODEL_CAP)}
+        self.draft_token_s: float | None = None  # measured draft-model seconds per forward
+        self._used: tuple[str, int] = ("none", 0)
+        self._shadow: tuple[int, np.ndarray] | None = None  # unverified lookup proposal
+        self._last_tried = {"lookup": 0, "model": 0}
+        self.rounds = 0
+
+    def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
+                rng: np.random.Generator | None = None) -> Draft:
+        """history: int32[n] committed tokens; k: the most tokens the loop allows."""
+        self.rounds += 1
+        self._resolve_shadow(history)
+        if k <= 0:
+            self._used = ("none", 0)
+            return EMPTY_DRAFT
+        proposal = (EMPTY_DRAFT if self.lookup is None
+                    else self.lookup.propose(history, min(k, LOOKUP_CAP)))
+        choice = self._choose(history, len(proposal), k)
+        if len(proposal):
+            # Lookup acceptance is learned from the whole proposal against what gets committed
+            # (verified or not, cut or not): every position is scored at no target cost.
+            self._shadow = (len(history), proposal.tokens)
+        if choice.source == "lookup":
+            draft = replace(proposal, tokens=proposal.tokens[:choice.k], source="lookup")
+        else:
+            draft = self._model_draft(history, choice.k, sampler, rng) if choice.k else \
+                EMPTY_DRAFT
+        self._used = (choice.source if len(draft) else "none", len(draft))
+        if len(draft):
+            self._last_tried[choice.source] = self.rounds
+        return draft
+
+    def observe(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
+        """Feedback from the round loop after verification."""
+        self.cost.observe(n_drafted + 1, verify_seconds)
+        source, _ = self._used
+        if source == "model":  # lookup learns from its shadow (see propose)
+            self.acceptance[source].update(n_drafted, n_accept)
+
+    def _choose(self, history: np.ndarray, n_lookup: int, k: int) -> _Choice:
+        t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2))
+        plain = _Choice("none", 0, 1.0 / max(t[0], 1e-9))
+        options = [plain]
+        catch_up_s = 0.0
+        if n_lookup:
+            options.append(self._option("lookup", min(n_lookup, k), t, 0.0))
+        if self.model is not None:
+            d = self.draft_token_s if self.draft_token_s is not None else \
+                PRIOR_DRAFT_SHARE * t[0]
+            catch_up_s = self.model.pending(history) * d * CATCH_UP_SHARE
+            options.append(self._option("model", min(k, MODEL_CAP), t, d,
+                                        catch_up_s / CATCH_UP_ROUNDS))
+        if self.fixed_k is not None:
+            options = [o for o in options if o.k > 0] or [plain]
+        best = max(options, key=lambda o: o.rate)
+        return self._explore(best, n_lookup, k, catch_up_s, float(t[0]))
+
+    def _option(self, source: str, k_max: int, t: np.ndarray, draft_s: float,
+                catch_up: float = 0.0) -> _Choice:
+        """Best K for one drafter: t float64[>= k_max + 1] predicted target times; drafting
+        costs draft_s per forward (k + 1 with the catch-up pass) plus catch_up per round."""
+        if self.fixed_k is not None:
+            k = min(k_max, self.fixed_k)
+            expected = self.acceptance[source].expected_accepted(k)[k]
+            cost = t[k] + draft_s * (k + 1) + catch_up
+            return _Choice(source, k, (1 + expected) / max(cost, 1e-9))
+        expected = self.acceptance[source].expected_accepted(k_max)
+        ks = np.arange(k_max + 1)
+        cost = t[:k_max + 1] + np.where(ks > 0, draft_s * (ks + 1) + catch_up, 0.0)
+        k, rate = best_k(expected, cost)
+        return _Choice(source if k else "none", k, rate)
+
+    def _explore(self, best: _Choice, n_lookup: int, k: int, catch_up_s: float,
+                 t1: float) -> _Choice:
+        """Every explore_every rounds, give an unused option a short trial, so that the
+        models notice when costs or acceptance change (another machine, another workload).
+        The draft model only while its catch-up costs under 2 % of the time since its last
+        trial: on a CPU, re-reading hundreds of tokens to try it costs more than it can win."""
+        for source in ("model", "lookup"):
+            since = self.rounds - self._last_tried[source]
+            available = (self.model is not None and catch_up_s <= 0.02 * since * t1
+                         if source == "model" else n_lookup > 0)
+            if available and best.source != source and since >= self.explore_every:
+                return _Choice(source, min(EXPLORE_K, k, n_lookup if source == "lookup"
+                                           else MODEL_CAP), 0.0)
+        return best
+
+    def _model_draft(self, history: np.ndarray, k: int, sampler, rng) -> Draft:
+        forwards = self.model.n_forward
+        start = self.clock()
+        draft = self.model.propose(history, k, sampler, rng)
+        per_forward = (self.clock() - start) / max(1, self.model.n_forward - forwards)
+        self.draft_token_s = per_forward if self.draft_token_s is None else (
+            DRAFT_COST_DECAY * self.draft_token_s + (1 - DRAFT_COST_DECAY) * per_forward)
+        return replace(draft, source="model")
+
+    def _resolve_shadow(self, history: np.ndarray) -> None:
+        """Score the last lookup proposal against the tokens committed since: positions up to
+        the first mismatch were right, that one wrong, positions not yet committed untested
+        (the next round's proposal takes over)."""
+        if self._shadow is None:
+            return
+        start, tokens = self._shadow
+        self._shadow = None
+        available = history[start:start + len(tokens)]
+        mismatch = np.flatnonzero(available != tokens[:len(available)])
+        if len(mismatch):
+            self.acceptance["lookup"].update(len(tokens), int(mismatch[0]))
+        elif len(available):
+            self.acceptance["lookup"].update(len(available), len(available))
+
+    def new_request(self) -> None:
+        """A new generation starts: a pending lookup proposal belongs to the old one."""
+        self._shadow = None
+
+    def reset(self) -> None:
+        """A new conversation: keep what was learned about costs and acceptance."""
+        self._shadow = None
+        if self.model is not None:
+            self.model.reset()
+
+    def stats(self) -> dict:
+        """What the controller currently believes (for /stats and the bench)."""
+        t1, per_token = self.cost.coefficients()
+        return {"t1_ms": 1000 * t1, "t_per_token_ms": 1000 * per_token,
+                "draft_ms": None if self.draft_token_s is None else 1000 * self.draft_token_s,
+                "p_lookup": self.acceptance["lookup"].probabilities()[:8].round(2).tolist(),
+                "p_model": self.acceptance["model"].probabilities()[:8].round(2).tolist()}

@@ -1,0 +1,87 @@
+"""The auto drafter (cost-aware drafter and K) on real llama.cpp with tiny generated models."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from lsd_local import Engine
+from lsd_local.cli import cli
+
+PROMPTS = ["the cat is", "a b a b a b", "in the end it is the cat is on the mat"]
+CTX = 1024
+
+
+@pytest.fixture(scope="module")
+def plain(tiny_pair):
+    with Engine.load(tiny_pair[0], drafter="none", n_ctx=CTX) as eng:
+        yield eng
+
+
+@pytest.mark.parametrize("drafter, k, with_draft", [("auto", None, True), ("auto", None, False),
+                                                    ("lookup", "auto", False),
+                                                    ("model", "auto", True),
+                                                    ("auto", 3, True)])
+def test_auto_strict_equals_greedy(tiny_pair, plain, drafter, k, with_draft):
+    draft = tiny_pair[1] if with_draft else None
+    with Engine.load(tiny_pair[0], draft, drafter=drafter, k=k, p_min=0.0, n_ctx=CTX) as eng:
+        for prompt in PROMPTS:
+            gen = eng.generate(prompt, max_tokens=120).run()
+            assert gen.tokens == plain.generate(prompt, max_tokens=120).run().tokens, prompt
+            stats = gen.stats
+            assert sum(stats.draft_sources.values()) == stats.rounds
+            assert sum(stats.draft_lengths.values()) == stats.rounds
+            allowed = {"lookup", "model", "none"} if with_draft else {"lookup", "none"}
+            assert set(stats.draft_sources) <= allowed
+
+
+def test_auto_drafts_when_copying_pays(tiny_pair):
+    """A prompt that repeats itself: lookup proposals are right, so auto must use them (on
+    tiny models verification is nearly free per token, like a GPU)."""
+    text = "the cat is on the mat and the dog is in the house " * 6
+    with Engine.load(tiny_pair[0], drafter="auto", n_ctx=CTX) as eng:
+        gen = eng.generate(text, max_tokens=150).run()
+    assert gen.stats.draft_sources.get("lookup", 0) > 0
+    assert gen.stats.accepted_exact > 0
+
+
+def test_fly_limits_with_auto_equal_strict(tiny_pair, plain):
+    with Engine.load(tiny_pair[0], tiny_pair[1], drafter="auto", rule="fly", theta=math.inf,
+                     p_min=0.0, n_ctx=CTX) as eng:
+        for prompt in PROMPTS:
+            assert (eng.generate(prompt, max_tokens=80).run().tokens
+                    == plain.generate(prompt, max_tokens=80).run().tokens)
+
+
+def test_configure_to_auto_and_back(tiny_pair, plain):
+    with Engine.load(tiny_pair[0], drafter="lookup", k=8, n_ctx=CTX) as eng:
+        eng.configure(k="auto")
+        assert eng.drafter_config.adaptive_k and eng.drafter_config.k_value == 32
+        assert eng.generate("a b a b", max_tokens=30).run().tokens == \
+            plain.generate("a b a b", max_tokens=30).run().tokens
+        eng.configure(k=4)
+        assert not eng.drafter_config.adaptive_k and eng.drafter_config.k_value == 4
+        with pytest.raises(ValueError, match="k"):
+            eng.configure(k="sometimes")
+
+
+def test_cli_defaults_to_auto_and_reports_the_mix(tiny_pair):
+    import json
+
+    result = CliRunner().invoke(cli, ["run", str(tiny_pair[0]), "the cat is", "--json",
+                                      "--max-tokens", "20", "--ctx", "256"])
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)["stats"]
+    assert sum(stats["draft_sources"].values()) == stats["rounds"]
+    fixed = CliRunner().invoke(cli, ["run", str(tiny_pair[0]), "hi", "-k", "auto", "--drafter",
+                                     "lookup", "--max-tokens", "5", "--ctx", "256"])
+    assert fixed.exit_code == 0, fixed.output
+
+
+@pytest.mark.parametrize("value", ["0", "many", "-3"])
+def test_cli_rejects_bad_k(tiny_pair, value):
+    result = CliRunner().invoke(cli, ["run", str(tiny_pair[0]), "hi", "-k", value])
+    assert result.exit_code == 2
+    assert "Invalid value for '-k'" in result.output

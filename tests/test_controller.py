@@ -1,0 +1,228 @@
+"""The cost-aware controller: online cost and acceptance models, and the auto drafter driven
+by a simulated machine whose costs and acceptance are scripted (no llama.cpp)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lsd_local.controller import AcceptanceModel, CostModel, best_k
+from lsd_local.drafters.auto import MODEL_CAP, AutoDrafter
+from lsd_local.drafters.base import Draft
+
+# --- the models ----------------------------------------------------------------------------
+
+
+def test_cost_model_per_size_means_interpolation_and_optimistic_extrapolation():
+    cost = CostModel()
+    for _ in range(20):
+        cost.observe(1, 0.040)
+        cost.observe(5, 0.120)
+        cost.observe(9, 0.250)
+    assert cost.predict(5) == pytest.approx(0.120)
+    assert cost.predict(7) == pytest.approx(0.185)  # between 5 and 9
+    slope = (0.250 - 0.120) / 4
+    assert cost.predict(33) == pytest.approx(0.250 + 0.5 * slope * 24)  # half the last slope
+    sizes, times = cost.measured()
+    assert sizes.tolist() == [1, 5, 9] and times == pytest.approx([0.040, 0.120, 0.250])
+
+
+def test_cost_model_follows_a_change_and_forgets_stale_sizes():
+    cost = CostModel()
+    for _ in range(50):
+        cost.observe(1, 0.040)
+        cost.observe(33, 0.500)
+    for _ in range(1500):  # the machine changes; size 33 is no longer tried
+        cost.observe(1, 0.020)
+        cost.observe(3, 0.021)
+    assert cost.predict(1) == pytest.approx(0.020, rel=0.01)
+    assert 33 not in cost.measured()[0]
+    assert cost.predict(33) < 0.05
+
+
+def test_acceptance_updates_tested_positions_only():
+    acc = AcceptanceModel(4, decay=1.0)
+    acc.update(4, 2)  # positions 1, 2 accepted, 3 rejected, 4 untested
+    assert acc.accepted.tolist() == [1, 1, 0, 0] and acc.tried.tolist() == [1, 1, 1, 0]
+    acc.update(2, 2)  # all accepted
+    assert acc.accepted.tolist() == [2, 2, 0, 0] and acc.tried.tolist() == [2, 2, 1, 0]
+    p = acc.probabilities()
+    pooled = (4 + 1) / (5 + 2)  # all positions together, with one pseudo-count each way
+    assert p[3] == pytest.approx(pooled)  # untested: what the drafter shows elsewhere
+    assert p[0] > pooled > p[2]  # always accepted vs. rejected once in one try
+
+
+def test_expected_accepted_is_the_sum_of_reach_probabilities():
+    acc = AcceptanceModel(6)
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        n = int(rng.integers(1, 7))
+        acc.update(n, int(rng.integers(0, n + 1)))
+    p = acc.probabilities()
+    expected = acc.expected_accepted(6)
+    for k in range(7):
+        assert expected[k] == pytest.approx(sum(np.prod(p[:j]) for j in range(1, k + 1)))
+
+
+def test_best_k_maximises_tokens_per_second():
+    expected = np.array([0.0, 0.9, 1.7, 2.4])
+    assert best_k(expected, np.array([1.0, 1.1, 1.2, 1.3]))[0] == 3  # flat costs: draft long
+    assert best_k(expected, np.array([1.0, 2.0, 3.0, 4.0]))[0] == 0  # linear: don't draft
+
+
+# --- a simulated machine -------------------------------------------------------------------
+
+
+class World:
+    """A target whose greedy continuation is `truth`; drafts are right up to a scripted
+    failure point; verifying n tokens costs a + b*n virtual seconds."""
+
+    def __init__(self, a, b, p_lookup, p_model=0.0, draft_s=0.0, seed=0):
+        self.rng = np.random.default_rng(seed)
+        self.truth = self.rng.integers(0, 1000, 200_000).astype(np.int32)
+        self.a, self.b = a, b
+        self.p = {"lookup": p_lookup, "model": p_model}
+        self.draft_s = draft_s
+        self.clock = 0.0
+        self.n_forward = 0
+
+    def proposal(self, source, start, k):
+        """truth[start:start+k] with the first failure (prob 1 - p per position) corrupted."""
+        tokens = self.truth[start:start + k].copy()
+        fails = self.rng.random(k) >= self.p[source]
+        if fails.any():
+            first = int(np.argmax(fails))
+            tokens[first] = (tokens[first] + 1) % 1000
+        return tokens
+
+
+class FakeLookup:
+    def __init__(self, world):
+        self.world = world
+
+    def propose(self, history, k, sampler=None, rng=None):
+        return Draft(self.world.proposal("lookup", len(history), k))
+
+
+class FakeModel:
+    def __init__(self, world):
+        self.world = world
+        self.n_forward = 0
+        self.synced = 0
+
+    def pending(self, history):
+        return len(history) - self.synced
+
+    def propose(self, history, k, sampler=None, rng=None):
+        self.n_forward += k + 1  # catch-up pass + one per drafted token
+        self.synced = len(history)
+        self.world.clock += self.world.draft_s * (k + 1)
+        return Draft(self.world.proposal("model", len(history), k))
+
+    def reset(self):
+        pass
+
+
+def simulate(drafter, world, rounds, k_cap=32, history=None):
+    """Run the loop: propose, verify against truth, commit, feed back. Returns per-round
+    (k, source) and the throughput in tokens per virtual second."""
+    history = np.zeros(0, np.int32) if history is None else history
+    log = []
+    start_clock, start_n = world.clock, len(history)
+    for _ in range(rounds):
+        n = len(history)
+        draft = drafter.propose(history, k_cap)
+        k = len(draft)
+        truth = world.truth[n:n + k + 1]
+        mismatch = np.flatnonzero(draft.tokens != truth[:k])
+        n_accept = int(mismatch[0]) if len(mismatch) else k
+        seconds = world.a + world.b * (k + 1)
+        world.clock += seconds
+        drafter.observe(k, n_accept, seconds)
+        history = np.concatenate([history, truth[:n_accept + 1]])
+        log.append((k, draft.source or "none"))
+    rate = (len(history) - start_n) / (world.clock - start_clock)
+    return log, rate, history
+
+
+def best_fixed_rate(world, source, k_cap=32, draft_s=0.0):
+    """Tokens per second of the best fixed K for i.i.d. acceptance p (K = 0 included)."""
+    p = world.p[source]
+    rates = [1 / (world.a + world.b)]
+    for k in range(1, k_cap + 1):
+        expected = sum(p ** j for j in range(k + 1))
+        rates.append(expected / (world.a + world.b * (k + 1) + draft_s * (k + 1)))
+    return max(rates), int(np.argmax(rates))
+
+
+CPU = (0.013, 0.024)  # t(n) = 13 + 24 n ms: K extra tokens cost ~K steps
+GPU = (0.030, 0.0005)  # t(n) nearly flat
+
+
+@pytest.mark.parametrize("costs, p", [(CPU, 0.9), (CPU, 0.97), (GPU, 0.7), (GPU, 0.95)])
+def test_converges_near_the_best_fixed_k(costs, p):
+    world = World(*costs, p_lookup=p, seed=3)
+    drafter = AutoDrafter(FakeLookup(world))
+    simulate(drafter, world, 300)  # learn
+    _, rate, _ = simulate(drafter, world, 1500)
+    best, k_best = best_fixed_rate(world, "lookup")
+    assert rate >= 0.93 * best, (rate, best, k_best)
+
+
+def test_falls_back_to_plain_steps_when_drafts_are_never_accepted():
+    world = World(*GPU, p_lookup=0.0)
+    drafter = AutoDrafter(FakeLookup(world))
+    simulate(drafter, world, 200)
+    log, rate, _ = simulate(drafter, world, 1000)
+    plain_share = sum(k == 0 for k, _ in log) / len(log)
+    assert plain_share > 0.97  # a short exploration every 128 rounds at most
+    assert rate >= 0.97 / (world.a + world.b)
+
+
+def test_switches_when_the_costs_change():
+    world = World(*CPU, p_lookup=0.9, seed=5)
+    drafter = AutoDrafter(FakeLookup(world))
+    log_cpu, _, history = simulate(drafter, world, 800)
+    world.a, world.b = GPU
+    # sizes measured on the "CPU" are forgotten after ~600 rounds, then longer drafts get tried
+    _, _, history = simulate(drafter, world, 1200, history=history)
+    log_gpu, rate, _ = simulate(drafter, world, 600, history=history)
+    mean_cpu = np.mean([k for k, _ in log_cpu[-300:]])
+    mean_gpu = np.mean([k for k, _ in log_gpu[-300:]])
+    assert mean_gpu > 3 * max(mean_cpu, 1.0)
+    assert rate >= 0.9 * best_fixed_rate(world, "lookup")[0]
+
+
+@pytest.mark.parametrize("costs, draft_s, wanted", [(CPU, 0.022, {"lookup", "none"}),
+                                                     (GPU, 0.0015, {"model"})])
+def test_chooses_the_drafter_that_pays(costs, draft_s, wanted):
+    world = World(*costs, p_lookup=0.3, p_model=0.95, draft_s=draft_s, seed=7)
+    drafter = AutoDrafter(FakeLookup(world), FakeModel(world), clock=lambda: world.clock)
+    simulate(drafter, world, 400)
+    log, rate, _ = simulate(drafter, world, 1000)
+    used = [source for k, source in log if k]
+    share = sum(source in wanted for k, source in log if (source in wanted or k)) / len(log)
+    assert share > 0.9, (used[:20], share)
+    best = max(best_fixed_rate(world, "lookup")[0],
+               best_fixed_rate(world, "model", k_cap=MODEL_CAP, draft_s=draft_s)[0])
+    assert rate >= 0.9 * best
+
+
+def test_fixed_k_keeps_k_and_chooses_the_drafter():
+    world = World(*GPU, p_lookup=0.2, p_model=0.9, draft_s=0.001, seed=2)
+    drafter = AutoDrafter(FakeLookup(world), FakeModel(world), fixed_k=4,
+                          clock=lambda: world.clock)
+    simulate(drafter, world, 300)
+    log, _, _ = simulate(drafter, world, 300)
+    assert {k for k, _ in log} <= {2, 4}  # 2: an occasional exploration round
+    assert sum(source == "model" for _, source in log) > 0.9 * len(log)
+
+
+def test_shadow_proposals_teach_lookup_acceptance_without_verifying():
+    world = World(*CPU, p_lookup=0.99, seed=9)
+    drafter = AutoDrafter(FakeLookup(world))
+    drafter.cost.observe(1, 0.037)
+    for _ in range(5):  # force plain steps by claiming huge verification costs
+        drafter.cost.observe(33, 100.0)
+    simulate(drafter, world, 50)
+    assert drafter.acceptance["lookup"].probabilities()[0] > 0.9
