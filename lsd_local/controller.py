@@ -24,7 +24,7 @@ STALE_WEIGHT = 0.05  # a size whose decayed weight fell below this counts as unm
 ACCEPT_DECAY = 0.98  # weight of older acceptance evidence, per update
 # Each position's estimate is shrunk toward the pooled acceptance of all positions with the
 # weight of this many observations, so that untested (longer) positions inherit what the
-# drafter shows elsewhere instead of a fixed prior; with no evidence at all p = 0.5.
+# drafter shows elsewhere instead of a fixed prior; with no evidence at all p = the prior.
 PRIOR_STRENGTH = 2.0
 
 
@@ -89,27 +89,29 @@ class AcceptanceModel:
     """Per-position conditional acceptance p_i with exponential forgetting, shrunk toward
     the pooled acceptance of all positions."""
 
-    def __init__(self, max_k: int, decay: float = ACCEPT_DECAY) -> None:
+    def __init__(self, max_k: int, decay: float = ACCEPT_DECAY, prior: float = 0.5) -> None:
         self.decay = decay
+        self.prior = prior  # acceptance believed before any evidence
         self.accepted = np.zeros(max_k)  # float64[max_k]: decayed count of accepts at i
         self.tried = np.zeros(max_k)  # float64[max_k]: decayed count of tries at i
 
-    def update(self, n_drafted: int, n_accept: int) -> None:
-        """A draft of n_drafted tokens kept its first n_accept: positions 1..n_accept accepted,
-        position n_accept + 1 (if drafted) rejected, later positions untested."""
-        if n_drafted <= 0:
+    def update(self, n_drafted: int, n_accept: int, offset: int = 0) -> None:
+        """Of n_drafted tokens at positions offset+1.., the first n_accept were accepted and
+        the next one (if drafted) rejected; later positions untested. offset > 0 continues a
+        draft whose first `offset` positions were already scored as accepted."""
+        end = min(offset + n_drafted, len(self.tried))
+        if end <= offset:
             return
         self.accepted *= self.decay
         self.tried *= self.decay
-        n_drafted = min(n_drafted, len(self.tried))
-        n_accept = min(n_accept, n_drafted)
-        self.accepted[:n_accept] += 1.0
-        self.tried[:min(n_accept + 1, n_drafted)] += 1.0
+        accepted_end = min(offset + n_accept, end)
+        self.accepted[offset:accepted_end] += 1.0
+        self.tried[offset:min(accepted_end + 1, end)] += 1.0
 
     def probabilities(self) -> np.ndarray:
         """float64[max_k]: p_i, position i + 1 accepted given the ones before it were."""
         tried = self.tried.sum()
-        pooled = (self.accepted.sum() + 1.0) / (tried + 2.0)
+        pooled = (self.accepted.sum() + 2.0 * self.prior) / (tried + 2.0)
         return (self.accepted + PRIOR_STRENGTH * pooled) / (self.tried + PRIOR_STRENGTH)
 
     def expected_accepted(self, k_max: int) -> np.ndarray:

@@ -123,6 +123,21 @@ def test_registry_name_resolves_through_the_offline_hub_cache(hub_env):
     assert data["stats"]["generated_tokens"] == 6 and data["stats"]["drafted"] > 0
 
 
+@pytest.mark.parametrize("drafter, draft, gpu, wanted", [
+    (None, None, 0, ("auto", True)),  # the registry draft is downloaded: auto may use it
+    (None, "none", 0, ("auto", False)),
+    ("lookup", None, 0, ("lookup", False)),
+    ("model", None, 0, ("model", True)),
+])
+def test_default_drafter_is_auto_with_a_downloaded_draft(hub_env, monkeypatch, drafter, draft,
+                                                         gpu, wanted):
+    from lsd_local.resolve import resolve_models
+    for key, value in hub_env.items():
+        monkeypatch.setenv(key, value)
+    found = resolve_models("tiny", draft, drafter, gpu, notify=lambda message: None)
+    assert (found.drafter, found.draft is not None) == wanted
+
+
 def test_registry_chat_template_override(hub_env, tiny_pair):
     from lsd_local.backend import LoadOptions, Model
     result = invoke("run", "tiny-qa", "hello", "--max-tokens", "2", "--json", env=hub_env)

@@ -150,6 +150,9 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
         return run_external(models, config, item, max_tokens)
     engine = models.engine(config.uses_draft_model or (
         config.drafter == "auto" and models.draft is not None))
+    # A fresh drafter for every run: what auto learned (costs, acceptance) must not carry over
+    # from another configuration or prompt, so that every run starts as `lsd run` does.
+    engine.configure(drafter="none")
     engine.configure(drafter=config.drafter, k=config.k, rule=config.rule,
                      **{**default_settings(), **dict(config.params)})
     engine.reset()  # every configuration pays the same prefill
