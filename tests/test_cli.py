@@ -115,7 +115,7 @@ def test_show_drafts_colours_only_on_a_terminal(tiny_pair):
 
 
 def test_registry_name_resolves_through_the_offline_hub_cache(hub_env):
-    result = invoke("run", "tiny", "hello", "--drafter", "model", "--p-min", "0",
+    result = invoke("run", "tiny", "hello", "--drafter", "model", "-k", "3", "--p-min", "0",
                     "--max-tokens", "6",
                     "--json", env=hub_env)
     assert result.exit_code == 0, result.output
