@@ -146,8 +146,10 @@ def run_and_print(models, options):
         state["set"] = row["set"]
         state["rows"].append(row)
         eta = int(progress.eta_s)
-        _status(f"[{progress.done}/{progress.total}] {row['set']} {row['id']} "
-                f"{row['config']}: {row['tps']:.1f} tok/s  ETA {eta // 60}m{eta % 60:02d}s")
+        filled = 20 * progress.done // progress.total
+        _status(f"[{'#' * filled}{'.' * (20 - filled)}] {progress.done}/{progress.total} "
+                f"{row['set']} {row['id']} {row['config']}: {row['tps']:.1f} tok/s  "
+                f"ETA {eta // 60}m{eta % 60:02d}s")
 
     result = run_suite(models, options, show)
     _status("")

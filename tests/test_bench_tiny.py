@@ -69,6 +69,8 @@ def test_every_configuration_with_quality_and_outputs(tiny_pair, qa_set, tmp_pat
     assert data["cost"]["target_s"]["16"] > 0 and data["cost"]["draft_token_s"] > 0
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tinyqa (2 prompts)" in result.output and "t(16)=" in result.output
+    total = len(data["runs"])
+    assert f"[{'#' * 20}] {total}/{total}" in result.output and "ETA" in result.output
 
 
 def test_default_configurations_without_a_draft(tiny_pair, qa_set, tmp_path):
