@@ -41,16 +41,18 @@ def top2_gap(engine: Engine, tokens: list[int]) -> float:
     return float(row[-1] - row[-2])
 
 
-@pytest.mark.parametrize("drafter", ["lookup", "model", "multilevel"])
+@pytest.mark.parametrize("drafter", ["lookup", "model", "multilevel", "auto"])
 def test_strict_equals_greedy_on_qwen(qwen_pair, plain_engine, drafter):
     draft = qwen_pair[1] if drafter != "lookup" else None
-    exact = 0
+    exact = drafted = 0
     with Engine.load(qwen_pair[0], draft, drafter=drafter, n_threads=2) as eng:
         for prompt in PROMPTS:
             messages = [{"role": "user", "content": prompt}]
             expected = plain_engine.generate(messages, max_tokens=64).run().tokens
             gen = eng.generate(messages, max_tokens=64).run()
-            assert gen.stats.accepted_loose == 0 and gen.stats.drafted > 0
+            assert gen.stats.accepted_loose == 0
+            # prompt lookup needs a 6-gram match, which not every short answer has
+            drafted += gen.stats.drafted
             if gen.tokens == expected:
                 exact += 1
                 continue
@@ -59,6 +61,7 @@ def test_strict_equals_greedy_on_qwen(qwen_pair, plain_engine, drafter):
             prefix = plain_engine.prompt_tokens(messages) + expected[:i]
             assert top2_gap(plain_engine, prefix) < NEAR_TIE, (prompt, i)
     assert exact >= len(PROMPTS) - 1
+    assert drafted > 0
 
 
 @pytest.mark.parametrize("rule", ["fly", "asd"])
