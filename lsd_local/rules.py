@@ -12,7 +12,7 @@ import numpy as np
 
 from .drafters.base import Draft
 from .errors import ParameterError, check
-from .verify import Verdict, asd, check_asd, check_fly, fly, strict
+from .verify import Verdict, asd, check_asd, check_fly, default_window, fly, strict
 from .verify.sampling import SamplerSettings, speculative_sample
 
 RULES = ("strict", "fly", "asd")
@@ -69,7 +69,7 @@ class Verifier:
         """logits float32[K+1, V] for the K tokens of `draft`."""
         c = self.config
         k = len(draft)
-        window = max(1, min(FLY_WINDOW, k - 1)) if c.window is None else c.window
+        window = default_window(k, FLY_WINDOW) if c.window is None else c.window
         if self.sampler is not None:
             theta = c.theta if c.rule == "fly" else math.inf
             n, nxt, loose = speculative_sample(logits, draft.tokens, draft.probs, self.sampler,

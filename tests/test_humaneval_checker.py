@@ -115,7 +115,7 @@ def test_program_ends_with_the_check_call():
     assert problem["test"] in program
 
 
-def test_checker_runs_outside_the_bench_process(tmp_path, monkeypatch):
+def test_checker_runs_outside_the_bench_process():
     # sys.exit in the answer must end the child, not this process
     result = check_answer("HumanEval/0", fenced("import sys\nsys.exit(7)"))
     assert result.status == "failed"

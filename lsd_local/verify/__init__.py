@@ -47,9 +47,9 @@ def _as_block(logits: np.ndarray, draft: np.ndarray) -> tuple[np.ndarray, np.nda
     return logits, draft
 
 
-def default_window(k: int) -> int:
-    """FLy's default window W = min(6, K - 1), at least 1."""
-    return max(1, min(6, k - 1))
+def default_window(k: int, cap: int = 6) -> int:
+    """FLy's default window W = min(cap, K - 1), at least 1 (the paper's cap is 6)."""
+    return max(1, min(cap, k - 1))
 
 
 def strict(logits: np.ndarray, draft: np.ndarray) -> Verdict:
