@@ -79,11 +79,6 @@ class CostModel:
         below = times[0] * n / sizes[0]
         return np.where(n > sizes[-1], beyond, np.where(n < sizes[0], below, inside))
 
-    def coefficients(self) -> tuple[float, float]:
-        """(t(1), mean cost per extra token up to 33) for reports."""
-        t1, t33 = self.predict([1, 33])
-        return float(t1), float((t33 - t1) / 32)
-
 
 class AcceptanceModel:
     """Per-position conditional acceptance p_i with exponential forgetting, shrunk toward

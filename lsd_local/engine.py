@@ -24,7 +24,7 @@ from .text import TextAssembler
 from .verify.sampling import SamplerSettings
 
 DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
-# Measured on a 2-core CPU with Qwen2.5-Coder 1.5B (bench/speed.py): verifying n tokens costs
+# Measured on a 2-core CPU with Qwen2.5-Coder 1.5B (`lsd bench`): verifying n tokens costs
 # ~37 ms + 24 ms per extra token up to ~9, then ~15 ms per token, so lookup drafts pay when
 # they are long and come from long n-gram matches; a draft model pays with short drafts.
 DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 32, "none": 0}

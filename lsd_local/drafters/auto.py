@@ -57,7 +57,7 @@ class AutoDrafter:
         self.acceptance = {"lookup": AcceptanceModel(LOOKUP_CAP, prior=LOOKUP_PRIOR),
                            "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
-        self._used: tuple[str, int] = ("none", 0)
+        self._used_source = "none"  # drafter whose tokens the loop is verifying
         self._shadow: list | None = None  # [start, proposal int32[m], positions scored]
         self._last_tried = {"lookup": 0, "model": 0}
         self.rounds = 0
@@ -68,7 +68,7 @@ class AutoDrafter:
         self.rounds += 1
         self._resolve_shadow(history)
         if k <= 0:
-            self._used = ("none", 0)
+            self._used_source = "none"
             return EMPTY_DRAFT
         proposal = (EMPTY_DRAFT if self.lookup is None
                     else self.lookup.propose(history, min(k, LOOKUP_CAP)))
@@ -82,7 +82,7 @@ class AutoDrafter:
         else:
             draft = self._model_draft(history, choice.k, sampler, rng) if choice.k else \
                 EMPTY_DRAFT
-        self._used = (choice.source if len(draft) else "none", len(draft))
+        self._used_source = choice.source if len(draft) else "none"
         if len(draft):
             self._last_tried[choice.source] = self.rounds
         return draft
@@ -90,9 +90,8 @@ class AutoDrafter:
     def observe(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
         """Feedback from the round loop after verification."""
         self.cost.observe(n_drafted + 1, verify_seconds)
-        source, _ = self._used
-        if source == "model":  # lookup learns from its shadow (see propose)
-            self.acceptance[source].update(n_drafted, n_accept)
+        if self._used_source == "model":  # lookup learns from its shadow (see propose)
+            self.acceptance["model"].update(n_drafted, n_accept)
 
     def _choose(self, history: np.ndarray, n_lookup: int, k: int) -> _Choice:
         t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2))
@@ -187,11 +186,3 @@ class AutoDrafter:
         self._shadow = None
         if self.model is not None:
             self.model.reset()
-
-    def stats(self) -> dict:
-        """What the controller currently believes (for /stats and the bench)."""
-        t1, per_token = self.cost.coefficients()
-        return {"t1_ms": 1000 * t1, "t_per_token_ms": 1000 * per_token,
-                "draft_ms": None if self.draft_token_s is None else 1000 * self.draft_token_s,
-                "p_lookup": self.acceptance["lookup"].probabilities()[:8].round(2).tolist(),
-                "p_model": self.acceptance["model"].probabilities()[:8].round(2).tolist()}

@@ -45,8 +45,8 @@ def lookup_reference(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int)
     return np.zeros(0, np.int32)
 
 
-# Measured on Qwen2.5-Coder 1.5B (bench/speed.py): continuations of shorter matches are too
-# often wrong to pay for their verification on a CPU.
+# Measured on Qwen2.5-Coder 1.5B (`lsd bench`): continuations of shorter matches are too often
+# wrong to pay for their verification on a CPU.
 MAX_NGRAM = 12
 MIN_NGRAM = 6
 
