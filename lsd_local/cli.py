@@ -102,6 +102,12 @@ SAMPLING_OPTIONS = [
     click.option("--stop", multiple=True, metavar="TEXT",
                  help="End the answer where TEXT appears (not shown); repeatable."),
     click.option("--system", default=None, help="System message for the chat template."),
+    click.option("--grammar", default=None, metavar="NAME|PATH",
+                 help="Constrain the answer to a GBNF grammar: a shipped one (json, "
+                      "json_object, json_string_array, list, arithmetic, python_function) or "
+                      "a .gbnf file. No rule ever commits a token it forbids."),
+    click.option("--json-schema", type=click.Path(dir_okay=False), default=None,
+                 metavar="FILE", help="Constrain the answer to JSON matching this schema."),
 ]
 
 
@@ -115,7 +121,20 @@ def with_options(options):
 
 def generation_kwargs(opts: dict) -> dict:
     return {name: opts[name] for name in ("max_tokens", "temperature", "top_k", "top_p",
-                                          "min_p", "seed", "stop")}
+                                          "min_p", "seed", "stop", "grammar", "json_schema")}
+
+
+def check_grammar_source(opts: dict) -> None:
+    """Fail on an unknown grammar, an unreadable file or invalid schema JSON before loading any
+    model (GBNF syntax needs the vocabulary: the engine checks it before generating)."""
+    from .grammars import grammar_text, load_schema
+
+    if opts["grammar"] is not None and opts["json_schema"] is not None:
+        raise ParameterError("invalid grammar: give --grammar or --json-schema, not both")
+    if opts["grammar"] is not None:
+        grammar_text(opts["grammar"])
+    if opts["json_schema"] is not None:
+        load_schema(opts["json_schema"])
 
 
 def load_engine(model: str | None, opts: dict):
@@ -199,6 +218,7 @@ def run(args: tuple[str, ...], **opts) -> None:
     messages = [] if opts["system"] is None else [{"role": "system", "content": opts["system"]}]
     request = prompt if opts["raw"] else messages + [{"role": "user", "content": prompt}]
     colour = opts["show_drafts"] and use_colour()
+    check_grammar_source(opts)
     with load_engine(model, opts) as engine:
         gen = engine.generate(request, **generation_kwargs(opts))
         for event in gen:
@@ -223,7 +243,11 @@ def chat(model: str | None, **opts) -> None:
     model if downloaded, else the embedded demo model (lsd-local[demo])."""
     from .chatsession import ChatSession, run_chat
 
+    check_grammar_source(opts)
     with load_engine(model, opts) as engine:
+        constraint = engine.compile_grammar(opts["grammar"], opts["json_schema"])
+        if constraint is not None:  # a syntax error shows now, not after the first question
+            constraint.close()
         session = ChatSession(engine, opts["system"], generation_kwargs(opts))
         run_chat(session, show_drafts=opts["show_drafts"] and use_colour())
 

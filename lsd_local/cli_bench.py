@@ -9,6 +9,7 @@ import click
 
 from .bench.prompts import BUILTIN_SETS, SPLITS
 from .bench.tune import tune_grid
+from .errors import ParameterError
 
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
@@ -41,6 +42,9 @@ LLAMA_CPP_COMMANDS = {
               help="plain, peer[:N] (llama-cpp-python prompt lookup) or "
                    "rule:drafter[:k][:key=value], e.g. fly:lookup:16:theta=0.6. Default: "
                    "plain, each rule with each drafter, peer.")
+@click.option("--grammar", default=None, metavar="NAME|PATH",
+              help="Constrain plain and rule configurations without their own "
+                   "':grammar=NAME' to this grammar (shipped name or .gbnf file).")
 @click.option("--external", multiple=True, metavar="NAME=COMMAND",
               help="Also time a command on each prompt; placeholders {prompt_file} "
                    "{max_tokens} {threads} {target} {draft}; tok/s is read from its output.")
@@ -77,8 +81,10 @@ def bench(model: str | None, **opts) -> None:
     names = (opts["configs"].split(",") if opts["configs"] else default_configs(bool(draft)))
     if opts["tune"]:
         names = ["plain"] + tune_grid(opts["tune_drafter"], tune_ks(opts["tune_drafter"]))
-    configs = parse_configs(names, draft is not None)
+    configs = with_grammar(parse_configs(names, draft is not None), opts["grammar"])
     externals = list(opts["external"]) + llama_cpp_externals(opts["llama_cpp_bin"], draft)
+    if externals and opts["grammar"]:
+        raise ParameterError("invalid external: external commands cannot take --grammar")
     configs += [parse_external(text) for text in externals]
     options = BenchOptions(sets=opts["prompts"].split(","),
                            split="dev" if opts["tune"] else opts["split"], limit=opts["limit"],
@@ -92,6 +98,22 @@ def bench(model: str | None, **opts) -> None:
     finally:
         models.close()
     finish(result, opts)
+
+
+def with_grammar(configs: list, grammar: str | None) -> list:
+    """Give `grammar` to every plain/rule configuration that names none (the peer and external
+    commands cannot take one: refuse rather than compare constrained with unconstrained)."""
+    from dataclasses import replace
+
+    from .grammars import grammar_text
+
+    if grammar is None:
+        return configs
+    grammar_text(grammar)  # an unknown name or unreadable file fails before any model loads
+    if any(c.kind == "peer" for c in configs):
+        raise ParameterError("invalid configs: the peer cannot take --grammar; leave it out")
+    return [replace(c, grammar=c.grammar or grammar) if c.kind in ("plain", "lsd") else c
+            for c in configs]
 
 
 def tune_ks(drafter: str) -> list[int]:

@@ -10,13 +10,14 @@ from time import perf_counter
 
 import numpy as np
 
-from .backend import LoadOptions, Model, check_vocab_compatible
+from .backend import Grammar, LoadOptions, Model, check_vocab_compatible, schema_to_gbnf
 from .chat import render_chat
 from .drafters import LookupDrafter, ModelDrafter, MultiLevelDrafter
 from .drafters.auto import LOOKUP_CAP, MODEL_CAP, AutoDrafter
 from .drafters.lookup import MAX_NGRAM, MIN_NGRAM
 from .drafters.model import P_MIN
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
+from .grammars import grammar_text, load_schema
 from .rules import RuleConfig, Verifier
 from .speculative import Request, TokenBuffer, run_rounds
 from .stats import GenerationStats, RoundEvent
@@ -223,15 +224,22 @@ class Engine:
 
     def generate(self, prompt: str | Sequence[dict], *, max_tokens: int = 256,
                  temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95,
-                 min_p: float = 0.05, seed: int | None = None,
-                 stop: Sequence[str] = ()) -> Generation:
+                 min_p: float = 0.05, seed: int | None = None, stop: Sequence[str] = (),
+                 grammar: str | os.PathLike | None = None,
+                 json_schema: dict | str | os.PathLike | None = None) -> Generation:
         """Start generating. `prompt` is raw text, or chat messages [{'role', 'content'}]
-        rendered with the GGUF's chat template. Iterate the result for RoundEvents."""
+        rendered with the GGUF's chat template. Iterate the result for RoundEvents.
+
+        grammar: a shipped grammar name ("json", "json_object", ...: see grammars/), a .gbnf
+        file or GBNF text; json_schema: a dict, JSON text or a .json file. Every token the
+        output commits is allowed by it, under every rule (a forbidden draft token is a
+        mismatch no loose rule may accept)."""
         check(max_tokens >= 0, "max_tokens", f"{max_tokens} (must be >= 0)")
         sampler = sampler_settings(temperature, top_k, top_p, min_p)
         verifier = Verifier(self.rule_config, sampler)
         if self._busy:
             raise RuntimeError("this Engine is already generating; finish that generation first")
+        constraint = self.compile_grammar(grammar, json_schema)
         prompt_ids = self.prompt_tokens(prompt)
         if not prompt_ids:
             raise ParameterError("invalid prompt: it is empty (no tokens)")
@@ -242,14 +250,38 @@ class Engine:
         stats = GenerationStats(prompt_tokens=len(prompt_ids))
         text = TextAssembler(self.target.token_bytes, stop)
         request = Request(max_tokens, self.drafter_config.k_value, sampler,
-                          np.random.default_rng(seed))
+                          np.random.default_rng(seed), constraint,
+                          _grammar_top(self.rule_config, sampler, self.target.n_vocab))
         history = TokenBuffer(self.target.n_ctx)
         rounds = self._rounds(prompt_ids, history, verifier, request, text, stats)
         return Generation(rounds, stats, text, history, len(prompt_ids), self._cleanup)
 
+    def compile_grammar(self, grammar: str | os.PathLike | None = None,
+                        json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:
+        """The grammar state for a request (None without a constraint); GrammarError with the
+        line and column when the grammar or schema is invalid."""
+        if grammar is not None and json_schema is not None:
+            raise ParameterError("invalid grammar: give a grammar or a JSON schema, not both")
+        if json_schema is not None:
+            schema, label = load_schema(json_schema)
+            return Grammar.compile(self.target, schema_to_gbnf(schema, label), source=label)
+        if grammar is not None:
+            text, label = grammar_text(grammar)
+            return Grammar.compile(self.target, text, source=label)
+        return None
+
     def _rounds(self, prompt_ids: list[int], history: TokenBuffer, verifier: Verifier,
                 request: Request, text: TextAssembler,
                 stats: GenerationStats) -> Iterator[RoundEvent]:
+        try:
+            yield from self._request_rounds(prompt_ids, history, verifier, request, text, stats)
+        finally:
+            if request.grammar is not None:
+                request.grammar.close()
+
+    def _request_rounds(self, prompt_ids: list[int], history: TokenBuffer, verifier: Verifier,
+                        request: Request, text: TextAssembler,
+                        stats: GenerationStats) -> Iterator[RoundEvent]:
         self._busy = True
         if hasattr(self._drafter, "new_request"):
             self._drafter.new_request()
@@ -304,6 +336,17 @@ def _rule_config(rule: str, params: dict) -> RuleConfig:
     cfg = RuleConfig(rule=rule, **params)
     cfg.validate()
     return cfg
+
+
+def _grammar_top(rule: RuleConfig, sampler: SamplerSettings | None, n_vocab: int) -> int:
+    """How many allowed tokens must be exact at the top of each row (constrain.py): the
+    sampler's top-k (0 = the whole row), FLy's top-k entropy, else just the argmax. FLy's
+    "normalized" entropy keeps 1: its gate then reads forbidden tokens under the argmax too."""
+    if sampler is not None:
+        return sampler.top_k if sampler.top_k < n_vocab else 0
+    if rule.rule == "fly" and rule.entropy == "topk":
+        return rule.entropy_top_k
+    return 1
 
 
 def _make_drafter(cfg: DrafterConfig, draft: Model | None):

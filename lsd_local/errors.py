@@ -27,3 +27,7 @@ def check(condition: bool, name: str, message: str) -> None:
     """Raise ParameterError naming `name` unless `condition` holds."""
     if not condition:
         raise ParameterError(f"invalid {name}: {message}")
+
+
+class GrammarError(LsdError, ValueError):
+    """A grammar or JSON schema that cannot be used (unknown name, syntax error, no match)."""

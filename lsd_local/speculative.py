@@ -14,6 +14,7 @@ from time import perf_counter
 
 import numpy as np
 
+from .constrain import prepare_block
 from .drafters.base import EMPTY_DRAFT, Draft, Drafter
 from .rules import Verifier
 from .stats import Origin, RoundEvent
@@ -48,6 +49,32 @@ class Request:
     k: int  # largest draft per round (0 = plain decoding)
     sampler: SamplerSettings | None  # None = greedy
     rng: np.random.Generator
+    grammar: object | None = None  # backend Grammar: state after the committed tokens
+    grammar_top: int = 1  # allowed tokens exact at the top of each row (constrain.py)
+
+
+def _grammar_block(req: Request, logits: np.ndarray, draft: Draft,
+                   stop_at_mismatch: bool) -> tuple[np.ndarray, Draft]:
+    """Constrain the block to the grammar (in place) and cut the draft where the verifier must
+    stop. Sampling verifies against one-hot draft probabilities: the draft model's own p_d is
+    unconstrained, and with p_d one-hot speculative sampling stays exact for any proposal."""
+    n_ready = prepare_block(req.grammar, logits, draft.tokens, req.grammar_top, stop_at_mismatch)
+    cut = Draft(draft.tokens[:n_ready], None if req.sampler is not None else draft.probs,
+                draft.source)
+    return logits[:n_ready + 1], cut
+
+
+def _verify(verifier: Verifier, req: Request, logits: np.ndarray,
+            draft: Draft) -> tuple[object, Draft, float]:
+    """Verify one block, grammar first when there is one; returns the draft actually verified
+    and the seconds spent on the grammar."""
+    if req.grammar is None:
+        return verifier.verify(logits, draft, req.rng), draft, 0.0
+    t0 = perf_counter()
+    strict_greedy = req.sampler is None and verifier.config.rule == "strict"
+    logits, draft = _grammar_block(req, logits, draft, strict_greedy)
+    seconds = perf_counter() - t0
+    return verifier.verify(logits, draft, req.rng), draft, seconds
 
 
 def _commit(verdict, draft: Draft, is_eog) -> tuple[list[int], list[Origin], bool]:
@@ -86,17 +113,20 @@ def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: Tok
         k = min(req.k, req.max_tokens - generated - 1, target.n_ctx - n - 1)
         draft = EMPTY_DRAFT
         if drafter is not None and k > 0:
-            draft = drafter.propose(history.view(), k, req.sampler, req.rng)
+            draft = drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar)
         t1 = perf_counter()
         block = np.empty(len(draft) + 1, np.int32)
         block[0] = history.data[n - 1]
         block[1:] = draft.tokens
         logits = target.decode(block, n - 1, len(block))
-        verdict = verifier.verify(logits, draft, req.rng)
+        verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
         t2 = perf_counter()
         if observe is not None:
             observe(len(draft), verdict.n_accept, t2 - t1)
-        tokens, origins, eog = _commit(verdict, draft, target.is_eog)
+        tokens, origins, eog = _commit(verdict, verified, target.is_eog)
+        if req.grammar is not None:
+            for token in tokens[:len(tokens) - 1 if eog else len(tokens)]:
+                req.grammar.accept(token)
         history.extend(tokens)
         target.truncate(history.n - 1)
         generated += len(tokens)
@@ -116,6 +146,6 @@ def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: Tok
             draft_source=(draft.source or name) if len(draft) else "none",
             n_loose=sum(o is Origin.DRAFT_LOOSE for o in origins),
             draft_seconds=t1 - t0, verify_seconds=t2 - t1, other_seconds=perf_counter() - t2,
-            finish_reason=finish)
+            finish_reason=finish, constrain_seconds=constrain_s)
         if finish:
             return

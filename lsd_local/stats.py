@@ -30,6 +30,7 @@ class RoundEvent:
     other_seconds: float
     finish_reason: str | None = None  # set on the last event: "stop", "length", "eos"
     draft_source: str = "none"  # drafter whose tokens were verified ("none": no draft)
+    constrain_seconds: float = 0.0  # grammar checks and masks (part of verify_seconds)
 
 
 @dataclass
@@ -48,6 +49,7 @@ class GenerationStats:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     other_seconds: float = 0.0
+    constrain_seconds: float = 0.0  # grammar work, included in verify_seconds
     finish_reason: str | None = None
     accepted_per_round: list[int] = field(default_factory=list)
     draft_sources: dict[str, int] = field(default_factory=dict)  # rounds per drafter used
@@ -83,6 +85,7 @@ class GenerationStats:
         self.draft_seconds += event.draft_seconds
         self.verify_seconds += event.verify_seconds
         self.other_seconds += event.other_seconds
+        self.constrain_seconds += event.constrain_seconds
         self.accepted_per_round.append(event.n_accepted)
         self.draft_sources[event.draft_source] = self.draft_sources.get(event.draft_source, 0) + 1
         self.draft_lengths[event.n_drafted] = self.draft_lengths.get(event.n_drafted, 0) + 1
@@ -106,7 +109,8 @@ class GenerationStats:
         """Add another generation's counters and timings (e.g. totals of a chat session)."""
         for name in ("prompt_tokens", "cached_prompt_tokens", "generated_tokens", "rounds",
                      "drafted", "accepted_exact", "accepted_loose", "regret_spent",
-                     "prefill_seconds", "draft_seconds", "verify_seconds", "other_seconds"):
+                     "prefill_seconds", "draft_seconds", "verify_seconds", "other_seconds",
+                     "constrain_seconds"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accepted_per_round.extend(other.accepted_per_round)
         for mine, theirs in ((self.draft_sources, other.draft_sources),

@@ -100,7 +100,7 @@ class FakeLookup:
     def __init__(self, world):
         self.world = world
 
-    def propose(self, history, k, sampler=None, rng=None):
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
         return Draft(self.world.proposal("lookup", len(history), k))
 
 
@@ -113,7 +113,7 @@ class FakeModel:
     def pending(self, history):
         return len(history) - self.synced
 
-    def propose(self, history, k, sampler=None, rng=None):
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
         self.n_forward += k + 1  # catch-up pass + one per drafted token
         self.synced = len(history)
         self.world.clock += self.world.draft_s * (k + 1)

@@ -72,7 +72,7 @@ class ScriptedDrafter:
         self.corrupt_every = corrupt_every
         self.calls = 0
 
-    def propose(self, history, k, sampler=None, rng=None):
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
         self.calls += 1
         tokens = self.target.greedy(history.tolist(), k)[:k]
         tokens = [t for t in tokens]

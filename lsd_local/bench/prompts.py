@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import LsdError
 
 BUILTIN_SETS = ("humaneval", "code-edit", "chat", "summarize")
+EXTRA_SETS = ("json",)  # shipped, not run by default: structured output (see --grammar)
 SPLITS = ("dev", "test", "all")
 
 
@@ -45,7 +46,7 @@ def shipped_sets_dir() -> Path | None:
 
 def resolve_set(name: str) -> tuple[str, Path]:
     """(set name, file) for a built-in set name or a path to a JSONL file."""
-    if name in BUILTIN_SETS:
+    if name in BUILTIN_SETS + EXTRA_SETS:
         folder = shipped_sets_dir()
         if folder is None:
             raise LsdError(f"the built-in prompt set {name!r} is not installed (bench/*.jsonl); "
@@ -54,7 +55,7 @@ def resolve_set(name: str) -> tuple[str, Path]:
     path = Path(name).expanduser()
     if not path.is_file():
         raise LsdError(f"no prompt set {name!r}: neither a built-in set "
-                       f"({', '.join(BUILTIN_SETS)}) nor a JSONL file")
+                       f"({', '.join(BUILTIN_SETS + EXTRA_SETS)}) nor a JSONL file")
     return path.stem, path
 
 
@@ -109,6 +110,6 @@ def _item(set_name: str, row: dict) -> PromptItem:
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise ValueError('"max_tokens" must be a positive integer')
     checker = row.get("checker") or {}
-    if set(checker) - {"humaneval"}:
-        raise ValueError(f'unknown checker {sorted(checker)} (known: "humaneval")')
+    if not isinstance(checker, dict) or set(checker) - {"humaneval", "json"}:
+        raise ValueError(f'unknown checker {checker!r} (known: "humaneval", "json")')
     return PromptItem(set_name, str(row["id"]), tuple(messages), split, max_tokens, checker)

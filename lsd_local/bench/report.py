@@ -13,7 +13,8 @@ COLUMNS = (("config", "{:<24}", 24), ("tok/s", "{:>6.1f}", 6), ("speedup", "{:>6
            ("[p25-p75]", "{:>11}", 11), ("tau", "{:>5.2f}", 5), ("accept", "{:>6.0%}", 6),
            ("loose", "{:>5.1f}", 5), ("draft/verify/other", "{:>18}", 18),
            ("same", "{:>5.0%}", 5), ("1st diff", "{:>8}", 8), ("pass@1", "{:>6}", 6),
-           ("retain", "{:>6}", 6), ("prefill", "{:>6.2f}s", 7), ("RSS MB", "{:>6.0f}", 6))
+           ("retain", "{:>6}", 6), ("prefill", "{:>6.2f}s", 7), ("RSS MB", "{:>6.0f}", 6),
+           ("grammar", "{:>7.1%}", 7))
 
 
 def score_answers(rows: Sequence[dict], items: Sequence[PromptItem],
@@ -23,14 +24,30 @@ def score_answers(rows: Sequence[dict], items: Sequence[PromptItem],
     checkers = {(item.set_name, item.id): item.checker for item in items}
     seen: dict[tuple[str, str], object] = {}
     for row in rows:
-        task_id = checkers.get((row["set"], row["id"]), {}).get("humaneval")
-        if task_id is None or row["rep"] != 0 or "text" not in row:
+        spec = checkers.get((row["set"], row["id"]), {})
+        if row["rep"] != 0 or "text" not in row:
+            continue
+        if spec.get("json"):
+            row["passed"] = parses_as_json(row["text"])
+            row["check"] = "valid JSON" if row["passed"] else "not JSON"
+            continue
+        task_id = spec.get("humaneval")
+        if task_id is None:
             continue
         key = (task_id, row["text"])
         if key not in seen:
             seen[key] = check(task_id, row["text"])
         row["passed"] = bool(seen[key].passed)
         row["check"] = seen[key].status
+
+
+def parses_as_json(text: str) -> bool:
+    """The `json` checker: the whole answer is one JSON value (json.loads accepts it)."""
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def summarize(rows: Sequence[dict], baseline: str = "plain") -> list[dict]:
@@ -64,6 +81,8 @@ def summarize_group(set_name: str, config: str, group: list[dict],
                  draft_share=sum(r["draft_s"] for r in group) / decode,
                  verify_share=sum(r["verify_s"] for r in group) / decode,
                  other_share=sum(r["other_s"] for r in group) / decode)
+        if any(r.get("constrain_s") for r in group):
+            s["grammar_share"] = sum(r.get("constrain_s", 0.0) for r in group) / decode
     if "prefill_s" in group[0]:
         s["prefill_s"] = statistics.median(r["prefill_s"] for r in group)
     if "rss_mb" in group[0]:
@@ -148,7 +167,7 @@ def format_row(s: dict, config_width: int = 24) -> str:
     values = (s["config"], s["tps"], s.get("speedup"), spread, s.get("tau"),
               s.get("acceptance"), s.get("loose_per_100"), shares, s.get("identical"),
               diverge, pct(s.get("accuracy")), pct(s.get("retention")), s.get("prefill_s"),
-              s.get("rss_mb"))
+              s.get("rss_mb"), s.get("grammar_share"))
     cells = [s["config"].ljust(config_width)]
     for (_, fmt, width), value in zip(COLUMNS[1:], values[1:], strict=True):
         cells.append(f"{'-':>{width}}" if value is None else fmt.format(value))

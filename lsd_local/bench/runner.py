@@ -36,6 +36,7 @@ class BenchConfig:
     k: int | str | None = None  # an int, "auto" or None (the drafter's default)
     params: tuple[tuple[str, float | int], ...] = ()
     command: str = ""  # external: a command template, see run_external
+    grammar: str | None = None  # plain/lsd: a grammar name or .gbnf path (`grammar=NAME`)
 
     @property
     def lossless(self) -> bool:
@@ -48,10 +49,19 @@ class BenchConfig:
 
 
 def parse_config(text: str) -> BenchConfig:
-    """"plain", "peer[:N]", or "rule:drafter[:k][:key=value...]" e.g. "fly:lookup:16:theta=0.6"."""
+    """"plain", "peer[:N]", or "rule:drafter[:k][:key=value...]" e.g. "fly:lookup:16:theta=0.6";
+    plain and rule configurations take ":grammar=NAME" (a shipped grammar or a .gbnf path)."""
     parts = text.strip().split(":")
+    grammar = None
+    for part in [p for p in parts if p.startswith("grammar=")]:
+        grammar = part.partition("=")[2]
+        parts.remove(part)
+        if not grammar:
+            raise ParameterError(f"invalid config: {text!r}: grammar= needs a name")
     if parts == ["plain"]:
-        return BenchConfig("plain", "plain")
+        return BenchConfig(text.strip(), "plain", grammar=grammar)
+    if grammar is not None and parts[0] == "peer":
+        raise ParameterError(f"invalid config: {text!r}: the peer takes no grammar")
     if parts[0] == "peer":
         n = _int(parts[1], text) if len(parts) > 1 else PEER_PRED_TOKENS
         return BenchConfig(text, "peer", k=n)
@@ -70,7 +80,7 @@ def parse_config(text: str) -> BenchConfig:
         if key not in INT_PARAMS | FLOAT_PARAMS:
             raise ParameterError(f"invalid config: {text!r}: unknown setting {key!r}")
         params.append((key, _int(value, text) if key in INT_PARAMS else _float(value, text)))
-    return BenchConfig(text, "lsd", parts[0], parts[1], k, tuple(params))
+    return BenchConfig(text, "lsd", parts[0], parts[1], k, tuple(params), grammar=grammar)
 
 
 def parse_external(text: str) -> BenchConfig:
@@ -156,14 +166,16 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
     engine.configure(drafter=config.drafter, k=config.k, rule=config.rule,
                      **{**default_settings(), **dict(config.params)})
     engine.reset()  # every configuration pays the same prefill
-    gen = engine.generate(list(item.messages), max_tokens=max_tokens).run()
+    gen = engine.generate(list(item.messages), max_tokens=max_tokens,
+                          grammar=config.grammar).run()
     s = gen.stats
     return {"text": gen.text, "tokens": gen.tokens, "n_tokens": s.generated_tokens,
             "tps": s.decode_tokens_per_second, "prefill_s": s.prefill_seconds,
             "tau": s.tau, "acceptance": s.acceptance_rate, "drafted": s.drafted,
             "accepted": s.accepted, "loose": s.accepted_loose, "rounds": s.rounds,
             "draft_s": s.draft_seconds, "verify_s": s.verify_seconds,
-            "other_s": s.other_seconds, "accepted_per_round": list(s.accepted_per_round),
+            "other_s": s.other_seconds, "constrain_s": s.constrain_seconds,
+            "accepted_per_round": list(s.accepted_per_round),
             "draft_sources": dict(s.draft_sources), "draft_lengths": dict(s.draft_lengths),
             "finish_reason": gen.finish_reason}
 

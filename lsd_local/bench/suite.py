@@ -68,8 +68,8 @@ def parse_configs(names: Sequence[str], with_draft: bool) -> list[BenchConfig]:
                        "model (--draft)")
     if len({c.name for c in configs}) != len(configs):
         raise LsdError("a configuration is listed twice")
-    plain = [c for c in configs if c.kind == "plain"] or [parse_config("plain")]
-    return plain + [c for c in configs if c.kind != "plain"]
+    plain = [c for c in configs if c.name == "plain"] or [parse_config("plain")]
+    return plain + [c for c in configs if c.name != "plain"]
 
 
 def run_suite(models: BenchModels, options: BenchOptions,

@@ -63,7 +63,7 @@ class AutoDrafter:
         self.rounds = 0
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
-                rng: np.random.Generator | None = None) -> Draft:
+                rng: np.random.Generator | None = None, grammar=None) -> Draft:
         """history: int32[n] committed tokens; k: the most tokens the loop allows."""
         self.rounds += 1
         self._resolve_shadow(history)
@@ -71,7 +71,7 @@ class AutoDrafter:
             self._used_source = "none"
             return EMPTY_DRAFT
         proposal = (EMPTY_DRAFT if self.lookup is None
-                    else self.lookup.propose(history, min(k, LOOKUP_CAP)))
+                    else self.lookup.propose(history, min(k, LOOKUP_CAP), grammar=grammar))
         choice = self._choose(history, len(proposal), k)
         if len(proposal) and self._shadow is None:
             # Lookup acceptance is learned from whole proposals against what gets committed
@@ -80,8 +80,8 @@ class AutoDrafter:
         if choice.source == "lookup":
             draft = replace(proposal, tokens=proposal.tokens[:choice.k], source="lookup")
         else:
-            draft = self._model_draft(history, choice.k, sampler, rng) if choice.k else \
-                EMPTY_DRAFT
+            draft = self._model_draft(history, choice.k, sampler, rng, grammar) if choice.k \
+                else EMPTY_DRAFT
         self._used_source = choice.source if len(draft) else "none"
         if len(draft):
             self._last_tried[choice.source] = self.rounds
@@ -143,13 +143,13 @@ class AutoDrafter:
                                            else MODEL_CAP), 0.0)
         return best
 
-    def _model_draft(self, history: np.ndarray, k: int, sampler, rng) -> Draft:
+    def _model_draft(self, history: np.ndarray, k: int, sampler, rng, grammar) -> Draft:
         """Draft with the model; learn its time per forward when it was nearly in sync (a
         long catch-up pass would inflate it)."""
         in_sync = self.model.pending(history) <= 4
         forwards = self.model.n_forward
         start = self.clock()
-        draft = self.model.propose(history, k, sampler, rng)
+        draft = self.model.propose(history, k, sampler, rng, grammar)
         per_forward = (self.clock() - start) / max(1, self.model.n_forward - forwards)
         if in_sync or self.draft_token_s is None:
             self.draft_token_s = per_forward if self.draft_token_s is None else (

@@ -31,6 +31,9 @@ class Drafter(Protocol):
     name: str
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
-                rng: np.random.Generator | None = None) -> Draft: ...
+                rng: np.random.Generator | None = None, grammar=None) -> Draft:
+        """`grammar` (the state after `history`, or None): a drafter may use it to propose only
+        allowed tokens; the loop cuts any draft at its first forbidden token anyway."""
+        ...
 
     def reset(self) -> None: ...

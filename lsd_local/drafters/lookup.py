@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..constrain import allowed_prefix
 from ..errors import check
 from ..verify.sampling import SamplerSettings
 from .base import EMPTY_DRAFT, Draft
@@ -64,12 +65,14 @@ class LookupDrafter:
         self._out = np.zeros(64, np.int32)
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
-                rng: np.random.Generator | None = None) -> Draft:
+                rng: np.random.Generator | None = None, grammar=None) -> Draft:
         if k <= 0:
             return EMPTY_DRAFT
         if len(self._out) < k:
             self._out = np.zeros(k, np.int32)
         m = lookup_kernel(history, self.max_ngram, self.min_ngram, k, self._out)
+        if grammar is not None and m:  # a shorter block costs less to verify
+            m = allowed_prefix(grammar, self._out[:m])
         return Draft(self._out[:m].copy())
 
     def reset(self) -> None:

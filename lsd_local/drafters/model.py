@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..constrain import constrain_row
 from ..errors import check
 from ..verify._rows import row_argmax_prob
 from ..verify.sampling import SamplerSettings, draw, sampling_probs
@@ -49,13 +50,26 @@ class ModelDrafter:
         return self._eval(history[keep:], 1)[0]
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
-                rng: np.random.Generator | None = None) -> Draft:
+                rng: np.random.Generator | None = None, grammar=None) -> Draft:
+        """Up to k tokens; with a grammar (same vocabulary as the target's), each is the best
+        (or a sampled) allowed token, so grammar-forced text is drafted, not guessed."""
         if k <= 0:
             return EMPTY_DRAFT
         row = self.sync(history)
+        state = grammar.clone() if grammar is not None else None
+        try:
+            return self._draft(row, k, sampler, rng, state)
+        finally:
+            if state is not None:
+                state.close()
+
+    def _draft(self, row: np.ndarray, k: int, sampler, rng, state) -> Draft:
+        """row: float32[V] logits after the history (changed in place under a grammar)."""
         tokens: list[int] = []
         probs: list[np.ndarray] = []
         while True:
+            if state is not None:
+                constrain_row(state, row, sampler.top_k if sampler is not None else 1)
             if sampler is not None:
                 p = sampling_probs(row, sampler)
                 token = draw(p, rng)
@@ -67,6 +81,8 @@ class ModelDrafter:
             tokens.append(int(token))
             if len(tokens) == k:
                 break
+            if state is not None:
+                state.accept(int(token))
             row = self._eval(np.array([token], np.int32), 1)[0]
         return Draft(np.array(tokens, np.int32), np.stack(probs) if probs else None)
 

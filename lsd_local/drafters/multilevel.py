@@ -36,9 +36,11 @@ class MultiLevelDrafter(ModelDrafter):
         return self._guess[:m]
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
-                rng: np.random.Generator | None = None) -> Draft:
-        if sampler is not None:
-            return super().propose(history, k, sampler, rng)
+                rng: np.random.Generator | None = None, grammar=None) -> Draft:
+        if sampler is not None or grammar is not None:
+            # sampled or grammar-constrained drafts: the draft model token by token (its
+            # lookup-accelerated passes assume unconstrained greedy choices)
+            return super().propose(history, k, sampler, rng, grammar)
         if k <= 0:
             return EMPTY_DRAFT
         n = len(history)

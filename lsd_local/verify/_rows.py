@@ -73,3 +73,31 @@ def row_argmax_prob(row):  # row: float32[V] -> (argmax, its softmax probability
     for i in range(row.shape[0]):
         total += np.exp(np.float64(row[i]) - m)
     return best, 1.0 / total
+
+
+@njit(cache=True, nogil=True)
+def row_top(row, m):  # row: float32[V] -> int64[min(m, V)] indices, largest logit first
+    """The m largest entries in one pass (insertion into a short sorted list); ties keep the
+    lower index first, like a stable descending sort."""
+    m = min(m, row.shape[0])
+    top = np.full(m, -1, np.int64)
+    values = np.full(m, -np.inf, np.float64)
+    filled = 0
+    for i in range(row.shape[0]):
+        value = np.float64(row[i])
+        if filled == m and value <= values[m - 1]:
+            continue
+        pos = filled if filled < m else m - 1
+        while pos > 0 and values[pos - 1] < value:
+            values[pos] = values[pos - 1]
+            top[pos] = top[pos - 1]
+            pos -= 1
+        values[pos] = value
+        top[pos] = i
+        filled = min(filled + 1, m)
+    return top
+
+
+def row_top_reference(row: np.ndarray, m: int) -> np.ndarray:
+    """numpy reference of row_top: a stable descending sort, cut to m. row: float32[V]."""
+    return np.argsort(-row.astype(np.float64), kind="stable")[:m].astype(np.int64)

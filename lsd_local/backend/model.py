@@ -1,4 +1,4 @@
-"""The only module that talks to llama.cpp (through llama-cpp-python's low-level API).
+"""Models: load a GGUF file, tokenize, decode with explicit positions, truncate the cache.
 
 A `Model` owns one llama_model, one llama_context (sequence 0) and one reusable llama_batch.
 Positions are explicit: `decode(tokens, start_pos, n_logit_rows)` appends tokens at
@@ -22,7 +22,7 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from .errors import ContextOverflowError, IncompatibleModelsError, ModelLoadError, check
+from ..errors import ContextOverflowError, IncompatibleModelsError, ModelLoadError, check
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 GGUF_MAGIC = b"GGUF"
@@ -42,7 +42,7 @@ class _LogSink:
 
     def _on_log(self, level: int, text: bytes, _user: ctypes.c_void_p) -> None:
         line = text.decode("utf-8", errors="replace")
-        if level in (2, 3):  # GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR
+        if level in (3, 4):  # GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR
             self.recent.append(line.strip())
         if self.verbose:
             print(line, end="", file=sys.stderr)
@@ -341,41 +341,3 @@ def check_vocab_compatible(target: Model, draft: Model) -> None:
                 f"draft {draft.path.name} and target {target.path.name} differ at token {token} "
                 f"({draft.token_text(token)!r} vs {target.token_text(token)!r}): different "
                 "vocabularies (use prompt lookup: drafter='lookup')")
-
-
-class PeerLlama:
-    """llama-cpp-python's own high-level speculative decoding, for `lsd bench`'s peer column:
-    `Llama(draft_model=LlamaPromptLookupDecoding(num_pred_tokens))`, greedy chat completion."""
-
-    def __init__(self, path: str | os.PathLike, n_ctx: int, n_threads: int | None,
-                 num_pred_tokens: int = 10) -> None:
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-        # logits_all=True as llama-cpp-python itself forces with a draft model; passing it
-        # explicitly also sizes its score buffer to n_ctx (else prompts > n_batch fail).
-        self.llm = ll.Llama(model_path=str(path), n_ctx=n_ctx, verbose=False, logits_all=True,
-                            n_threads=n_threads or physical_cores(),
-                            draft_model=LlamaPromptLookupDecoding(
-                                num_pred_tokens=num_pred_tokens))
-
-    def generate(self, messages: Sequence[dict], max_tokens: int) -> tuple[str, float, float]:
-        """(answer text, seconds to the first token, seconds from the first to the last)."""
-        import time
-
-        self.llm.reset()
-        start = time.perf_counter()
-        first = last = None
-        parts = []
-        for chunk in self.llm.create_chat_completion(list(messages), max_tokens=max_tokens,
-                                                     temperature=0.0, stream=True):
-            delta = chunk["choices"][0]["delta"].get("content")
-            if delta:
-                last = time.perf_counter()
-                first = first or last
-                parts.append(delta)
-        if first is None:
-            return "", time.perf_counter() - start, 0.0
-        return "".join(parts), first - start, last - first
-
-    def close(self) -> None:
-        self.llm.close()

@@ -1,0 +1,9 @@
+"""The only package that talks to llama.cpp (through llama-cpp-python's low-level API):
+models and their caches (model.py), GBNF grammars (grammar.py), the bench's peer (peer.py)."""
+
+from .grammar import Grammar, schema_to_gbnf
+from .model import LoadOptions, Model, check_vocab_compatible, physical_cores
+from .peer import PeerLlama
+
+__all__ = ["Grammar", "LoadOptions", "Model", "PeerLlama", "check_vocab_compatible",
+           "physical_cores", "schema_to_gbnf"]

@@ -1,0 +1,164 @@
+"""GBNF grammars through llama.cpp's grammar sampler: compile, test one token, mask a row.
+
+A `Grammar` is the parse state after the tokens it has accepted. The round loop asks
+`allows(token)` (a one-candidate apply: cheap), `mask(row)` (every token: costly, done only
+when needed), `accept(token)` for tokens it commits and `clone()` to look ahead along a draft.
+llama.cpp aborts the process when a grammar accepts a token it forbids, so `accept` checks first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import math
+import os
+import tempfile
+
+import llama_cpp as ll
+import numpy as np
+
+from ..errors import GrammarError
+from .model import Model, _install_log_sink
+
+TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=False)
+
+
+class _Candidates:
+    """A llama_token_data_array over a numpy buffer of `n` candidates (reused, no copies)."""
+
+    def __init__(self, n: int) -> None:
+        assert ctypes.sizeof(ll.llama_token_data) == TOKEN_DATA.itemsize
+        self.data = np.zeros(n, TOKEN_DATA)
+        self.data["id"] = np.arange(n, dtype=np.int32)
+        self.array = ll.llama_token_data_array(
+            data=self.data.ctypes.data_as(ctypes.POINTER(ll.llama_token_data)), size=n,
+            selected=-1, sorted=False)
+        self.pointer = ctypes.byref(self.array)
+
+
+def _parse_error(text: str, printed: str, logged: list[str]) -> str:
+    """llama.cpp prints '...error parsing grammar: <what> at <rest of the source>'; turn the rest
+    into a line and column of `text`."""
+    marker = "error parsing grammar: "
+    if marker not in printed:
+        return "; ".join(line for line in logged if line) or "llama.cpp rejected it"
+    what = printed.split(marker, 1)[1]
+    what = what[:len(what) - len(text) - 3] if what.endswith("\n\n" + text + "\n") else what
+    for at in _occurrences(what, " at "):
+        rest = what[at + 4:]
+        if rest and text.endswith(rest):
+            offset = len(text) - len(rest)
+            line = text.count("\n", 0, offset) + 1
+            column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+            snippet = rest.split("\n", 1)[0][:30]
+            return f"line {line}, column {column}: {what[:at]} (at {snippet!r})"
+    return what.strip().split("\n", 1)[0]
+
+
+def _occurrences(text: str, needle: str) -> list[int]:
+    found, start = [], text.find(needle)
+    while start >= 0:
+        found.append(start)
+        start = text.find(needle, start + 1)
+    return found
+
+
+def _init_capturing_stderr(vocab, text: str, root: str):
+    """llama_sampler_init_grammar, with what llama.cpp writes to fd 2 captured."""
+    with tempfile.TemporaryFile() as capture:
+        saved = os.dup(2)
+        try:
+            os.dup2(capture.fileno(), 2)
+            sampler = ll.llama_sampler_init_grammar(vocab, text.encode(), root.encode())
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        capture.seek(0)
+        printed = capture.read().decode("utf-8", errors="replace")
+    return sampler, printed
+
+
+class Grammar:
+    """Grammar state over one model's vocabulary; the model must outlive it."""
+
+    def __init__(self, sampler_p, model: Model, scratch: tuple[_Candidates, _Candidates]) -> None:
+        self._sampler = sampler_p
+        self._model = model
+        self._one, self._all = scratch  # shared by clones: one thread uses them at a time
+
+    @classmethod
+    def compile(cls, model: Model, text: str, root: str = "root", source: str = "grammar"
+                ) -> Grammar:
+        """Parse GBNF `text`; GrammarError with the line and column of a syntax error."""
+        if not text.strip():
+            raise GrammarError(f"{source} is empty")
+        sink = _install_log_sink(model.options.verbose)
+        sink.recent.clear()
+        sampler, printed = _init_capturing_stderr(model._vocab, text, root)
+        if not sampler:
+            reason = _parse_error(text, printed, list(sink.recent))
+            raise GrammarError(f"invalid {source}: {reason}")
+        return cls(sampler, model, (_Candidates(1), _Candidates(model.n_vocab)))
+
+    def allows(self, token: int) -> bool:
+        """Whether the grammar lets `token` come next (end-of-generation: only when complete)."""
+        one = self._one
+        one.data["id"][0] = token
+        one.data["logit"][0] = 0.0
+        one.array.size = 1
+        ll.llama_sampler_apply(self._sampler, one.pointer)
+        return bool(one.data["logit"][0] != -math.inf)
+
+    def accept(self, token: int) -> None:
+        """Advance by a token the grammar allows (ValueError otherwise, instead of an abort)."""
+        if not self.allows(token):
+            raise ValueError(f"token {token} is not allowed by the grammar here")
+        if not self._model.is_eog(token):  # llama.cpp aborts on EOG unless complete
+            ll.llama_sampler_accept(self._sampler, token)
+
+    def mask(self, row: np.ndarray) -> None:
+        """Set every forbidden token's logit to -inf. row: float32[V], changed in place."""
+        full = self._all
+        full.data["logit"] = row
+        full.array.size = len(full.data)
+        full.array.sorted = False
+        full.array.selected = -1
+        ll.llama_sampler_apply(self._sampler, full.pointer)
+        row[:] = full.data["logit"]
+
+    def clone(self) -> Grammar:
+        """An independent copy of this state (sharing scratch buffers)."""
+        return Grammar(ll.llama_sampler_clone(self._sampler), self._model, (self._one, self._all))
+
+    def close(self) -> None:
+        """Free the llama.cpp sampler (idempotent)."""
+        if self._sampler:
+            ll.llama_sampler_free(self._sampler)
+            self._sampler = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit llama_cpp may be gone
+            self.close()
+
+
+# llama-cpp-python's converter lets JSON strings hold raw control characters, which JSON (and
+# json.loads) forbids; llama.cpp's newer converter excludes them, as we do here.
+_LOOSE_CHAR = 'char ::= [^"\\\\] |'
+_JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+
+
+def schema_to_gbnf(schema: dict, source: str = "JSON schema") -> str:
+    """GBNF text for a JSON schema (llama-cpp-python's converter); GrammarError when the schema
+    uses something it cannot convert."""
+    import json
+
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    if not isinstance(schema, dict):
+        raise GrammarError(f"invalid {source}: the top level must be an object, "
+                           f"not {type(schema).__name__}")
+    try:
+        text = json_schema_to_gbnf(json.dumps(schema))
+    except Exception as exc:  # noqa: BLE001 - the converter signals with assorted exceptions
+        raise GrammarError(f"cannot convert {source} to a grammar: {exc}") from None
+    return text.replace(_LOOSE_CHAR, _JSON_CHAR)

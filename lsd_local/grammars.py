@@ -1,0 +1,76 @@
+"""Where grammars come from: the shipped `grammars/*.gbnf`, a user's file, GBNF text, or a JSON
+schema. Returns GBNF text and a label for error messages; compiling is the backend's job."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from .errors import GrammarError
+
+GRAMMAR_SUFFIX = ".gbnf"
+
+
+def grammar_dir() -> Path | None:
+    """grammars/ of the source tree (editable install) or of the installed data files."""
+    for candidate in (Path(__file__).resolve().parents[1] / "grammars",
+                      Path(sys.prefix) / "share" / "lsd" / "grammars"):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def shipped_grammars() -> dict[str, Path]:
+    """Name -> file of every grammar that ships with lsd."""
+    folder = grammar_dir()
+    if folder is None:
+        return {}
+    return {path.stem: path for path in sorted(folder.glob(f"*{GRAMMAR_SUFFIX}"))}
+
+
+def _read(path: Path, what: str) -> str:
+    if path.is_dir():
+        raise GrammarError(f"{what} {path} is a directory, not a file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise GrammarError(f"{what} {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise GrammarError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def grammar_text(spec: str | os.PathLike) -> tuple[str, str]:
+    """(GBNF text, label) for a shipped grammar name, a .gbnf path or inline GBNF text."""
+    spec_text = os.fspath(spec)
+    shipped = shipped_grammars()
+    if spec_text in shipped:
+        return _read(shipped[spec_text], "grammar"), f"grammar {spec_text!r}"
+    if "::=" in spec_text:
+        return spec_text, "grammar"
+    path = Path(spec_text).expanduser()
+    if path.exists():
+        return _read(path, "grammar file"), f"grammar file {path}"
+    names = ", ".join(shipped) or "none installed"
+    raise GrammarError(f"unknown grammar {spec_text!r}: not a file, not GBNF text, and not a "
+                       f"shipped grammar ({names})")
+
+
+def load_schema(spec: dict | str | os.PathLike) -> tuple[dict, str]:
+    """(schema, label) from a dict, a JSON file path or JSON text; errors name line/column."""
+    if isinstance(spec, dict):
+        return spec, "JSON schema"
+    text = os.fspath(spec)
+    label = "JSON schema"
+    if not text.lstrip().startswith("{"):
+        path = Path(text).expanduser()
+        if not path.exists():
+            raise GrammarError(f"JSON schema file not found: {path}")
+        text, label = _read(path, "JSON schema file"), f"JSON schema {path}"
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise GrammarError(f"invalid {label}: line {exc.lineno}, column {exc.colno}: "
+                           f"{exc.msg}") from None
+    return schema, label
