@@ -56,11 +56,11 @@ class Request:
 def _grammar_block(req: Request, logits: np.ndarray, draft: Draft,
                    stop_at_mismatch: bool) -> tuple[np.ndarray, Draft]:
     """Constrain the block to the grammar (in place) and cut the draft where the verifier must
-    stop. Sampling verifies against one-hot draft probabilities: the draft model's own p_d is
-    unconstrained, and with p_d one-hot speculative sampling stays exact for any proposal."""
+    stop. A sampled draft's p_d rows stay: drafters sample inside the grammar (model.py), so p_d
+    is the draft's constrained distribution, as speculative sampling needs."""
     n_ready = prepare_block(req.grammar, logits, draft.tokens, req.grammar_top, stop_at_mismatch)
-    cut = Draft(draft.tokens[:n_ready], None if req.sampler is not None else draft.probs,
-                draft.source)
+    probs = None if draft.probs is None else draft.probs[:n_ready]
+    cut = Draft(draft.tokens[:n_ready], probs, draft.source)
     return logits[:n_ready + 1], cut
 
 

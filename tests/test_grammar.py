@@ -277,12 +277,53 @@ def test_sampling_commits_only_allowed_tokens(rule):
         assert all(table[i % 4][t] for i, t in enumerate(out))
 
 
-def test_sampling_ignores_unconstrained_draft_probabilities():
-    """The loop verifies grammar blocks with one-hot p_d (exact for any proposal)."""
+def test_grammar_block_cuts_draft_probabilities_with_the_draft():
     from lsd_local.speculative import _grammar_block
 
     table = np.ones((1, 4), bool)
-    req = Request(10, 2, SamplerSettings(), np.random.default_rng(0), TableGrammar(table), 0)
-    draft = Draft(np.array([1, 2], np.int32), np.full((2, 4), 0.25))
-    logits, cut = _grammar_block(req, np.zeros((3, 4), np.float32), draft, False)
-    assert cut.probs is None and len(cut) == 2 and logits.shape == (3, 4)
+    table[0, 2] = False
+    req = Request(10, 3, SamplerSettings(), np.random.default_rng(0), TableGrammar(table), 0)
+    probs = np.full((3, 4), 0.25)
+    draft = Draft(np.array([1, 2, 3], np.int32), probs)
+    logits, cut = _grammar_block(req, np.zeros((4, 4), np.float32), draft, False)
+    assert cut.tokens.tolist() == [1] and cut.probs.shape == (1, 4)
+    assert logits.shape == (2, 4) and np.all(logits[:, 2] == -np.inf)
+
+
+class UniformAllowedDrafter:
+    """Samples each draft token uniformly among the tokens the grammar allows (its p_d)."""
+
+    name = "uniform"
+
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        state = grammar.clone()
+        tokens, probs = [], []
+        for _ in range(k):
+            allowed = state.allowed()
+            p = allowed / allowed.sum()
+            tokens.append(int(rng.choice(len(p), p=p)))
+            probs.append(p)
+            state.accept(tokens[-1])
+        return Draft(np.array(tokens, np.int32), np.stack(probs))
+
+    def reset(self):
+        pass
+
+
+def test_constrained_speculative_sampling_keeps_the_constrained_distribution():
+    """The first committed token follows the target's distribution over allowed tokens."""
+    from lsd_local.verify.sampling import sampling_probs
+
+    table = random_table(np.random.default_rng(5), 2, V, 0.5)
+    sampler = SamplerSettings(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0)
+    target = FakeTarget()
+    row = target.next_logits([3, 5])
+    row[~table[0]] = -np.inf
+    expected = sampling_probs(row, sampler)
+    counts = np.zeros(V)
+    for seed in range(3000):
+        out, _ = run_constrained(FakeTarget(), UniformAllowedDrafter(), table, k=2,
+                                 sampler=sampler, seed=seed, max_tokens=1)
+        counts[out[0]] += 1
+    assert counts[~table[0]].sum() == 0
+    assert 0.5 * np.abs(counts / counts.sum() - expected).sum() < 0.03

@@ -71,3 +71,40 @@ def test_loose_rules_run_on_qwen(qwen_pair, rule):
         gen = eng.generate([{"role": "user", "content": PROMPTS[0]}], max_tokens=64).run()
     assert gen.stats.generated_tokens > 0 and gen.text.strip()
     assert gen.stats.accepted_exact > 0
+
+
+JSON_PROMPTS = [
+    "Describe the Python function sorted() as a JSON object with keys name, parameters and "
+    "returns.",
+    "Return the first eight square numbers as a JSON array.",
+    "Give a JSON object describing a book: title, author, year and a list of genres.",
+    "Represent the user Bob, 41, bob@example.com, roles viewer and editor, as JSON.",
+]
+
+
+def test_cli_fly_with_the_json_grammar_gives_json_on_qwen(qwen_pair, capsys):
+    """`lsd run --grammar json` with FLy: every answer parses; speed vs unconstrained."""
+    import json
+
+    from click.testing import CliRunner
+
+    from lsd_local.cli import cli
+
+    speeds = {"json": [], "none": []}
+    for prompt in JSON_PROMPTS:
+        for grammar in ("json", "none"):
+            args = ["run", str(qwen_pair[0]), prompt, "--draft", str(qwen_pair[1]),
+                    "--rule", "fly", "--threads", "2", "--max-tokens", "200", "--json"]
+            if grammar == "json":
+                args += ["--grammar", "json"]
+            result = CliRunner().invoke(cli, args, catch_exceptions=False)
+            assert result.exit_code == 0, result.output
+            out = json.loads(result.stdout.strip().splitlines()[-1])
+            if grammar == "json":
+                assert out["finish_reason"] == "stop", out["text"]
+                json.loads(out["text"])  # the answer is JSON, not prose or a fenced block
+            speeds[grammar].append(out["stats"]["decode_tokens_per_second"])
+    with capsys.disabled():
+        print(f"\nFLy auto on Qwen, tok/s with --grammar json: {np.median(speeds['json']):.1f}, "
+              f"unconstrained: {np.median(speeds['none']):.1f}")
+    assert np.median(speeds["json"]) > 0.5 * np.median(speeds["none"])

@@ -124,6 +124,41 @@ def test_kernels_agree_on_random_shapes(k, v, seed, extreme):
         assert 0 <= verdict.n_accept <= k and 0 <= verdict.next_token < v
 
 
+@settings(max_examples=400, deadline=None)
+@given(k=st.integers(1, 64), v=st.integers(1, 300), seed=st.integers(0, 2**32 - 1),
+       scale=st.sampled_from([0.0, 1e-3, 1.0, 50.0, 1e4]), ties=st.booleans(),
+       p_match=st.floats(0.0, 1.0), theta=st.sampled_from([0.0, 0.05, 0.6, 2.0, math.inf]),
+       window=st.integers(1, 70), top_k=st.integers(1, 6), normalized=st.booleans(),
+       gate=st.sampled_from([0.0, 0.5, 2.0, 1e9]), max_exceptions=st.integers(0, 5),
+       budget=st.sampled_from([0.0, 1.0, 6.0, 1e9]), spent=st.floats(0.0, 10.0))
+def test_kernels_agree_with_references_over_all_parameters(
+        k, v, seed, scale, ties, p_match, theta, window, top_k, normalized, gate,
+        max_exceptions, budget, spent):
+    """Fuzz: shapes, vocabularies of 1..300, logits up to +-1e4 (no NaN/inf), ties, every
+    parameter; fast kernels equal their references (loose flags and ledger included)."""
+    rng = np.random.default_rng(seed)
+    logits = np.clip(rng.standard_normal((k + 1, v)) * scale, -1e4, 1e4).astype(np.float32)
+    if ties:
+        logits = np.round(logits).astype(np.float32)
+    targets = np.argmax(logits, axis=1)
+    draft = rng.integers(0, v, size=k).astype(np.int32)
+    keep = rng.random(k) < p_match
+    draft[keep] = targets[:-1][keep]
+    entropy = "normalized" if normalized else "topk"
+    f = fly(logits, draft, theta=theta, window=window, top_k=top_k, entropy=entropy)
+    n, nxt, loose = fly_reference(logits, draft, theta, window, top_k, normalized)
+    assert (f.n_accept, f.next_token) == (n, nxt) and np.array_equal(f.loose, loose)
+    spent = min(spent, budget)
+    a = asd(logits, draft, spent=spent, gate=gate, max_exceptions=max_exceptions,
+            budget=budget)
+    n, nxt, added, loose = asd_reference(logits, draft, spent, gate, max_exceptions, budget)
+    assert (a.n_accept, a.next_token) == (n, nxt) and np.array_equal(a.loose, loose)
+    assert a.regret_added == pytest.approx(added, rel=1e-9, abs=1e-9)
+    for verdict in (f, a, strict(logits, draft)):
+        assert 0 <= verdict.n_accept <= k and 0 <= verdict.next_token < v
+        assert verdict.n_loose <= verdict.n_accept
+
+
 # --- hand-made cases -----------------------------------------------------------------------
 
 def test_strict_all_match_gives_bonus():

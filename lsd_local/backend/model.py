@@ -160,16 +160,7 @@ class Model:
     def tokenize(self, text: str, add_special: bool = True,
                  parse_special: bool = True) -> list[int]:
         """Text -> token ids; `parse_special` turns '<|im_start|>' etc. into their ids."""
-        data = text.encode("utf-8")
-        cap = len(data) + 8
-        buf = (ll.llama_token * cap)()
-        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (ll.llama_token * cap)()
-            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special,
-                                  parse_special)
-        return list(buf[:n])
+        return self.tokenize_bytes(text.encode("utf-8"), add_special, parse_special)
 
     def token_bytes(self, token: int) -> bytes:
         """The raw bytes a token stands for (control tokens render as empty)."""
@@ -179,6 +170,25 @@ class Model:
             piece = self._piece_buf.raw[:max(n, 0)]
             self._piece_cache[token] = piece
         return piece
+
+    def token_bytes_special(self, token: int) -> bytes:
+        """Like token_bytes, but control tokens render as their text ('<|im_start|>'), so that
+        another tokenizer can read the same conversation (cross-vocabulary drafting)."""
+        n = ll.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, True)
+        return self._piece_buf.raw[:max(n, 0)]
+
+    def tokenize_bytes(self, data: bytes, add_special: bool = False,
+                       parse_special: bool = True) -> list[int]:
+        """UTF-8 bytes -> token ids (a cut multi-byte character is tokenized as raw bytes)."""
+        cap = len(data) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special,
+                                  parse_special)
+        return list(buf[:n])
 
     def token_text(self, token: int) -> bytes:
         """The vocabulary's stored text for a token (used for compatibility checks)."""

@@ -58,12 +58,18 @@ def summarize(rows: Sequence[dict], baseline: str = "plain") -> list[dict]:
     out = []
     for (set_name, config), group in groups.items():
         base = {(r["id"], r["rep"]): r for r in groups.get((set_name, baseline), [])}
-        out.append(summarize_group(set_name, config, group, base))
+        twin = grammar_baseline(config, baseline)  # quality vs plain under the same grammar
+        twin_rows = groups.get((set_name, twin)) if twin != config else None
+        same_grammar = {(r["id"], r["rep"]): r for r in twin_rows} if twin_rows else base
+        out.append(summarize_group(set_name, config, group, base, same_grammar))
     return out
 
 
 def summarize_group(set_name: str, config: str, group: list[dict],
-                    base: dict[tuple[str, int], dict]) -> dict:
+                    base: dict[tuple[str, int], dict],
+                    quality_base: dict[tuple[str, int], dict] | None = None) -> dict:
+    """Speed vs `base` (plain decoding); identical outputs and retention vs `quality_base`
+    (default `base`)."""
     ratios = [r["tps"] / base[(r["id"], r["rep"])]["tps"] for r in group
               if (r["id"], r["rep"]) in base and base[(r["id"], r["rep"])]["tps"] > 0]
     s = {"set": set_name, "config": config, "prompts": len({r["id"] for r in group}),
@@ -87,8 +93,15 @@ def summarize_group(set_name: str, config: str, group: list[dict],
         s["prefill_s"] = statistics.median(r["prefill_s"] for r in group)
     if "rss_mb" in group[0]:
         s["rss_mb"] = max(r["rss_mb"] for r in group)
-    s.update(quality(group, base))
+    s.update(quality(group, quality_base if quality_base is not None else base))
     return s
+
+
+def grammar_baseline(config: str, baseline: str = "plain") -> str:
+    """The plain configuration with the same ':grammar=NAME' as `config` (or `baseline`): the
+    reference for identical outputs and pass@1 retention of a constrained configuration."""
+    grammar = [part for part in config.split(":") if part.startswith("grammar=")]
+    return f"{baseline}:{grammar[0]}" if grammar else baseline
 
 
 def quality(group: list[dict], base: dict[tuple[str, int], dict]) -> dict:

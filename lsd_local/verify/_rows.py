@@ -42,8 +42,8 @@ def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
                 pos -= 1
             top[pos] = shifted
     log_total = np.log(total)
-    if normalized:
-        return (log_total - weighted / total) / np.log(n)
+    if normalized:  # a one-token vocabulary has no uncertainty (and log V = 0)
+        return (log_total - weighted / total) / np.log(n) if n > 1 else 0.0
     h = 0.0
     for t in range(top_k):
         if top[t] == -np.inf:
@@ -60,7 +60,7 @@ def row_entropy_reference(row: np.ndarray, top_k: int, normalized: bool) -> floa
     log_p -= np.log(np.exp(log_p).sum())
     p = np.exp(log_p)
     if normalized:
-        return float(-(p * log_p).sum() / np.log(len(row)))
+        return float(-(p * log_p).sum() / np.log(len(row))) if len(row) > 1 else 0.0
     top = np.sort(log_p)[::-1][:top_k]
     return float(-(np.exp(top) * top).sum())
 
