@@ -146,7 +146,7 @@ def load_engine(model: str | None, opts: dict):
                            notify=_notify)
     tensor_split = _tensor_split(opts["tensor_split"])
     rule = opts["rule"] or found.rule or "strict"
-    return Engine.load(found.target, found.draft, drafter=found.drafter, rule=rule,
+    engine = Engine.load(found.target, found.draft, drafter=found.drafter, rule=rule,
                        k=opts["k"], chat_template=found.chat_template,
                        n_ctx=opts["ctx"] or found.ctx or 4096, n_threads=opts["threads"],
                        n_gpu_layers=opts["n_gpu_layers"],
@@ -156,6 +156,10 @@ def load_engine(model: str | None, opts: dict):
                        theta=opts["theta"], window=opts["window"],
                        entropy_top_k=opts["entropy_top_k"], gate=opts["gate"],
                        max_exceptions=opts["max_exceptions"], budget=opts["budget"])
+    if engine.cross_vocab:
+        _notify(f"draft {engine.draft_model.path.name} has another vocabulary than "
+                f"{engine.target.path.name}: it drafts through text (cross-vocabulary)")
+    return engine
 
 
 def _tensor_split(text: str | None) -> list[float] | None:

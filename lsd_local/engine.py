@@ -10,10 +10,10 @@ from time import perf_counter
 
 import numpy as np
 
-from .backend import Grammar, LoadOptions, Model, check_vocab_compatible, schema_to_gbnf
+from .backend import Grammar, LoadOptions, Model, schema_to_gbnf, vocab_compatible
 from .chat import render_chat
-from .drafters import LookupDrafter, ModelDrafter, MultiLevelDrafter
-from .drafters.auto import LOOKUP_CAP, MODEL_CAP, AutoDrafter
+from .drafters.auto import LOOKUP_CAP, MODEL_CAP
+from .drafters.factory import make_drafter
 from .drafters.lookup import MAX_NGRAM, MIN_NGRAM
 from .drafters.model import P_MIN
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
@@ -127,13 +127,15 @@ class Engine:
     """Speculative decoding over llama.cpp. Create with `Engine.load(...)`."""
 
     def __init__(self, target: Model, draft: Model | None, drafter: DrafterConfig,
-                 rule: RuleConfig, chat_template: str | None = None) -> None:
+                 rule: RuleConfig, chat_template: str | None = None,
+                 cross_vocab: bool = False) -> None:
         self.target = target
         self.chat_template = chat_template or target.chat_template()
         self.draft_model = draft
+        self.cross_vocab = cross_vocab  # the draft drafts through text (other vocabulary)
         self.drafter_config = drafter
         self.rule_config = rule
-        self._drafter = _make_drafter(drafter, draft)
+        self._drafter = make_drafter(drafter, draft, target if cross_vocab else None)
         self._busy = False
 
     @classmethod
@@ -145,7 +147,8 @@ class Engine:
              p_min: float = P_MIN, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
              chat_template: str | None = None, verbose: bool = False,
              **rule_params) -> Engine:
-        """Load the target GGUF (and a draft GGUF with the same vocabulary).
+        """Load the target GGUF (and a draft GGUF: one with another vocabulary drafts through
+        text, see drafters/crossvocab.py).
 
         drafter: "auto" (lookup, the draft model if given, or no draft, chosen per round by
         measured cost and acceptance), "model" (needs draft), "lookup", "multilevel" (needs
@@ -168,12 +171,13 @@ class Engine:
                            verbose=verbose)
         target_model = Model.load(target, opts)
         draft_model = None
+        cross_vocab = False
         try:
             if draft is not None and drafter in ("model", "multilevel", "auto"):
                 draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
                                      else draft_n_gpu_layers)
                 draft_model = Model.load(draft, draft_opts)
-                check_vocab_compatible(target_model, draft_model)
+                cross_vocab = not vocab_compatible(target_model, draft_model)
             if drafter != "none" and not target_model.supports_truncate:
                 raise IncompatibleModelsError(
                     f"{target_model.path.name} is a recurrent/hybrid model whose cache cannot "
@@ -183,7 +187,7 @@ class Engine:
             if draft_model is not None:
                 draft_model.close()
             raise
-        return cls(target_model, draft_model, dcfg, rcfg, chat_template)
+        return cls(target_model, draft_model, dcfg, rcfg, chat_template, cross_vocab)
 
     def configure(self, *, drafter: str | None = None, k: int | str | None = None,
                   rule: str | None = None, p_min: float | None = None,
@@ -207,7 +211,8 @@ class Engine:
         current_rule = params.pop("rule")
         rcfg = _rule_config(rule or current_rule, params)
         if dcfg != self.drafter_config:
-            self._drafter = _make_drafter(dcfg, self.draft_model)
+            self._drafter = make_drafter(dcfg, self.draft_model,
+                                         self.target if self.cross_vocab else None)
         self.drafter_config = dcfg
         self.rule_config = rcfg
 
@@ -347,32 +352,3 @@ def _grammar_top(rule: RuleConfig, sampler: SamplerSettings | None, n_vocab: int
     if rule.rule == "fly" and rule.entropy == "topk":
         return rule.entropy_top_k
     return 1
-
-
-def _make_drafter(cfg: DrafterConfig, draft: Model | None):
-    if cfg.drafter == "auto" or cfg.adaptive_k:
-        return _auto_drafter(cfg, draft)
-    return _fixed_drafter(cfg, draft)
-
-
-def _auto_drafter(cfg: DrafterConfig, draft: Model | None) -> AutoDrafter | None:
-    """The cost-aware controller over the drafters the configuration allows."""
-    if cfg.drafter == "none":
-        return None
-    lookup = LookupDrafter(cfg.max_ngram, cfg.min_ngram) if cfg.drafter in (
-        "auto", "lookup") else None
-    model = None
-    if draft is not None and cfg.drafter in ("auto", "model", "multilevel"):
-        model = _fixed_drafter(replace(cfg, drafter="model" if cfg.drafter == "auto"
-                                       else cfg.drafter), draft)
-    return AutoDrafter(lookup, model, fixed_k=None if cfg.adaptive_k else cfg.k_value)
-
-
-def _fixed_drafter(cfg: DrafterConfig, draft: Model | None):
-    if cfg.drafter == "lookup":
-        return LookupDrafter(cfg.max_ngram, cfg.min_ngram)
-    if cfg.drafter == "model":
-        return ModelDrafter(draft, cfg.p_min)
-    if cfg.drafter == "multilevel":
-        return MultiLevelDrafter(draft, cfg.p_min, cfg.max_ngram, cfg.min_ngram)
-    return None

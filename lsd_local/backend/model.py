@@ -336,6 +336,16 @@ def _context_params(opts: LoadOptions):
     return params
 
 
+def vocab_compatible(target: Model, draft: Model) -> bool:
+    """Whether `draft` tokenizes text exactly like `target` (then drafts are token ids; else
+    the engine drafts through text, see drafters/crossvocab.py)."""
+    try:
+        check_vocab_compatible(target, draft)
+    except IncompatibleModelsError:
+        return False
+    return True
+
+
 def check_vocab_compatible(target: Model, draft: Model) -> None:
     """Raise IncompatibleModelsError unless `draft` tokenizes text exactly like `target`."""
     if abs(target.n_vocab - draft.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:

@@ -154,7 +154,7 @@ class AutoDrafter:
         if in_sync or self.draft_token_s is None:
             self.draft_token_s = per_forward if self.draft_token_s is None else (
                 DRAFT_COST_DECAY * self.draft_token_s + (1 - DRAFT_COST_DECAY) * per_forward)
-        return replace(draft, source="model")
+        return replace(draft, source=draft.source or "model")
 
     def _resolve_shadow(self, history: np.ndarray) -> None:
         """Score the pending lookup proposal against the tokens committed since it was made:

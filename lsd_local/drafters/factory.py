@@ -1,0 +1,48 @@
+"""Build the drafter a configuration asks for over the loaded models (used by the Engine)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .auto import AutoDrafter
+from .crossvocab import CrossVocabDrafter, TextCodec
+from .lookup import LookupDrafter
+from .model import ModelDrafter
+from .multilevel import MultiLevelDrafter
+
+
+def make_drafter(cfg, draft, cross_vocab_target=None):
+    """`cfg` is an engine DrafterConfig, `draft` a backend Model or None. With
+    `cross_vocab_target` (the target Model, when the draft's vocabulary differs), the draft
+    model drafts through text (CrossVocabDrafter)."""
+    if cfg.drafter == "auto" or cfg.adaptive_k:
+        return auto_drafter(cfg, draft, cross_vocab_target)
+    return fixed_drafter(cfg, draft, cross_vocab_target)
+
+
+def auto_drafter(cfg, draft, cross_vocab_target=None) -> AutoDrafter | None:
+    """The cost-aware controller over the drafters the configuration allows."""
+    if cfg.drafter == "none":
+        return None
+    lookup = LookupDrafter(cfg.max_ngram, cfg.min_ngram) if cfg.drafter in (
+        "auto", "lookup") else None
+    model = None
+    if draft is not None and cfg.drafter in ("auto", "model", "multilevel"):
+        model = fixed_drafter(replace(cfg, drafter="model" if cfg.drafter == "auto"
+                                      else cfg.drafter), draft, cross_vocab_target)
+    return AutoDrafter(lookup, model, fixed_k=None if cfg.adaptive_k else cfg.k_value)
+
+
+def fixed_drafter(cfg, draft, cross_vocab_target=None):
+    """One drafter with a fixed K (None for drafter 'none')."""
+    if cfg.drafter == "lookup":
+        return LookupDrafter(cfg.max_ngram, cfg.min_ngram)
+    if cfg.drafter == "model":
+        inner = ModelDrafter(draft, cfg.p_min)
+    elif cfg.drafter == "multilevel":
+        inner = MultiLevelDrafter(draft, cfg.p_min, cfg.max_ngram, cfg.min_ngram)
+    else:
+        return None
+    if cross_vocab_target is None:
+        return inner
+    return CrossVocabDrafter(inner, TextCodec(cross_vocab_target), TextCodec(draft))
