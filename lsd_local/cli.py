@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 
 import click
 
@@ -146,19 +147,19 @@ def load_engine(model: str | None, opts: dict):
                            notify=_notify)
     tensor_split = _tensor_split(opts["tensor_split"])
     rule = opts["rule"] or found.rule or "strict"
-    engine = Engine.load(found.target, found.draft, drafter=found.drafter, rule=rule,
-                       k=opts["k"], chat_template=found.chat_template,
-                       n_ctx=opts["ctx"] or found.ctx or 4096, n_threads=opts["threads"],
-                       n_gpu_layers=opts["n_gpu_layers"],
-                       draft_n_gpu_layers=opts["draft_n_gpu_layers"],
-                       main_gpu=opts["main_gpu"], split_mode=opts["split_mode"],
-                       tensor_split=tensor_split, p_min=opts["p_min"], verbose=opts["verbose"],
-                       theta=opts["theta"], window=opts["window"],
-                       entropy_top_k=opts["entropy_top_k"], gate=opts["gate"],
-                       max_exceptions=opts["max_exceptions"], budget=opts["budget"])
-    if engine.cross_vocab:
-        _notify(f"draft {engine.draft_model.path.name} has another vocabulary than "
-                f"{engine.target.path.name}: it drafts through text (cross-vocabulary)")
+    with warnings.catch_warnings():  # the engine's notices are printed below, once
+        warnings.simplefilter("ignore")
+        engine = Engine.load(
+            found.target, found.draft, drafter=found.drafter, rule=rule, k=opts["k"],
+            chat_template=found.chat_template, n_ctx=opts["ctx"] or found.ctx or 4096,
+            n_threads=opts["threads"], n_gpu_layers=opts["n_gpu_layers"],
+            draft_n_gpu_layers=opts["draft_n_gpu_layers"], main_gpu=opts["main_gpu"],
+            split_mode=opts["split_mode"], tensor_split=tensor_split, p_min=opts["p_min"],
+            verbose=opts["verbose"], theta=opts["theta"], window=opts["window"],
+            entropy_top_k=opts["entropy_top_k"], gate=opts["gate"],
+            max_exceptions=opts["max_exceptions"], budget=opts["budget"])
+    for notice in engine.notices:
+        _notify(notice)
     return engine
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from time import perf_counter
@@ -133,6 +134,11 @@ class Engine:
         self.chat_template = chat_template or target.chat_template()
         self.draft_model = draft
         self.cross_vocab = cross_vocab  # the draft drafts through text (other vocabulary)
+        # what a user should know about the pair (the CLI prints these); doubtful choices are
+        # also Python warnings for library users
+        self.notices = _pair_notices(target, draft, cross_vocab)
+        for notice in self.notices[1 if cross_vocab else 0:]:
+            warnings.warn(notice, UserWarning, stacklevel=3)
         self.drafter_config = drafter
         self.rule_config = rule
         self._drafter = make_drafter(drafter, draft, target if cross_vocab else None)
@@ -178,7 +184,8 @@ class Engine:
                                      else draft_n_gpu_layers)
                 draft_model = Model.load(draft, draft_opts)
                 cross_vocab = not vocab_compatible(target_model, draft_model)
-            if drafter != "none" and not target_model.supports_truncate:
+            recurrent = not target_model.supports_truncate
+            if recurrent and drafter not in ("none", "auto"):
                 raise IncompatibleModelsError(
                     f"{target_model.path.name} is a recurrent/hybrid model whose cache cannot "
                     "drop rejected tokens; use drafter='none'")
@@ -187,6 +194,15 @@ class Engine:
             if draft_model is not None:
                 draft_model.close()
             raise
+        if recurrent and drafter == "auto":  # auto chooses plain decoding, and says why
+            if draft_model is not None:
+                draft_model.close()
+            engine = cls(target_model, None, replace(dcfg, drafter="none", k=None), rcfg,
+                         chat_template)
+            engine.notices.append(f"{target_model.path.name} is a recurrent/hybrid model whose "
+                                  "cache cannot drop rejected tokens: plain decoding")
+            warnings.warn(engine.notices[-1], UserWarning, stacklevel=2)
+            return engine
         return cls(target_model, draft_model, dcfg, rcfg, chat_template, cross_vocab)
 
     def configure(self, *, drafter: str | None = None, k: int | str | None = None,
@@ -244,7 +260,6 @@ class Engine:
         verifier = Verifier(self.rule_config, sampler)
         if self._busy:
             raise RuntimeError("this Engine is already generating; finish that generation first")
-        constraint = self.compile_grammar(grammar, json_schema)
         prompt_ids = self.prompt_tokens(prompt)
         if not prompt_ids:
             raise ParameterError("invalid prompt: it is empty (no tokens)")
@@ -252,6 +267,7 @@ class Engine:
             raise ContextOverflowError(
                 f"the prompt has {len(prompt_ids)} tokens but the context holds "
                 f"{self.target.n_ctx} (raise n_ctx or shorten the prompt)")
+        constraint = self.compile_grammar(grammar, json_schema)
         stats = GenerationStats(prompt_tokens=len(prompt_ids))
         text = TextAssembler(self.target.token_bytes, stop)
         request = Request(max_tokens, self.drafter_config.k_value, sampler,
@@ -341,6 +357,25 @@ def _rule_config(rule: str, params: dict) -> RuleConfig:
     cfg = RuleConfig(rule=rule, **params)
     cfg.validate()
     return cfg
+
+
+def _pair_notices(target: Model, draft: Model | None, cross_vocab: bool) -> list[str]:
+    """What a user should know about a target/draft pair: the cross-vocabulary note first
+    (information), then doubtful choices (warnings)."""
+    if draft is None:
+        return []
+    notices = []
+    if cross_vocab:
+        notices.append(f"draft {draft.path.name} has another vocabulary than "
+                       f"{target.path.name}: it drafts through text (cross-vocabulary)")
+    if draft.path.resolve() == target.path.resolve():
+        notices.append(f"the draft is the target itself ({target.path.name}): every draft is "
+                       "accepted, but drafting costs as much as it saves")
+    elif draft.n_params > target.n_params:
+        notices.append(f"draft {draft.path.name} ({draft.n_params / 1e6:.1f}M parameters) is "
+                       f"larger than the target {target.path.name} "
+                       f"({target.n_params / 1e6:.1f}M): drafting will cost more than it saves")
+    return notices
 
 
 def _grammar_top(rule: RuleConfig, sampler: SamplerSettings | None, n_vocab: int) -> int:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 from .errors import LsdError
@@ -53,37 +56,153 @@ def verify(spec: ModelSpec, path: Path) -> None:
                        "the corrupt download was deleted, run `lsd pull` again")
 
 
-def download(spec: ModelSpec) -> Path:
-    """Fetch spec.file from spec.repo (progress bar, resumes a partial download)."""
-    from huggingface_hub import hf_hub_download
+PARTIAL_SUFFIX = ".lsd-partial"  # next to the blob; kept on failure so the next run resumes
+CHUNK = 1 << 20
+
+
+def _endpoint() -> str:
+    """HF_ENDPOINT read at call time (huggingface_hub reads it once, at import)."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+
+def _metadata(spec: ModelSpec):
+    """What the Hub says about the file (commit, etag, size, download URL); LsdError else."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
-        LocalEntryNotFoundError,
         RepositoryNotFoundError,
     )
 
     where = f"{spec.file} from {spec.repo}"
-    if offline():
-        found = cached_file(spec)
-        if found is None:
-            raise LsdError(f"{where} is not in the Hugging Face cache and HF_HUB_OFFLINE=1 "
-                           "forbids downloading it; fetch it elsewhere, or pass a .gguf path")
-        return found
+    endpoint = _endpoint()
     try:
-        path = Path(hf_hub_download(spec.repo, spec.file, cache_dir=cache_dir()))
+        meta = get_hf_file_metadata(hf_hub_url(spec.repo, spec.file, endpoint=endpoint),
+                                    endpoint=endpoint)
     except GatedRepoError:
         raise LsdError(f"{spec.repo} is gated: accept its license on the Hub and log in "
                        "(`hf auth login`), then retry") from None
     except RepositoryNotFoundError:
         raise LsdError(f"repository {spec.repo} not found on the Hub") from None
-    except LocalEntryNotFoundError:  # a subclass of EntryNotFoundError: test it first
-        raise LsdError(f"cannot reach the Hugging Face Hub to fetch {where} (offline?); "
-                       "retry with network, or pass a local .gguf path") from None
     except EntryNotFoundError:
         raise LsdError(f"{spec.file} not found in {spec.repo}") from None
-    except OSError as exc:  # includes no space left on device and connection errors
-        raise LsdError(f"download of {where} failed: {exc}; run the same command again to "
-                       "resume") from None
-    verify(spec, path)
+    except Exception as exc:  # noqa: BLE001 - OSError, HfHubHTTPError, httpx's own errors
+        raise LsdError(f"cannot reach the Hugging Face Hub to fetch {where} (offline?): "
+                       f"{_short(exc)}; retry with network, or pass a local .gguf path") from None
+    if not meta.commit_hash or not meta.etag:
+        raise LsdError(f"the Hub gave no commit/etag for {where}; cannot cache it")
+    return meta
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+
+
+def _repo_folder(spec: ModelSpec) -> Path:
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    root = cache_dir() or Path(HF_HUB_CACHE)
+    return root / ("models--" + spec.repo.replace("/", "--"))
+
+
+def _check_space(folder: Path, needed: int, where: str) -> None:
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise LsdError(f"not enough disk space for {where}: {needed / 2**20:.0f} MiB more "
+                       f"needed, {free / 2**20:.0f} MiB free in {folder}")
+
+
+def _fetch(url: str, partial: Path, size: int | None, where: str) -> None:
+    """Append the rest of the file to `partial` (HTTP Range from its current size)."""
+    import urllib.error
+    import urllib.request
+
+    from huggingface_hub.utils import build_hf_headers
+
+    start = partial.stat().st_size if partial.exists() else 0
+    headers = {**build_hf_headers(), "Accept-Encoding": "identity"}
+    if start:
+        headers["Range"] = f"bytes={start}-"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        response = urllib.request.urlopen(request, timeout=60)
+    except urllib.error.HTTPError as exc:
+        if exc.code == 416 and size is not None and start == size:
+            return  # already complete
+        raise
+    with response:
+        resumed = start and response.status == 206  # 200: the server sent it all again
+        with partial.open("ab" if resumed else "wb") as out, \
+                _progress(where, size, start if resumed else 0) as bar:
+            while chunk := response.read1(CHUNK):  # what has arrived, not a full MiB
+                out.write(chunk)
+                bar.update(len(chunk))
+
+
+def _progress(where: str, total: int | None, done: int):
+    from huggingface_hub.utils import tqdm
+
+    return tqdm(total=total, initial=done, unit="B", unit_scale=True, desc=where, leave=False)
+
+
+def _install(spec: ModelSpec, folder: Path, meta, blob: Path) -> Path:
+    """Link the blob into the cache's snapshot for this commit, as huggingface_hub does."""
+    snapshot = folder / "snapshots" / meta.commit_hash / spec.file
+    snapshot.parent.mkdir(parents=True, exist_ok=True)
+    if not snapshot.exists():
+        tmp = snapshot.with_name(snapshot.name + PARTIAL_SUFFIX)
+        tmp.unlink(missing_ok=True)
+        try:
+            tmp.symlink_to(os.path.relpath(blob, snapshot.parent))
+        except OSError:  # no symlinks here (some filesystems): a copy-free hard link or move
+            os.link(blob, tmp)
+        os.replace(tmp, snapshot)
+    (folder / "refs").mkdir(exist_ok=True)
+    (folder / "refs" / "main").write_text(meta.commit_hash)
+    return snapshot
+
+
+def download(spec: ModelSpec) -> Path:
+    """Fetch spec.file from spec.repo into the Hub cache; resumes a partial download left by
+    an interrupted run (Ctrl-C, lost connection, full disk) and checks size and sha256."""
+    where = f"{spec.file} from {spec.repo}"
+    found = cached_file(spec)
+    if offline() or found is not None:
+        if found is None:
+            raise LsdError(f"{where} is not in the Hugging Face cache and HF_HUB_OFFLINE=1 "
+                           "forbids downloading it; fetch it elsewhere, or pass a .gguf path")
+        return found
+    meta = _metadata(spec)
+    folder = _repo_folder(spec)
+    (folder / "blobs").mkdir(parents=True, exist_ok=True)
+    blob = folder / "blobs" / meta.etag
+    partial = blob.with_name(blob.name + PARTIAL_SUFFIX)
+    if not blob.exists():
+        have = partial.stat().st_size if partial.exists() else 0
+        if meta.size is not None:
+            _check_space(folder / "blobs", meta.size - have, where)
+        try:
+            _fetch(meta.location, partial, meta.size, where)
+        except OSError as exc:  # httpx errors are not OSErrors: see below
+            kept = partial.stat().st_size if partial.exists() else 0
+            raise LsdError(f"download of {where} failed: {exc.strerror or exc}; "
+                           f"{kept / 2**20:.0f} MiB kept, the same command resumes") from None
+        except Exception as exc:  # noqa: BLE001 - httpx.HTTPError and friends
+            kept = partial.stat().st_size if partial.exists() else 0
+            raise LsdError(f"download of {where} interrupted: {_short(exc)}; "
+                           f"{kept / 2**20:.0f} MiB kept, the same command resumes") from None
+        got = partial.stat().st_size
+        if meta.size is not None and got < meta.size:  # the connection ended early
+            raise LsdError(f"download of {where} interrupted at {got / 2**20:.1f} of "
+                           f"{meta.size / 2**20:.1f} MiB (connection closed); "
+                           f"{got / 2**20:.0f} MiB kept, the same command resumes")
+        if meta.size is not None and got > meta.size:
+            partial.unlink()
+            raise LsdError(f"download of {where} has {got} bytes, the Hub says {meta.size}; "
+                           "the partial file was deleted, run the same command again")
+        os.replace(partial, blob)
+    path = _install(spec, folder, meta, blob)
+    # The Hub's etag of an LFS file is its sha256: check it when the registry gives none.
+    lfs_sha = meta.etag if re.fullmatch(r"[0-9a-f]{64}", meta.etag) else None
+    verify(replace(spec, sha256=spec.sha256 or lfs_sha), path)
     return path

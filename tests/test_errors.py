@@ -61,15 +61,26 @@ def test_mismatched_vocabularies_draft_through_text(tiny_pair, tiny_other_vocab)
     with pytest.raises(IncompatibleModelsError, match="lookup"):  # the check itself still says
         check_vocab_compatible(Model.load(tiny_pair[0], LoadOptions(n_ctx=64)),
                                Model.load(tiny_other_vocab, LoadOptions(n_ctx=64)))
-    with Engine.load(tiny_pair[0], tiny_other_vocab, drafter="model") as eng:
-        assert eng.cross_vocab  # instead of the error: see test_crossvocab_tiny.py
+    with pytest.warns(UserWarning, match="larger than the target"), Engine.load(
+            tiny_pair[0], tiny_other_vocab, drafter="model") as eng:  # 22 vs 20 word pieces
+        assert eng.cross_vocab and "drafts through text" in eng.notices[0]
 
 
 def test_same_file_as_draft_accepts_everything(tiny_pair):
-    with Engine.load(tiny_pair[0], tiny_pair[0], drafter="model", k=4, p_min=0.0,
-                     n_ctx=512) as eng:
+    with pytest.warns(UserWarning, match="the draft is the target itself"), Engine.load(
+            tiny_pair[0], tiny_pair[0], drafter="model", k=4, p_min=0.0, n_ctx=512) as eng:
         gen = eng.generate("the cat is", max_tokens=60).run()
     assert gen.stats.acceptance_rate > 0.95
+
+
+def test_draft_larger_than_the_target_is_a_warning(tmp_path):
+    (tmp_path / "small").mkdir()
+    (tmp_path / "big").mkdir()
+    small, _ = tinymodels.make_pair(tmp_path / "small", spec=tinymodels.TinySpec(n_layer=1))
+    big, _ = tinymodels.make_pair(tmp_path / "big", spec=tinymodels.TinySpec(n_layer=3))
+    with pytest.warns(UserWarning, match="is larger than the target"), Engine.load(
+            small, big, drafter="model", k=2, n_ctx=256) as eng:
+        assert eng.notices and eng.generate("the cat", max_tokens=8).run().tokens
 
 
 def test_prompt_longer_than_context(tiny_pair):

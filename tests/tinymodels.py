@@ -132,3 +132,55 @@ def make_other_vocab(directory: Path) -> Path:
     spec = TinySpec(seed=7, words=tuple(OTHER_WORDS))
     weights = random_weights(spec, 259 + len(OTHER_WORDS))
     return write_gguf(directory / "other-vocab.gguf", spec, weights)
+
+
+def make_mamba(directory: Path, seed: int = 3) -> Path:
+    """A tiny Mamba (recurrent) model: its cache cannot drop a partial range of positions."""
+    n_embd, d_inner, d_conv, d_state, dt_rank, n_layer = 32, 64, 4, 8, 4, 2
+    tokens, scores, types = vocab(tuple(WORDS))
+    rng = np.random.default_rng(seed)
+
+    def mat(*shape: int, std: float = 0.2) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    path = directory / "mamba.gguf"
+    writer = gguf.GGUFWriter(str(path), "mamba")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(n_embd)
+    writer.add_block_count(n_layer)
+    writer.add_feed_forward_length(0)
+    writer.add_head_count(0)
+    writer.add_ssm_conv_kernel(d_conv)
+    writer.add_ssm_inner_size(d_inner)
+    writer.add_ssm_state_size(d_state)
+    writer.add_ssm_time_step_rank(dt_rank)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    n_vocab = len(tokens)
+    writer.add_tensor("token_embd.weight", mat(n_vocab, n_embd, std=1.0))
+    writer.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
+    writer.add_tensor("output.weight", mat(n_vocab, n_embd, std=0.5))
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        writer.add_tensor(p + "attn_norm.weight", np.ones(n_embd, np.float32))
+        writer.add_tensor(p + "ssm_in.weight", mat(2 * d_inner, n_embd))
+        writer.add_tensor(p + "ssm_conv1d.weight", mat(d_inner, d_conv))
+        writer.add_tensor(p + "ssm_conv1d.bias", np.zeros(d_inner, np.float32))
+        writer.add_tensor(p + "ssm_x.weight", mat(dt_rank + 2 * d_state, d_inner))
+        writer.add_tensor(p + "ssm_dt.weight", mat(d_inner, dt_rank))
+        writer.add_tensor(p + "ssm_dt.bias", np.zeros(d_inner, np.float32))
+        writer.add_tensor(p + "ssm_a", -np.abs(mat(d_inner, d_state, std=1.0)) - 0.1)
+        writer.add_tensor(p + "ssm_d", np.ones(d_inner, np.float32))
+        writer.add_tensor(p + "ssm_out.weight", mat(n_embd, d_inner))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -284,6 +284,8 @@ class Model:
         m = min(len(cached), len(tokens), limit)
         differ = np.flatnonzero(cached[:m] != tokens[:m])
         keep = int(differ[0]) if len(differ) else m
+        if not self.supports_truncate and keep < self.n_cached:
+            keep = 0  # a recurrent state cannot be rewound, only dropped whole
         self.truncate(keep)
         return keep
 

@@ -7,8 +7,10 @@ import re
 import resource
 import shlex
 import subprocess
+import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -121,10 +123,14 @@ class BenchModels:
         if key not in self.engines:
             if with_draft and self.draft is None:
                 raise LsdError("this configuration needs a draft model (--draft)")
-            self.engines[key] = Engine.load(
-                self.target, self.draft if with_draft else None,
-                drafter="model" if with_draft else "none", k=64, n_ctx=self.n_ctx,
-                n_threads=self.n_threads, chat_template=self.chat_template)
+            with warnings.catch_warnings():  # the notices are printed once, below
+                warnings.simplefilter("ignore")
+                self.engines[key] = Engine.load(
+                    self.target, self.draft if with_draft else None,
+                    drafter="model" if with_draft else "none", k=64, n_ctx=self.n_ctx,
+                    n_threads=self.n_threads, chat_template=self.chat_template)
+            for notice in self.engines[key].notices:
+                print(notice, file=sys.stderr)
         return self.engines[key]
 
     def peer(self, num_pred_tokens: int):

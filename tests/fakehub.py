@@ -1,0 +1,116 @@
+"""A local HTTP server that answers like the Hugging Face Hub's `resolve` endpoint (HEAD with
+commit/etag/size headers, GET with Range), with faults on demand: drop the connection after N
+bytes, ignore Range, send slowly. huggingface_hub and lsd's downloader talk to it through
+HF_ENDPOINT, so downloads are tested end to end without the internet."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHub:
+    """files: {"org/name/file.gguf": bytes}."""
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        self.files = files
+        self.drop_after: int | None = None  # first GET: close after this many body bytes
+        self.ignore_range = False
+        self.delay = 0.0  # seconds between 64 KiB chunks
+        self.hook: tuple[int, object] | None = None  # (bytes, callable): run once when sent
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> FakeHub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def gets(self) -> list[str | None]:
+        return [r for method, _, r in self.requests if method == "GET"]
+
+    def _handler(self):
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _file(self) -> bytes | None:
+                match = re.fullmatch(r"/([^/]+/[^/]+)/resolve/[^/]+/(.+)", self.path)
+                return hub.files.get(f"{match[1]}/{match[2]}") if match else None
+
+            def _headers(self, data: bytes, status: int, length: int, extra=()) -> None:
+                self.send_response(status)
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+                self.send_header("Accept-Ranges", "bytes")
+                self.send_header("Content-Length", str(length))
+                for key, value in extra:
+                    self.send_header(key, value)
+                self.end_headers()
+
+            def _missing(self) -> None:
+                self.send_response(404)
+                self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_HEAD(self) -> None:
+                hub.requests.append(("HEAD", self.path, None))
+                data = self._file()
+                if data is None:
+                    return self._missing()
+                self._headers(data, 200, len(data))
+
+            def do_GET(self) -> None:
+                wanted = self.headers.get("Range")
+                hub.requests.append(("GET", self.path, wanted))
+                data = self._file()
+                if data is None:
+                    return self._missing()
+                start = 0
+                if wanted and not hub.ignore_range:
+                    start = int(re.fullmatch(r"bytes=(\d+)-", wanted)[1])
+                    body = data[start:]
+                    self._headers(data, 206, len(body),
+                                  [("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")])
+                else:
+                    body = data
+                    self._headers(data, 200, len(body))
+                limit = hub.drop_after if hub.drop_after is not None else len(body)
+                hub.drop_after = None
+                sent = 0
+                while sent < min(limit, len(body)):
+                    chunk = body[sent:min(sent + 65536, limit)]
+                    try:
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    sent += len(chunk)
+                    if hub.hook is not None and sent >= hub.hook[0]:
+                        hook, hub.hook = hub.hook[1], None
+                        hook()
+                    if hub.delay:
+                        time.sleep(hub.delay)
+                if sent < len(body):
+                    self.close_connection = True
+                    self.connection.close()
+
+        return Handler

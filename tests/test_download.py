@@ -1,0 +1,142 @@
+"""Downloads against a local fake Hub (tests/fakehub.py): resume after a lost connection or
+Ctrl-C, checksums, a server that ignores Range, full disk, offline, unreachable Hub."""
+
+from __future__ import annotations
+
+import _thread
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fakehub import COMMIT, FakeHub
+
+from lsd_local import hub
+from lsd_local.cli import cli
+from lsd_local.errors import LsdError
+from lsd_local.registry import ModelSpec
+
+DATA = bytes(range(256)) * 4096  # 1 MiB
+REPO, FILE = "lsd-test/tiny-GGUF", "model.gguf"
+
+
+@pytest.fixture()
+def fake_hub(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    with FakeHub({f"{REPO}/{FILE}": DATA}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        yield server
+
+
+def spec(sha256: str | None = None) -> ModelSpec:
+    return ModelSpec("tiny", REPO, FILE, sha256=sha256)
+
+
+def partials(tmp_path: Path) -> list[Path]:
+    return list((tmp_path / "cache").rglob(f"*{hub.PARTIAL_SUFFIX}"))
+
+
+def test_download_lands_in_the_hub_cache_layout(fake_hub, tmp_path):
+    path = hub.download(spec(hashlib.sha256(DATA).hexdigest()))
+    assert path.read_bytes() == DATA
+    assert path.parent.name == COMMIT and path.is_symlink()
+    assert hub.cached_file(spec()) == path  # huggingface_hub finds it where it would put it
+    n = len(fake_hub.requests)
+    assert hub.download(spec()) == path and len(fake_hub.requests) == n  # no network again
+
+
+def test_lost_connection_keeps_the_partial_file_and_the_next_run_resumes(fake_hub, tmp_path):
+    fake_hub.drop_after = 400_000
+    with pytest.raises(LsdError, match="interrupted.*MiB kept, the same command resumes"):
+        hub.download(spec())
+    [partial] = partials(tmp_path)
+    assert partial.stat().st_size == 400_000
+    assert hub.cached_file(spec()) is None  # no half-written model where a model goes
+    path = hub.download(spec(hashlib.sha256(DATA).hexdigest()))
+    assert path.read_bytes() == DATA and not partials(tmp_path)
+    assert fake_hub.gets() == [None, "bytes=400000-"]
+
+
+def test_ctrl_c_during_a_download_then_resume_through_lsd_pull(fake_hub, tmp_path, monkeypatch):
+    config = tmp_path / "config" / "lsd"
+    config.mkdir(parents=True)
+    (config / "models.toml").write_text(f'[tiny]\nrepo = "{REPO}"\nfile = "{FILE}"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    fake_hub.delay = 0.05  # 16 chunks of 64 KiB: the client is mid-file when Ctrl-C comes
+    fake_hub.hook = (300_000, _thread.interrupt_main)  # SIGINT-like: KeyboardInterrupt in main
+    result = CliRunner().invoke(cli, ["pull", "tiny"])
+    assert result.exit_code == 130 and "Interrupted." in result.output
+    [partial] = partials(tmp_path)
+    kept = partial.stat().st_size
+    assert 0 < kept < len(DATA) and hub.cached_file(spec()) is None
+    fake_hub.delay = 0.0
+    result = CliRunner().invoke(cli, ["pull", "tiny"])
+    assert result.exit_code == 0, result.output
+    assert Path(result.stdout.strip().splitlines()[-1]).read_bytes() == DATA
+    assert fake_hub.gets()[-1] == f"bytes={kept}-"
+
+
+def test_server_ignoring_range_restarts_cleanly(fake_hub, tmp_path):
+    fake_hub.drop_after = 300_000
+    with pytest.raises(LsdError):
+        hub.download(spec())
+    fake_hub.ignore_range = True
+    path = hub.download(spec())
+    assert path.read_bytes() == DATA  # not 300 kB of it twice
+
+
+def test_checksum_mismatch_deletes_the_download(fake_hub, tmp_path):
+    with pytest.raises(LsdError, match="sha256 mismatch .* deleted"):
+        hub.download(spec("0" * 64))
+    assert not list((tmp_path / "cache").rglob("blobs/*")) and hub.cached_file(spec()) is None
+
+
+def test_not_enough_disk_space_fails_before_downloading(fake_hub, monkeypatch):
+    real = hub.shutil.disk_usage
+    monkeypatch.setattr(hub.shutil, "disk_usage",
+                        lambda p: real(p)._replace(free=1000))  # the OS reports a full disk
+    with pytest.raises(LsdError, match="not enough disk space.*1 MiB more needed"):
+        hub.download(spec())
+    assert fake_hub.gets() == []
+
+
+def test_a_write_error_keeps_what_was_written(fake_hub, tmp_path):
+    """A real write failure: the file size limit (RLIMIT_FSIZE) stops the write at 200 kB the
+    way a full disk would, in a child process."""
+    code = (
+        "import resource, signal\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))\n"
+        "from lsd_local import hub\nfrom lsd_local.errors import LsdError\n"
+        "from lsd_local.registry import ModelSpec\n"
+        f"try:\n    hub.download(ModelSpec('t', {REPO!r}, {FILE!r}))\n"
+        "except LsdError as e:\n    print('LSDERROR', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=os.environ.copy(), timeout=60)
+    assert "LSDERROR download of model.gguf" in out.stdout, out.stdout + out.stderr
+    assert "File too large" in out.stdout and "the same command resumes" in out.stdout
+    [partial] = partials(tmp_path)
+    assert 0 < partial.stat().st_size <= 200_000
+    assert hub.download(spec()).read_bytes() == DATA  # and it resumes from there
+
+
+def test_offline_and_unreachable_hub_are_one_line_errors(fake_hub, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(LsdError, match="not in the Hugging Face cache and HF_HUB_OFFLINE=1"):
+        hub.download(spec())
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens there
+    with pytest.raises(LsdError, match="cannot reach the Hugging Face Hub"):
+        hub.download(spec())
+
+
+def test_unknown_file_is_named(fake_hub):
+    with pytest.raises(LsdError, match="nothing.gguf not found in lsd-test/tiny-GGUF"):
+        hub.download(ModelSpec("x", REPO, "nothing.gguf"))
