@@ -23,6 +23,7 @@ import llama_cpp as ll
 import numpy as np
 
 from ..errors import ContextOverflowError, IncompatibleModelsError, ModelLoadError, check
+from .gguf_check import check_gguf
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 GGUF_MAGIC = b"GGUF"
@@ -142,6 +143,7 @@ class Model:
         opts.validate()
         path = Path(path).expanduser()
         _check_gguf_file(path)
+        check_gguf(path)  # damage llama.cpp would abort the process on
         sink = _install_log_sink(opts.verbose)
         sink.recent.clear()
         model_p = ll.llama_model_load_from_file(str(path).encode(), _model_params(opts))
