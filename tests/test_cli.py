@@ -186,7 +186,9 @@ def test_corrupt_model_is_one_line(tmp_path, tiny_pair):
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(tiny_pair[0].read_bytes()[:5000])
     result = invoke("run", bad, "hi")
-    assert result.exit_code == 1 and result.output.startswith("Error: cannot load bad.gguf")
+    assert result.exit_code == 1 and result.output.startswith(
+        "Error: corrupt GGUF file bad.gguf: the file ends inside its metadata")
+    assert len(result.output.strip().splitlines()) == 1
 
 
 def test_mismatched_draft_drafts_through_text(tiny_pair, tiny_other_vocab):

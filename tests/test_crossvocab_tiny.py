@@ -13,6 +13,9 @@ from lsd_local import Engine
 from lsd_local.cli import cli
 
 CTX = 1024
+# the other vocabulary has 2 more word pieces, so its tiny model is larger than the target's:
+# a warning that is right but beside the point here
+pytestmark = pytest.mark.filterwarnings("ignore:.*is larger than the target:UserWarning")
 PROMPTS = ["the cat is", "def f(x): return", "héllo wörld ✓ the cat ½ is", "a b a b a b"]
 
 

@@ -174,6 +174,8 @@ def _check_vocabulary(meta: dict, r: _Reader) -> None:
 
 def _check_tensors(r: _Reader, n_tensors: int, meta: dict) -> None:
     names = set()
+    offsets = []
+    alignment = meta.get("general.alignment", 32)
     for _ in range(n_tensors):
         name = r.string("tensor name")
         if name in names:
@@ -189,9 +191,12 @@ def _check_tensors(r: _Reader, n_tensors: int, meta: dict) -> None:
         if kind >= GGML_TYPE_COUNT:
             raise r.fail(f"tensor {name!r} has an unknown type {kind}")
         offset = r.scalar("<Q")
-        alignment = meta.get("general.alignment", 32)
         if not isinstance(alignment, int) or alignment <= 0 or offset % alignment:
             raise r.fail(f"tensor {name!r} data offset {offset} is not aligned")
-        if offset > r.size:
-            raise r.fail(f"tensor {name!r} data starts beyond the end of the file")
+        offsets.append((offset, name))
+    data_start = -(-r.pos // alignment) * alignment
+    for offset, name in offsets:
+        if data_start + offset >= r.size:
+            raise r.fail(f"tensor {name!r} starts beyond the end of the file (truncated "
+                         "download?)")
 
