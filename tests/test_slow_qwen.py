@@ -64,6 +64,30 @@ def test_strict_equals_greedy_on_qwen(qwen_pair, plain_engine, drafter):
     assert drafted > 0
 
 
+@pytest.mark.parametrize("draft_file", ["smollm2-135m-instruct-q4_1.gguf",
+                                        "gemma-3-270m-q4_k_m.gguf"])
+def test_cross_vocabulary_drafts_for_qwen(qwen_pair, plain_engine, draft_file):
+    """SmolLM2 / Gemma-3 (fetch-models.sh all) draft for Qwen through text: strict output is
+    greedy up to near-ties, and most proposed tokens are accepted on code."""
+    from conftest import models_dir
+
+    draft = models_dir() / draft_file
+    if not draft.exists():
+        pytest.skip(f"{draft_file} not in {models_dir()}: run fetch-models.sh all")
+    with Engine.load(qwen_pair[0], draft, drafter="model", k=4, n_threads=2) as eng:
+        assert eng.cross_vocab
+        messages = [{"role": "user", "content": PROMPTS[0]}]
+        expected = plain_engine.generate(messages, max_tokens=64).run().tokens
+        gen = eng.generate(messages, max_tokens=64).run()
+    assert gen.stats.draft_sources.get("cross-vocab", 0) > 0
+    assert gen.stats.acceptance_rate > 0.5
+    if gen.tokens != expected:
+        i = next(i for i, (a, b) in enumerate(zip(gen.tokens, expected, strict=False))
+                 if a != b)
+        prefix = plain_engine.prompt_tokens(messages) + expected[:i]
+        assert top2_gap(plain_engine, prefix) < NEAR_TIE, i
+
+
 @pytest.mark.parametrize("rule", ["fly", "asd"])
 def test_loose_rules_run_on_qwen(qwen_pair, rule):
     with Engine.load(qwen_pair[0], qwen_pair[1], drafter="model", rule=rule,
