@@ -83,6 +83,20 @@ def perturbed(weights: dict[str, np.ndarray], noise: float, seed: int) -> dict[s
     return out
 
 
+def add_f32_spm_vocab(writer, tokens: list[str], scores: list[float], types: list[int]) -> None:
+    """What every tiny model shares: float32 weights, the SentencePiece-style vocabulary and
+    its <unk> <s> </s> ids."""
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores(scores)
+    writer.add_token_types(types)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+
+
 def write_gguf(path: Path, spec: TinySpec, weights: dict[str, np.ndarray],
                chat_template: str | None = CHAT_TEMPLATE) -> Path:
     tokens, scores, types = vocab(spec.words)
@@ -95,15 +109,7 @@ def write_gguf(path: Path, spec: TinySpec, weights: dict[str, np.ndarray],
     writer.add_head_count(spec.n_head)
     writer.add_head_count_kv(spec.n_head)
     writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
+    add_f32_spm_vocab(writer, tokens, scores, types)
     writer.add_add_bos_token(True)
     if chat_template:
         writer.add_chat_template(chat_template)
@@ -154,15 +160,7 @@ def make_mamba(directory: Path, seed: int = 3) -> Path:
     writer.add_ssm_inner_size(d_inner)
     writer.add_ssm_state_size(d_state)
     writer.add_ssm_time_step_rank(dt_rank)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(gguf.LlamaFileType.ALL_F32)
-    writer.add_tokenizer_model("llama")
-    writer.add_token_list(tokens)
-    writer.add_token_scores(scores)
-    writer.add_token_types(types)
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
+    add_f32_spm_vocab(writer, tokens, scores, types)
     n_vocab = len(tokens)
     writer.add_tensor("token_embd.weight", mat(n_vocab, n_embd, std=1.0))
     writer.add_tensor("output_norm.weight", np.ones(n_embd, np.float32))
