@@ -154,7 +154,7 @@ def _install(spec: ModelSpec, folder: Path, meta, blob: Path) -> Path:
         tmp.unlink(missing_ok=True)
         try:
             tmp.symlink_to(os.path.relpath(blob, snapshot.parent))
-        except OSError:  # no symlinks here (some filesystems): a copy-free hard link or move
+        except OSError:  # no symlinks on this filesystem: a hard link (no copy)
             os.link(blob, tmp)
         os.replace(tmp, snapshot)
     (folder / "refs").mkdir(exist_ok=True)
@@ -183,11 +183,11 @@ def download(spec: ModelSpec) -> Path:
             _check_space(folder / "blobs", meta.size - have, where)
         try:
             _fetch(meta.location, partial, meta.size, where)
-        except OSError as exc:  # httpx errors are not OSErrors: see below
+        except OSError as exc:  # URLError, reset connections, write errors (disk full)
             kept = partial.stat().st_size if partial.exists() else 0
             raise LsdError(f"download of {where} failed: {exc.strerror or exc}; "
                            f"{kept / 2**20:.0f} MiB kept, the same command resumes") from None
-        except Exception as exc:  # noqa: BLE001 - httpx.HTTPError and friends
+        except Exception as exc:  # noqa: BLE001 - http.client's IncompleteRead and friends
             kept = partial.stat().st_size if partial.exists() else 0
             raise LsdError(f"download of {where} interrupted: {_short(exc)}; "
                            f"{kept / 2**20:.0f} MiB kept, the same command resumes") from None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -243,8 +242,24 @@ def test_bench_reports_grammar_configs_side_by_side(tiny_pair, tmp_path):
     assert all(r["check"] in ("valid JSON", "not JSON") for r in data["runs"])
 
 
-def test_constrained_row_cost_stays_small(plain):
-    """Mostly one allows() per row: the loop's grammar time stays a small part of decoding."""
-    gen = plain.generate("the cat is", max_tokens=80, json_schema=SCHEMA).run()
-    assert gen.stats.constrain_seconds < gen.stats.decode_seconds
-    assert np.isfinite(gen.stats.constrain_seconds)
+def test_rows_are_settled_without_full_masks(plain, monkeypatch):
+    """Best-first checks settle rows; a full-vocabulary mask (20-55 ms on Qwen) stays rare."""
+    calls = {"mask": 0, "allows": 0}
+    real_mask, real_allows = Grammar.mask, Grammar.allows
+
+    def mask(self, row):
+        calls["mask"] += 1
+        return real_mask(self, row)
+
+    def allows(self, token):
+        calls["allows"] += 1
+        return real_allows(self, token)
+
+    monkeypatch.setattr(Grammar, "mask", mask)
+    monkeypatch.setattr(Grammar, "allows", allows)
+    rows = 0
+    for prompt in PROMPTS:
+        gen = plain.generate(prompt, max_tokens=200, json_schema=SCHEMA).run()
+        rows += gen.stats.rounds
+    assert calls["allows"] > rows  # every row was checked...
+    assert calls["mask"] <= 0.1 * rows, (calls, rows)  # ...and almost none needed a full mask
