@@ -26,10 +26,6 @@ ACCEPT_DECAY = 0.98  # weight of older acceptance evidence, per update
 # weight of this many observations, so that untested (longer) positions inherit what the
 # drafter shows elsewhere instead of a fixed prior; with no evidence at all p = the prior.
 PRIOR_STRENGTH = 2.0
-# runs=True: the miss rate believed at position i is the pooled one divided by i ** this. 1.0
-# matched HumanEval's copied passages best but kept drafting prose that breaks off after a few
-# tokens (summarize: 0.93x plain); 0.5 is the compromise measured on both (simulation and bench).
-RUN_MISS_POWER = 0.5
 
 
 class CostModel:
@@ -94,8 +90,7 @@ class AcceptanceModel:
         self.prior = prior  # acceptance believed before any evidence
         # runs=True: a draft that was right so far is likelier to stay right (copied text:
         # prompt lookup continues a passage or breaks off early), so unobserved positions are
-        # shrunk toward a miss rate that falls with the position (RUN_MISS_POWER) from the
-        # pooled one; else toward the pooled rate, flat.
+        # shrunk toward a miss rate that falls as 1/i from the pooled one; else toward it flat.
         self.runs = runs
         self.accepted = np.zeros(max_k)  # float64[max_k]: decayed count of accepts at i
         self.tried = np.zeros(max_k)  # float64[max_k]: decayed count of tries at i
@@ -118,7 +113,7 @@ class AcceptanceModel:
         tried = self.tried.sum()
         pooled = (self.accepted.sum() + 2.0 * self.prior) / (tried + 2.0)
         depth = np.arange(1, len(self.tried) + 1)
-        target = 1.0 - (1.0 - pooled) / depth ** RUN_MISS_POWER if self.runs else pooled
+        target = 1.0 - (1.0 - pooled) / depth if self.runs else pooled
         return (self.accepted + PRIOR_STRENGTH * target) / (self.tried + PRIOR_STRENGTH)
 
     def expected_accepted(self, k_max: int) -> np.ndarray:

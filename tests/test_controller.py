@@ -207,8 +207,8 @@ def short_requests(make_drafter, q, requests=40, rounds=25):
 @pytest.mark.parametrize("q", [0.6, 0.75, 0.9])
 def test_copied_passages_are_drafted_whole_from_the_first_rounds(q):
     """With no evidence yet, the lookup prior expects a passage that was right so far to stay
-    right (misses fall with the position), so a fresh controller drafts long lookup proposals
-    nearly like the fixed K = 32 setting instead of cutting them and paying an extra round."""
+    right (misses fall as 1/position), so a fresh controller drafts long lookup proposals like
+    the fixed K = 32 setting instead of cutting them and paying an extra round."""
     fixed = short_requests(FixedLookup, q)
     auto = short_requests(lambda w: AutoDrafter(FakeLookup(w)), q)
 
