@@ -84,14 +84,9 @@ class AcceptanceModel:
     """Per-position conditional acceptance p_i with exponential forgetting, shrunk toward
     the pooled acceptance of all positions."""
 
-    def __init__(self, max_k: int, decay: float = ACCEPT_DECAY, prior: float = 0.5,
-                 runs: bool = False) -> None:
+    def __init__(self, max_k: int, decay: float = ACCEPT_DECAY, prior: float = 0.5) -> None:
         self.decay = decay
         self.prior = prior  # acceptance believed before any evidence
-        # runs=True: a draft that was right so far is likelier to stay right (copied text:
-        # prompt lookup continues a passage or breaks off early), so unobserved positions are
-        # shrunk toward a miss rate that falls as 1/i from the pooled one; else toward it flat.
-        self.runs = runs
         self.accepted = np.zeros(max_k)  # float64[max_k]: decayed count of accepts at i
         self.tried = np.zeros(max_k)  # float64[max_k]: decayed count of tries at i
 
@@ -112,9 +107,7 @@ class AcceptanceModel:
         """float64[max_k]: p_i, position i + 1 accepted given the ones before it were."""
         tried = self.tried.sum()
         pooled = (self.accepted.sum() + 2.0 * self.prior) / (tried + 2.0)
-        depth = np.arange(1, len(self.tried) + 1)
-        target = 1.0 - (1.0 - pooled) / depth if self.runs else pooled
-        return (self.accepted + PRIOR_STRENGTH * target) / (self.tried + PRIOR_STRENGTH)
+        return (self.accepted + PRIOR_STRENGTH * pooled) / (self.tried + PRIOR_STRENGTH)
 
     def expected_accepted(self, k_max: int) -> np.ndarray:
         """float64[k_max + 1]: S(k) for k = 0..k_max."""

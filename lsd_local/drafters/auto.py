@@ -54,7 +54,7 @@ class AutoDrafter:
         self.fixed_k = fixed_k
         self.explore_every = explore_every
         self.cost = CostModel()
-        self.acceptance = {"lookup": AcceptanceModel(LOOKUP_CAP, prior=LOOKUP_PRIOR, runs=True),
+        self.acceptance = {"lookup": AcceptanceModel(LOOKUP_CAP, prior=LOOKUP_PRIOR),
                            "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
