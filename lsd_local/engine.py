@@ -175,26 +175,11 @@ class Engine:
                            n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, split_mode=split_mode,
                            tensor_split=tuple(tensor_split) if tensor_split else None,
                            verbose=verbose)
-        target_model = Model.load(target, opts)
-        draft_model = None
-        cross_vocab = False
-        try:
-            if draft is not None and drafter in ("model", "multilevel", "auto"):
-                draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
-                                     else draft_n_gpu_layers)
-                draft_model = Model.load(draft, draft_opts)
-                cross_vocab = not vocab_compatible(target_model, draft_model)
-            recurrent = not target_model.supports_truncate
-            if recurrent and drafter not in ("none", "auto"):
-                raise IncompatibleModelsError(
-                    f"{target_model.path.name} is a recurrent/hybrid model whose cache cannot "
-                    "drop rejected tokens; use drafter='none'")
-        except BaseException:
-            target_model.close()
-            if draft_model is not None:
-                draft_model.close()
-            raise
-        if recurrent and drafter == "auto":  # auto chooses plain decoding, and says why
+        draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
+                             else draft_n_gpu_layers)
+        target_model, draft_model = _load_models(target, draft, drafter, opts, draft_opts)
+        if not target_model.supports_truncate and drafter == "auto":
+            # auto chooses plain decoding for a model whose state cannot be cut, and says why
             if draft_model is not None:
                 draft_model.close()
             engine = cls(target_model, None, replace(dcfg, drafter="none", k=None), rcfg,
@@ -203,6 +188,7 @@ class Engine:
                                   "cache cannot drop rejected tokens: plain decoding")
             warnings.warn(engine.notices[-1], UserWarning, stacklevel=2)
             return engine
+        cross_vocab = draft_model is not None and not vocab_compatible(target_model, draft_model)
         return cls(target_model, draft_model, dcfg, rcfg, chat_template, cross_vocab)
 
     def configure(self, *, drafter: str | None = None, k: int | str | None = None,
@@ -357,6 +343,27 @@ def _rule_config(rule: str, params: dict) -> RuleConfig:
     cfg = RuleConfig(rule=rule, **params)
     cfg.validate()
     return cfg
+
+
+def _load_models(target, draft, drafter: str, opts: LoadOptions,
+                 draft_opts: LoadOptions) -> tuple[Model, Model | None]:
+    """Load the target (and the draft when the drafter uses one); nothing stays loaded when
+    a load fails or a recurrent target meets an explicit drafter."""
+    target_model = Model.load(target, opts)
+    draft_model = None
+    try:
+        if draft is not None and drafter in ("model", "multilevel", "auto"):
+            draft_model = Model.load(draft, draft_opts)
+        if not target_model.supports_truncate and drafter not in ("none", "auto"):
+            raise IncompatibleModelsError(
+                f"{target_model.path.name} is a recurrent/hybrid model whose cache cannot "
+                "drop rejected tokens; use drafter='none'")
+    except BaseException:
+        target_model.close()
+        if draft_model is not None:
+            draft_model.close()
+        raise
+    return target_model, draft_model
 
 
 def _pair_notices(target: Model, draft: Model | None, cross_vocab: bool) -> list[str]:

@@ -64,6 +64,13 @@ def _grammar_block(req: Request, logits: np.ndarray, draft: Draft,
     return logits[:n_ready + 1], cut
 
 
+def _advance_grammar(req: Request, tokens: list[int], eog: bool) -> None:
+    """The grammar state follows committed tokens only (an end-of-generation token ends it)."""
+    if req.grammar is not None:
+        for token in tokens[:len(tokens) - 1 if eog else len(tokens)]:
+            req.grammar.accept(token)
+
+
 def _verify(verifier: Verifier, req: Request, logits: np.ndarray,
             draft: Draft) -> tuple[object, Draft, float]:
     """Verify one block, grammar first when there is one; returns the draft actually verified
@@ -124,9 +131,7 @@ def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: Tok
         if observe is not None:
             observe(len(draft), verdict.n_accept, t2 - t1)
         tokens, origins, eog = _commit(verdict, verified, target.is_eog)
-        if req.grammar is not None:
-            for token in tokens[:len(tokens) - 1 if eog else len(tokens)]:
-                req.grammar.accept(token)
+        _advance_grammar(req, tokens, eog)
         history.extend(tokens)
         target.truncate(history.n - 1)
         generated += len(tokens)
