@@ -12,7 +12,8 @@ A full mask asks the grammar about every token of the vocabulary (20-55 ms on Qw
 tokens, as much as a target step), so rows are checked best-first: usually the argmax is allowed
 and one check (~20 us) settles the row. `n_top` asks for the best n_top allowed tokens to be
 exact at the top of the row (FLy's top-k entropy, the sampler's top-k); 0 asks for a full mask.
-The grammar object is duck-typed: allows(token), accept(token), mask(row), clone(), close().
+The grammar object is duck-typed: allows(token), accept(token, checked), mask(row), clone(),
+close().
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def allowed_prefix(grammar, tokens: np.ndarray) -> int:
         for i, token in enumerate(tokens):
             if not state.allows(int(token)):
                 return i
-            state.accept(int(token))
+            state.accept(int(token), checked=True)
         return len(tokens)
     finally:
         state.close()
@@ -93,7 +94,7 @@ def prepare_block(grammar, logits: np.ndarray, draft: np.ndarray, n_top: int,
             if (stop_at_mismatch and token != best) or (token != best
                                                       and not state.allows(token)):
                 return j
-            state.accept(token)
+            state.accept(token, checked=True)  # best, or just asked
         return len(draft)
     finally:
         state.close()

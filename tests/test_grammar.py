@@ -36,7 +36,7 @@ class TableGrammar:
         self.calls["allows"] += 1
         return bool(self.allowed()[token])
 
-    def accept(self, token: int) -> None:
+    def accept(self, token: int, checked: bool = False) -> None:
         assert self.allows(token), f"accepted forbidden token {token}"
         self.accepted += 1
 

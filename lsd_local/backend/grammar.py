@@ -109,9 +109,11 @@ class Grammar:
         ll.llama_sampler_apply(self._sampler, one.pointer)
         return bool(one.data["logit"][0] != -math.inf)
 
-    def accept(self, token: int) -> None:
-        """Advance by a token the grammar allows (ValueError otherwise, instead of an abort)."""
-        if not self.allows(token):
+    def accept(self, token: int, checked: bool = False) -> None:
+        """Advance by a token the grammar allows (ValueError otherwise, instead of an abort).
+        `checked`: the caller already knows (it asked allows() on this state, or took the
+        token from a row constrained on it), so this state is not asked again."""
+        if not checked and not self.allows(token):
             raise ValueError(f"token {token} is not allowed by the grammar here")
         if not self._model.is_eog(token):  # llama.cpp aborts on EOG unless complete
             ll.llama_sampler_accept(self._sampler, token)

@@ -82,7 +82,7 @@ class ModelDrafter:
             if len(tokens) == k:
                 break
             if state is not None:
-                state.accept(int(token))
+                state.accept(int(token), checked=True)  # constrain_row's choice
             row = self._eval(np.array([token], np.int32), 1)[0]
         return Draft(np.array(tokens, np.int32), np.stack(probs) if probs else None)
 
