@@ -136,8 +136,11 @@ class Engine:
         self.cross_vocab = cross_vocab  # the draft drafts through text (other vocabulary)
         # what a user should know about the pair (the CLI prints these); doubtful choices are
         # also Python warnings for library users
-        self.notices = _pair_notices(target, draft, cross_vocab)
-        for notice in self.notices[1 if cross_vocab else 0:]:
+        info = ([f"draft {draft.path.name} has another vocabulary than {target.path.name}: "
+                 "it drafts through text (cross-vocabulary)"] if cross_vocab else [])
+        doubts = _pair_doubts(target, draft)
+        self.notices = info + doubts
+        for notice in doubts:
             warnings.warn(notice, UserWarning, stacklevel=3)
         self.drafter_config = drafter
         self.rule_config = rule
@@ -366,23 +369,18 @@ def _load_models(target, draft, drafter: str, opts: LoadOptions,
     return target_model, draft_model
 
 
-def _pair_notices(target: Model, draft: Model | None, cross_vocab: bool) -> list[str]:
-    """What a user should know about a target/draft pair: the cross-vocabulary note first
-    (information), then doubtful choices (warnings)."""
+def _pair_doubts(target: Model, draft: Model | None) -> list[str]:
+    """Doubtful target/draft choices (the CLI prints them; Python warnings for the library)."""
     if draft is None:
         return []
-    notices = []
-    if cross_vocab:
-        notices.append(f"draft {draft.path.name} has another vocabulary than "
-                       f"{target.path.name}: it drafts through text (cross-vocabulary)")
     if draft.path.resolve() == target.path.resolve():
-        notices.append(f"the draft is the target itself ({target.path.name}): every draft is "
-                       "accepted, but drafting costs as much as it saves")
-    elif draft.n_params > target.n_params:
-        notices.append(f"draft {draft.path.name} ({draft.n_params / 1e6:.1f}M parameters) is "
-                       f"larger than the target {target.path.name} "
-                       f"({target.n_params / 1e6:.1f}M): drafting will cost more than it saves")
-    return notices
+        return [f"the draft is the target itself ({target.path.name}): every draft is "
+                "accepted, but drafting costs as much as it saves"]
+    if draft.n_params > target.n_params:
+        return [f"draft {draft.path.name} ({draft.n_params / 1e6:.1f}M parameters) is larger "
+                f"than the target {target.path.name} ({target.n_params / 1e6:.1f}M): drafting "
+                "will cost more than it saves"]
+    return []
 
 
 def _grammar_top(rule: RuleConfig, sampler: SamplerSettings | None, n_vocab: int) -> int:
