@@ -226,3 +226,78 @@ def test_shadow_proposals_teach_lookup_acceptance_without_verifying():
         drafter.cost.observe(33, 100.0)
     simulate(drafter, world, 50)
     assert drafter.acceptance["lookup"].probabilities()[0] > 0.9
+
+
+class FakeMatchLookup:
+    """Lookup whose proposals come from a 12-gram match (right with p_long per position) or a
+    shorter one (p_short), at random; says which through last_match like LookupDrafter."""
+
+    max_ngram = 12
+
+    def __init__(self, world, p_long, p_short, long_share=0.5):
+        self.world, self.p_long, self.p_short = world, p_long, p_short
+        self.long_share = long_share
+        self.last_match = 0
+
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        long = self.world.rng.random() < self.long_share
+        self.last_match = 12 if long else 6
+        self.world.p["lookup"] = self.p_long if long else self.p_short
+        return Draft(self.world.proposal("lookup", len(history), k))
+
+
+def test_long_and_short_matches_are_learned_apart():
+    world = World(*CPU, p_lookup=0.0, seed=11)
+    lookup = FakeMatchLookup(world, p_long=0.99, p_short=0.2)
+    drafter = AutoDrafter(lookup)
+    simulate(drafter, world, 300)
+    ks = {12: [], 6: []}
+    history = np.zeros(0, np.int32)
+    for _ in range(400):
+        draft = drafter.propose(history, 32)
+        ks[lookup.last_match].append(len(draft))
+        truth = world.truth[len(history):len(history) + len(draft) + 1]
+        mismatch = np.flatnonzero(draft.tokens != truth[:len(draft)])
+        n_accept = int(mismatch[0]) if len(mismatch) else len(draft)
+        drafter.observe(len(draft), n_accept, world.a + world.b * (len(draft) + 1))
+        history = np.concatenate([history, truth[:n_accept + 1]])
+    p_long = drafter.acceptance["lookup-long"].probabilities()
+    p_short = drafter.acceptance["lookup"].probabilities()
+    assert p_long[:8].min() > 0.9 and p_short[0] < 0.5
+    assert np.mean(ks[12]) > 8 and np.mean(ks[6]) < 1  # copy long passages, skip the rest
+
+
+class ScriptedLookup:
+    """Returns scripted (tokens, n-gram) proposals in order, then nothing."""
+
+    max_ngram = 12
+
+    def __init__(self, proposals):
+        self.proposals = list(proposals)
+        self.last_match = 0
+
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        if not self.proposals:
+            self.last_match = 0
+            return Draft(np.zeros(0, np.int32))
+        tokens, self.last_match = self.proposals.pop(0)
+        return Draft(np.array(tokens[:k], np.int32))
+
+
+def test_a_long_match_is_scored_while_a_short_one_is_pending():
+    """The short proposal stays right (pending) while a long one made meanwhile fails: the
+    long model must learn that failure, not wait for the short proposal to end."""
+    truth = list(range(100, 140))
+    short = (truth[1:30], 6)  # made at position 1, right all along
+    long_wrong = ([7, 7, 7], 12)  # made at position 2, wrong at once
+    drafter = AutoDrafter(ScriptedLookup([short, long_wrong]))
+    drafter.cost.observe(1, 0.04)
+    for _ in range(3):  # claim huge verification costs: plain steps only
+        drafter.cost.observe(33, 100.0)
+    for n in range(1, 6):
+        drafter.propose(np.array(truth[:n], np.int32), 32)
+        drafter.observe(0, 0, 0.04)
+    long_model, short_model = drafter.acceptance["lookup-long"], drafter.acceptance["lookup"]
+    assert long_model.tried[0] > 0 and long_model.accepted[0] == 0
+    assert short_model.accepted[:3].min() > 0 and short_model.tried.sum() == \
+        short_model.accepted.sum()  # never wrong

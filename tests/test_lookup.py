@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsd_local.drafters import LookupDrafter, lookup_kernel, lookup_reference
+from lsd_local.drafters.lookup import lookup_match
 from lsd_local.errors import ParameterError
 
 
@@ -45,10 +46,14 @@ def test_continuation_may_run_into_the_tail():
 def test_kernel_matches_reference(tokens, max_ngram, k, data):
     min_ngram = data.draw(st.integers(1, max_ngram))
     arr = np.array(tokens, np.int32)
-    expected = lookup_reference(arr, max_ngram, min_ngram, k).tolist()
+    expected, expected_n = lookup_reference(arr, max_ngram, min_ngram, k)
     got = run_kernel(arr, max_ngram, min_ngram, k)
-    assert got == expected
+    assert got == expected.tolist()
     assert len(got) <= k
+    out = np.zeros(max(k, 1), np.int32)
+    m, n = lookup_match(arr, max_ngram, min_ngram, k, out)
+    assert (out[:m].tolist(), n) == (expected.tolist(), expected_n)
+    assert (n == 0) == (m == 0)  # a match always has a continuation
 
 
 def test_drafter_returns_draft_and_validates():
@@ -56,6 +61,9 @@ def test_drafter_returns_draft_and_validates():
     draft = drafter.propose(np.array([1, 2, 3, 1, 2], np.int32), 4)
     assert draft.tokens.tolist() == [3, 1, 2]
     assert draft.probs is None
+    assert drafter.last_match == 2  # "1 2" matched; the 3-gram "3 1 2" did not
+    assert len(drafter.propose(np.array([1, 2, 3, 4], np.int32), 2)) == 0
+    assert drafter.last_match == 0
     assert len(drafter.propose(np.array([1, 2], np.int32), 0)) == 0
     with pytest.raises(ParameterError, match="min_ngram"):
         LookupDrafter(max_ngram=2, min_ngram=3)

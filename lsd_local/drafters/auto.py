@@ -15,11 +15,16 @@ from .base import EMPTY_DRAFT, Draft
 
 LOOKUP_CAP = 32  # longest lookup draft considered
 MODEL_CAP = 8  # longest draft-model draft considered
-# Prompt lookup only proposes after a 6..12-gram match, and such continuations are mostly
-# right (81-85 % of drafted tokens accepted on HumanEval with Qwen2.5-Coder): start from that
-# belief so the first proposals are tried; a workload where they fail teaches otherwise in a
-# few rounds (their scoring is free).
-LOOKUP_PRIOR = 0.8
+# Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram (12 tokens)
+# means a passage is being copied: on the bench sets (Qwen2.5-Coder answers) such proposals
+# were right for their first 8+ tokens 89-95 % of the time, shorter matches 8-91 % depending on
+# the workload (HumanEval high, chat and summaries low). The two are learned apart, from these
+# beliefs: a long match is drafted whole from the first round (copying a function signature
+# pays at once), a short one only once it has shown to be right. Chosen by replaying recorded
+# answers (bench/replay_auto.py) on the dev and test splits; their scoring is free, so a wrong
+# belief is corrected within a few proposals.
+LOOKUP_PRIOR = 0.5
+LONG_LOOKUP_PRIOR = 0.98
 MODEL_PRIOR = 0.7  # a draft model stops under p_min, so what it drafts is mostly right
 EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
 EXPLORE_K = 2
@@ -47,18 +52,24 @@ class AutoDrafter:
     name = "auto"
 
     def __init__(self, lookup, model=None, fixed_k: int | None = None,
-                 explore_every: int = EXPLORE_EVERY, clock=perf_counter) -> None:
+                 explore_every: int = EXPLORE_EVERY, clock=perf_counter,
+                 lookup_prior: float = LOOKUP_PRIOR,
+                 long_lookup_prior: float = LONG_LOOKUP_PRIOR) -> None:
         self.clock = clock  # times the draft model (injectable for simulations)
         self.lookup = lookup
         self.model = model
         self.fixed_k = fixed_k
         self.explore_every = explore_every
         self.cost = CostModel()
-        self.acceptance = {"lookup": AcceptanceModel(LOOKUP_CAP, prior=LOOKUP_PRIOR),
+        self.acceptance = {"lookup": AcceptanceModel(LOOKUP_CAP, prior=lookup_prior),
+                           "lookup-long": AcceptanceModel(LOOKUP_CAP, prior=long_lookup_prior),
                            "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
-        self._shadow: list | None = None  # [start, proposal int32[m], positions scored]
+        # acceptance key -> [start, proposal int32[m], positions scored]: one pending lookup
+        # proposal per kind, so that a long match met while a short one is still being scored
+        # teaches the long model too
+        self._shadows: dict[str, list] = {}
         self._last_tried = {"lookup": 0, "model": 0}
         self.rounds = 0
 
@@ -66,17 +77,19 @@ class AutoDrafter:
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
         """history: int32[n] committed tokens; k: the most tokens the loop allows."""
         self.rounds += 1
-        self._resolve_shadow(history)
+        for key in list(self._shadows):
+            self._resolve_shadow(key, history)
         if k <= 0:
             self._used_source = "none"
             return EMPTY_DRAFT
         proposal = (EMPTY_DRAFT if self.lookup is None
                     else self.lookup.propose(history, min(k, LOOKUP_CAP), grammar=grammar))
-        choice = self._choose(history, len(proposal), k)
-        if len(proposal) and self._shadow is None:
+        lookup_key = self._lookup_key()
+        choice = self._choose(history, len(proposal), k, lookup_key)
+        if len(proposal) and lookup_key not in self._shadows:
             # Lookup acceptance is learned from whole proposals against what gets committed
             # (verified or not, cut or not): every position is scored at no target cost.
-            self._shadow = [len(history), proposal.tokens.copy(), 0]
+            self._shadows[lookup_key] = [len(history), proposal.tokens.copy(), 0]
         if choice.source == "lookup":
             draft = replace(proposal, tokens=proposal.tokens[:choice.k], source="lookup")
         else:
@@ -93,7 +106,13 @@ class AutoDrafter:
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
             self.acceptance["model"].update(n_drafted, n_accept)
 
-    def _choose(self, history: np.ndarray, n_lookup: int, k: int) -> _Choice:
+    def _lookup_key(self) -> str:
+        """Which acceptance model describes the lookup proposal just made."""
+        match = getattr(self.lookup, "last_match", 0)
+        return "lookup-long" if match and match >= self.lookup.max_ngram else "lookup"
+
+    def _choose(self, history: np.ndarray, n_lookup: int, k: int,
+                lookup_key: str = "lookup") -> _Choice:
         t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2))
         plain = _Choice("none", 0, 1.0 / max(t[0], 1e-9))
         if not self.cost.observed:  # the first round: a plain step measures t(1)
@@ -101,7 +120,7 @@ class AutoDrafter:
         options = [plain]
         catch_up_s = 0.0
         if n_lookup:
-            options.append(self._option("lookup", min(n_lookup, k), t, 0.0))
+            options.append(self._option(lookup_key, min(n_lookup, k), t, 0.0))
         if self.model is not None:
             d = self.draft_token_s if self.draft_token_s is not None else \
                 PRIOR_DRAFT_SHARE * t[0]
@@ -113,16 +132,18 @@ class AutoDrafter:
         best = max(options, key=lambda o: o.rate)
         return self._explore(best, n_lookup, k, catch_up_s, float(t[0]))
 
-    def _option(self, source: str, k_max: int, t: np.ndarray, draft_s: float,
+    def _option(self, key: str, k_max: int, t: np.ndarray, draft_s: float,
                 catch_up: float = 0.0) -> _Choice:
-        """Best K for one drafter: t float64[>= k_max + 1] predicted target times; drafting
-        costs draft_s per forward (k + 1 with the catch-up pass) plus catch_up per round."""
+        """Best K for one drafter under acceptance model `key`: t float64[>= k_max + 1]
+        predicted target times; drafting costs draft_s per forward (k + 1 with the catch-up
+        pass) plus catch_up per round."""
+        source = "lookup" if key.startswith("lookup") else key
         if self.fixed_k is not None:
             k = min(k_max, self.fixed_k)
-            expected = self.acceptance[source].expected_accepted(k)[k]
+            expected = self.acceptance[key].expected_accepted(k)[k]
             cost = t[k] + draft_s * (k + 1) + catch_up
             return _Choice(source, k, (1 + expected) / max(cost, 1e-9))
-        expected = self.acceptance[source].expected_accepted(k_max)
+        expected = self.acceptance[key].expected_accepted(k_max)
         ks = np.arange(k_max + 1)
         cost = t[:k_max + 1] + np.where(ks > 0, draft_s * (ks + 1) + catch_up, 0.0)
         k, rate = best_k(expected, cost)
@@ -156,33 +177,32 @@ class AutoDrafter:
                 DRAFT_COST_DECAY * self.draft_token_s + (1 - DRAFT_COST_DECAY) * per_forward)
         return replace(draft, source=draft.source or "model")
 
-    def _resolve_shadow(self, history: np.ndarray) -> None:
-        """Score the pending lookup proposal against the tokens committed since it was made:
-        positions up to the first mismatch were right, that one wrong. It stays pending (and
-        no new one starts) until a mismatch or its whole length has been committed, scoring
-        the newly committed positions each round, so that plain steps through a copied
-        passage still score deep positions."""
-        if self._shadow is None:
-            return
-        start, tokens, scored = self._shadow
+    def _resolve_shadow(self, key: str, history: np.ndarray) -> None:
+        """Score the pending lookup proposal of kind `key` against the tokens committed
+        since it was made: positions up to the first mismatch were right, that one wrong. It
+        stays pending (and no new one of its kind starts) until a mismatch or its whole length
+        has been committed, scoring the newly committed positions each round, so that plain
+        steps through a copied passage still score deep positions."""
+        shadow = self._shadows[key]
+        start, tokens, scored = shadow
         available = history[start + scored:start + len(tokens)]
         fresh = tokens[scored:scored + len(available)]
         mismatch = np.flatnonzero(available != fresh)
         if len(mismatch):
-            self.acceptance["lookup"].update(len(tokens) - scored, int(mismatch[0]), scored)
-            self._shadow = None
+            self.acceptance[key].update(len(tokens) - scored, int(mismatch[0]), scored)
+            del self._shadows[key]
             return
-        self.acceptance["lookup"].update(len(available), len(available), scored)
-        self._shadow[2] = scored + len(available)
-        if self._shadow[2] >= len(tokens):
-            self._shadow = None
+        self.acceptance[key].update(len(available), len(available), scored)
+        shadow[2] = scored + len(available)
+        if shadow[2] >= len(tokens):
+            del self._shadows[key]
 
     def new_request(self) -> None:
         """A new generation starts: a pending lookup proposal belongs to the old one."""
-        self._shadow = None
+        self._shadows.clear()
 
     def reset(self) -> None:
         """A new conversation: keep what was learned about costs and acceptance."""
-        self._shadow = None
+        self._shadows.clear()
         if self.model is not None:
             self.model.reset()

@@ -14,7 +14,13 @@ from .base import EMPTY_DRAFT, Draft
 
 @njit(cache=True, nogil=True)
 def lookup_kernel(tokens, max_ngram, min_ngram, k, out):
-    """tokens: int32[n] (prompt + output), out: int32[>= k]. Returns how many of out are set.
+    """tokens: int32[n] (prompt + output), out: int32[>= k]. Returns how many of out are set."""
+    return lookup_match(tokens, max_ngram, min_ngram, k, out)[0]
+
+
+@njit(cache=True, nogil=True)
+def lookup_match(tokens, max_ngram, min_ngram, k, out):
+    """lookup_kernel that also says which n-gram matched: (tokens set in out, n; 0 = none).
     O(n * max_ngram) at worst; scans backwards so the most recent occurrence wins."""
     n = tokens.shape[0]
     for size in range(min(max_ngram, n - 1), min_ngram - 1, -1):
@@ -29,12 +35,14 @@ def lookup_kernel(tokens, max_ngram, min_ngram, k, out):
                 m = min(k, n - (start + size))
                 for i in range(m):
                     out[i] = tokens[start + size + i]
-                return m
-    return 0
+                return m, size
+    return 0, 0
 
 
-def lookup_reference(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int) -> np.ndarray:
-    """Obvious numpy version of lookup_kernel (tests only). tokens: int32[n] -> int32[<= k]."""
+def lookup_reference(tokens: np.ndarray, max_ngram: int, min_ngram: int,
+                     k: int) -> tuple[np.ndarray, int]:
+    """Obvious numpy version of lookup_match (tests only). tokens: int32[n] ->
+    (continuation int32[<= k], the matched n-gram's n or 0)."""
     seq = [int(t) for t in tokens]
     n = len(seq)
     for size in range(min(max_ngram, n - 1), min_ngram - 1, -1):
@@ -42,8 +50,8 @@ def lookup_reference(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int)
         starts = [s for s in range(n - size) if seq[s:s + size] == tail]
         if starts:
             start = max(starts) + size
-            return np.array(seq[start:start + k], np.int32)
-    return np.zeros(0, np.int32)
+            return np.array(seq[start:start + k], np.int32), size
+    return np.zeros(0, np.int32), 0
 
 
 # Measured on Qwen2.5-Coder 1.5B (`lsd bench`): continuations of shorter matches are too often
@@ -63,14 +71,17 @@ class LookupDrafter:
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self._out = np.zeros(64, np.int32)
+        self.last_match = 0  # n of the n-gram behind the last proposal (0: none)
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
+        self.last_match = 0
         if k <= 0:
             return EMPTY_DRAFT
         if len(self._out) < k:
             self._out = np.zeros(k, np.int32)
-        m = lookup_kernel(history, self.max_ngram, self.min_ngram, k, self._out)
+        m, self.last_match = lookup_match(history, self.max_ngram, self.min_ngram, k,
+                                          self._out)
         if grammar is not None and m:  # a shorter block costs less to verify
             m = allowed_prefix(grammar, self._out[:m])
         return Draft(self._out[:m].copy())

@@ -1,0 +1,132 @@
+"""Noise-free replay of drafting policies on recorded answers.
+
+Timed bench runs on a shared 2-core VM vary by 5-10 % per prompt, more than the differences
+between controller settings. A replay takes the plain greedy answer to each prompt (what strict
+speculation commits, token for token) and a measured curve t(n) of the target's time to score
+n tokens, and runs a drafter's real `propose`/`observe` against them: strict acceptance is the
+length of the draft's agreement with the recorded answer, a round costs t(draft + 1). No model
+runs during a replay, so one takes seconds and two settings compare exactly.
+
+What a replay leaves out: drafting time (it only suits drafters without a model: lookup, auto
+without a draft model), per-round Python overhead, and numerical differences between batched
+and single-token evaluation (strict runs agree with plain on 75-100 % of answers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+
+import numpy as np
+
+
+@dataclass
+class Recorded:
+    """One prompt's token ids (chat template applied) and its plain greedy answer."""
+
+    key: str  # "set/id"
+    prompt: list[int]
+    answer: list[int]
+
+
+@dataclass
+class CostCurve:
+    """t(n) measured at some sizes, interpolated linearly, extrapolated with the last slope."""
+
+    sizes: list[int]
+    seconds: list[float]
+
+    def __call__(self, n: int) -> float:
+        sizes, seconds = self.sizes, self.seconds
+        if n <= sizes[-1] or len(sizes) == 1:
+            return float(np.interp(n, sizes, seconds))
+        slope = (seconds[-1] - seconds[-2]) / (sizes[-1] - sizes[-2])
+        return seconds[-1] + slope * (n - sizes[-1])
+
+
+@dataclass
+class ReplayResult:
+    seconds: float  # modelled decode time
+    rounds: int
+    draft_lengths: list[int] = field(default_factory=list)
+
+    def speedup(self, t1: float, n_tokens: int) -> float:
+        """Against plain decoding: n_tokens steps of t1 seconds."""
+        return t1 * n_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def replay(prompt: list[int], answer: list[int], drafter, cost: Callable[[int], float],
+           k_cap: int = 64) -> ReplayResult:
+    """Run `drafter` (None: plain steps) over `answer` under the strict rule. The loop limits
+    k as the real one does: at most k_cap and never past the answer's end."""
+    history = np.array(list(prompt) + list(answer), np.int32)
+    truth = history[len(prompt):]
+    observe = getattr(drafter, "observe", None)
+    done, seconds, lengths = 0, 0.0, []
+    while done < len(truth):
+        k = min(k_cap, len(truth) - done - 1)
+        view = history[:len(prompt) + done]
+        draft = drafter.propose(view, k).tokens[:k] if drafter is not None and k > 0 else ()
+        n_draft = len(draft)
+        same = np.asarray(draft) == truth[done:done + n_draft]
+        n_accept = int(np.argmin(same)) if n_draft and not same.all() else n_draft
+        spent = cost(n_draft + 1)
+        if observe is not None:
+            observe(n_draft, n_accept, spent)
+        seconds += spent
+        done += n_accept + 1
+        lengths.append(n_draft)
+    return ReplayResult(seconds, len(lengths), lengths)
+
+
+def replay_set(records: list[Recorded], make_drafter: Callable[[], object],
+               costs: Callable[[Recorded], CostCurve], k_cap: int = 64) -> list[float]:
+    """Per-record speedup over plain decoding, a fresh drafter for each (as `lsd run`)."""
+    out = []
+    for rec in records:
+        curve = costs(rec)
+        result = replay(rec.prompt, rec.answer, make_drafter(), curve, k_cap)
+        out.append(result.speedup(curve(1), len(rec.answer)))
+    return out
+
+
+def measure_cost_curve(model, context: int, sizes: list[int], repeats: int = 5,
+                       seed: int = 0) -> CostCurve:
+    """Median time of `model.decode` (backend Model) for each batch size, after `context`
+    cached positions of random tokens, asking for every row's logits as a verification does."""
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(100, min(model.n_vocab, 20_000), context + max(sizes)).astype(np.int32)
+    model.truncate(0)
+    model.decode(tokens[:context], 0, 1)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:  # interleaved, so that drift hits every size alike
+            start = perf_counter()
+            model.decode(tokens[context:context + n], context, n)
+            times[n].append(perf_counter() - start)
+            model.truncate(context)
+    model.truncate(0)
+    return CostCurve(list(sizes), [float(np.median(times[n])) for n in sizes])
+
+
+def save(path: str | os.PathLike, records: list[Recorded], curves: dict[int, CostCurve]) -> None:
+    data = {"records": [r.__dict__ for r in records],
+            "curves": {str(c): {"sizes": v.sizes, "seconds": v.seconds}
+                       for c, v in curves.items()}}
+    Path(path).write_text(json.dumps(data))
+
+
+def load(path: str | os.PathLike) -> tuple[list[Recorded], dict[int, CostCurve]]:
+    data = json.loads(Path(path).read_text())
+    records = [Recorded(**r) for r in data["records"]]
+    curves = {int(c): CostCurve(v["sizes"], v["seconds"]) for c, v in data["curves"].items()}
+    return records, curves
+
+
+def nearest_curve(curves: dict[int, CostCurve], context: int) -> CostCurve:
+    """The curve measured at the context length closest to `context`."""
+    return curves[min(curves, key=lambda c: abs(c - context))]

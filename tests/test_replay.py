@@ -1,0 +1,115 @@
+"""Replay of drafting policies on recorded answers (lsd_local.bench.replay)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from lsd_local import Engine
+from lsd_local.bench import replay as rp
+from lsd_local.drafters.auto import AutoDrafter
+from lsd_local.drafters.base import Draft
+from lsd_local.drafters.lookup import LookupDrafter
+
+ANSWER = list(range(100, 140))  # 40 tokens
+PROMPT = [1, 2, 3]
+
+
+def linear(n: int) -> float:
+    return 0.010 + 0.005 * n
+
+
+class Oracle:
+    """Proposes the recorded answer itself (every draft accepted)."""
+
+    def __init__(self, k: int, wrong_at: int | None = None) -> None:
+        self.k, self.wrong_at = k, wrong_at
+
+    def propose(self, history, k):
+        done = len(history) - len(PROMPT)
+        tokens = np.array(ANSWER[done:done + min(k, self.k)], np.int32)
+        if self.wrong_at is not None and len(tokens) > self.wrong_at:
+            tokens[self.wrong_at] = 0
+        return Draft(tokens)
+
+
+def test_plain_steps_cost_one_target_step_per_token():
+    result = rp.replay(PROMPT, ANSWER, None, linear)
+    assert result.rounds == len(ANSWER)
+    assert result.seconds == pytest.approx(len(ANSWER) * linear(1))
+    assert result.speedup(linear(1), len(ANSWER)) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 64])
+def test_accepted_drafts_commit_k_plus_one_per_round(k):
+    result = rp.replay(PROMPT, ANSWER, Oracle(k), linear)
+    assert result.rounds == math.ceil(len(ANSWER) / (k + 1))
+    assert sum(n + 1 for n in result.draft_lengths) == len(ANSWER)  # last round: what is left
+    assert result.seconds == pytest.approx(sum(linear(n + 1) for n in result.draft_lengths))
+
+
+def test_a_wrong_token_ends_the_accepted_prefix():
+    result = rp.replay(PROMPT, ANSWER, Oracle(4, wrong_at=2), linear)
+    # every round drafts 4, keeps 2 and the target's own token: 3 tokens per round
+    assert result.draft_lengths[:12] == [4] * 12
+    # 12 rounds leave 4 tokens: a 3-token draft keeps 2 (+1), then one plain step
+    assert result.draft_lengths[12:] == [3, 0] and result.rounds == 14
+
+
+def test_cost_curve_interpolates_and_extrapolates():
+    curve = rp.CostCurve([1, 5, 9], [1.0, 3.0, 4.0])
+    assert curve(1) == 1.0 and curve(3) == pytest.approx(2.0) and curve(7) == pytest.approx(3.5)
+    assert curve(13) == pytest.approx(5.0)  # last slope 0.25 per token
+    assert rp.nearest_curve({300: curve, 1500: rp.CostCurve([1], [9.0])}, 1000)(1) == 9.0
+
+
+def test_save_and_load_round_trip(tmp_path):
+    records = [rp.Recorded("chat/a", PROMPT, ANSWER)]
+    curves = {300: rp.CostCurve([1, 2], [0.03, 0.05])}
+    rp.save(tmp_path / "r.json", records, curves)
+    loaded_records, loaded_curves = rp.load(tmp_path / "r.json")
+    assert loaded_records == records and loaded_curves == curves
+
+
+def test_auto_replay_drafts_a_copied_answer_and_skips_a_new_one():
+    copy_prompt = list(range(500, 560)) + ANSWER  # the answer is in the prompt
+    copied = rp.replay_set([rp.Recorded("x/copy", copy_prompt, ANSWER)],
+                           lambda: AutoDrafter(LookupDrafter()), lambda r: linear)
+    fresh = rp.replay_set([rp.Recorded("x/new", PROMPT, ANSWER)],
+                          lambda: AutoDrafter(LookupDrafter()), lambda r: linear)
+    assert copied[0] > 2.0 and fresh[0] == pytest.approx(1.0)
+
+
+def test_replay_makes_the_rounds_the_real_loop_makes(tiny_pair):
+    """Strict lookup on real llama.cpp: the replay over the plain answer drafts the same
+    lengths in the same number of rounds (strict commits exactly the greedy answer)."""
+    prompt = "the cat is on the mat and the dog is in the house " * 4
+    with Engine.load(tiny_pair[0], drafter="none", n_ctx=1024) as plain:
+        answer = plain.generate(prompt, max_tokens=100).run().tokens
+        prompt_ids = plain.prompt_tokens(prompt)
+    with Engine.load(tiny_pair[0], drafter="lookup", k=8, n_ctx=1024) as eng:
+        stats = eng.generate(prompt, max_tokens=100).run().stats
+    result = rp.replay(prompt_ids, answer, rp_fixed(8), linear)
+    assert stats.rounds == result.rounds
+    assert dict(stats.draft_lengths) == dict(Counter(result.draft_lengths))
+    assert stats.drafted > 0
+
+
+def rp_fixed(k: int):
+    lookup = LookupDrafter()
+
+    class Fixed:
+        def propose(self, history, k_loop):
+            return lookup.propose(history, min(k, k_loop))
+    return Fixed()
+
+
+def test_measure_cost_curve_on_a_real_model(tiny_pair):
+    with Engine.load(tiny_pair[0], drafter="none", n_ctx=512) as eng:
+        curve = rp.measure_cost_curve(eng.target, 40, [1, 4, 9], repeats=2)
+        assert eng.target.n_cached == 0  # the cache is left empty
+        assert eng.generate("the cat", max_tokens=3).run().tokens  # and still usable
+    assert curve.sizes == [1, 4, 9] and all(s > 0 for s in curve.seconds)
