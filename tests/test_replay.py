@@ -113,3 +113,33 @@ def test_measure_cost_curve_on_a_real_model(tiny_pair):
         assert eng.target.n_cached == 0  # the cache is left empty
         assert eng.generate("the cat", max_tokens=3).run().tokens  # and still usable
     assert curve.sizes == [1, 4, 9] and all(s > 0 for s in curve.seconds)
+
+
+def load_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "replay_auto.py"
+    spec = importlib.util.spec_from_file_location("replay_auto", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_replay_script_prints_a_table_per_set(tmp_path, capsys):
+    script = load_script()
+    copy_prompt = list(range(500, 560)) + ANSWER
+    records = [rp.Recorded("humaneval/copy", copy_prompt, ANSWER),
+               rp.Recorded("chat/new", PROMPT, ANSWER)]
+    curve = rp.CostCurve([1, 2, 9, 33], [linear(1), linear(2), linear(9), linear(33)])
+    rp.save(tmp_path / "rec.json", records, {300: curve})
+    script.main(["run", str(tmp_path / "rec.json"), "--configs",
+                 "plain,lookup:8,auto:lookup_prior=0.5"])
+    lines = capsys.readouterr().out.splitlines()
+    header, rows = lines[0].split(), {line.split()[0]: line.split()[1:] for line in lines[1:4]}
+    assert header[1:] == ["humaneval", "chat"]
+    assert rows["plain"] == ["1.000x", "(1.000)", "1.000x", "(1.000)"]
+    assert float(rows["lookup:8"][0].rstrip("x")) > 1.5  # the copied answer
+    assert rows["auto:lookup_prior=0.5"][2] == "1.000x"  # nothing to copy: plain steps
+    with pytest.raises(SystemExit, match="unknown configuration"):
+        script.main(["run", str(tmp_path / "rec.json"), "--configs", "magic"])
