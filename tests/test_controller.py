@@ -232,8 +232,6 @@ class FakeMatchLookup:
     """Lookup whose proposals come from a 12-gram match (right with p_long per position) or a
     shorter one (p_short), at random; says which through last_match like LookupDrafter."""
 
-    max_ngram = 12
-
     def __init__(self, world, p_long, p_short, long_share=0.5):
         self.world, self.p_long, self.p_short = world, p_long, p_short
         self.long_share = long_share
@@ -269,8 +267,6 @@ def test_long_and_short_matches_are_learned_apart():
 
 class ScriptedLookup:
     """Returns scripted (tokens, n-gram) proposals in order, then nothing."""
-
-    max_ngram = 12
 
     def __init__(self, proposals):
         self.proposals = list(proposals)

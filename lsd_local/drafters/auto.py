@@ -25,6 +25,7 @@ MODEL_CAP = 8  # longest draft-model draft considered
 # belief is corrected within a few proposals.
 LOOKUP_PRIOR = 0.5
 LONG_LOOKUP_PRIOR = 0.98
+LONG_MATCH = 12  # n-gram length from which a match counts as a copy (with any max_ngram)
 MODEL_PRIOR = 0.7  # a draft model stops under p_min, so what it drafts is mostly right
 EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
 EXPLORE_K = 2
@@ -109,7 +110,7 @@ class AutoDrafter:
     def _lookup_key(self) -> str:
         """Which acceptance model describes the lookup proposal just made."""
         match = getattr(self.lookup, "last_match", 0)
-        return "lookup-long" if match and match >= self.lookup.max_ngram else "lookup"
+        return "lookup-long" if match >= LONG_MATCH else "lookup"
 
     def _choose(self, history: np.ndarray, n_lookup: int, k: int,
                 lookup_key: str = "lookup") -> _Choice:
