@@ -105,7 +105,10 @@ def main(argv=None) -> None:
     rep.add_argument("recording")
     rep.add_argument("--configs", default="plain,lookup:16,lookup:32,auto")
     args = parser.parse_args(argv)
-    record(args) if args.command == "record" else run(args)
+    if args.command == "record":
+        record(args)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from time import perf_counter
 
@@ -114,7 +114,7 @@ def measure_cost_curve(model, context: int, sizes: list[int], repeats: int = 5,
 
 
 def save(path: str | os.PathLike, records: list[Recorded], curves: dict[int, CostCurve]) -> None:
-    data = {"records": [r.__dict__ for r in records],
+    data = {"records": [asdict(r) for r in records],
             "curves": {str(c): {"sizes": v.sizes, "seconds": v.seconds}
                        for c, v in curves.items()}}
     Path(path).write_text(json.dumps(data))
