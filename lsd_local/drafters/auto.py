@@ -17,12 +17,12 @@ LOOKUP_CAP = 32  # longest lookup draft considered
 MODEL_CAP = 8  # longest draft-model draft considered
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram (12 tokens)
 # means a passage is being copied: on the bench sets (Qwen2.5-Coder answers) such proposals
-# were right for their first 8+ tokens 89-95 % of the time, shorter matches 8-91 % depending on
-# the workload (HumanEval high, chat and summaries low). The two are learned apart, from these
-# beliefs: a long match is drafted whole from the first round (copying a function signature
-# pays at once), a short one only once it has shown to be right. Chosen by replaying recorded
-# answers (bench/replay_auto.py) on the dev and test splits; their scoring is free, so a wrong
-# belief is corrected within a few proposals.
+# were right for their first 8+ tokens 83-92 % of the time on the code sets (chat and
+# summaries rarely make one), shorter matches 8-91 % depending on the workload. The two are
+# learned apart, from these beliefs: a long match is drafted whole from the first round
+# (copying a function signature pays at once), a short one only once it has shown to be right.
+# Chosen by replaying recorded answers (bench/replay_auto.py) on the dev and test splits; their
+# scoring is free, so a wrong belief is corrected within a few proposals.
 LOOKUP_PRIOR = 0.5
 LONG_LOOKUP_PRIOR = 0.98
 LONG_MATCH = 12  # n-gram length from which a match counts as a copy (with any max_ngram)
