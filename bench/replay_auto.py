@@ -27,16 +27,6 @@ SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 33]
 CONTEXTS = [300, 1500]
 
 
-class FixedLookup:
-    """Prompt lookup with a fixed K (what `--drafter lookup -k K` does)."""
-
-    def __init__(self, k: int) -> None:
-        self.lookup, self.k = LookupDrafter(), k
-
-    def propose(self, history, k):
-        return self.lookup.propose(history, min(k, self.k))
-
-
 def make_factory(config: str):
     """'plain', 'lookup:K' or 'auto[:name=value...]' -> a function making a fresh drafter."""
     name, *params = config.split(":")
@@ -44,7 +34,7 @@ def make_factory(config: str):
         return lambda: None
     if name == "lookup":
         k = int(params[0]) if params else 10
-        return lambda: FixedLookup(k)
+        return lambda: rp.FixedLookup(k)
     if name == "auto":
         kwargs = {key: float(value) for key, value in (p.split("=", 1) for p in params)}
         return lambda: AutoDrafter(LookupDrafter(), **kwargs)

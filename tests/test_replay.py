@@ -92,19 +92,10 @@ def test_replay_makes_the_rounds_the_real_loop_makes(tiny_pair):
         prompt_ids = plain.prompt_tokens(prompt)
     with Engine.load(tiny_pair[0], drafter="lookup", k=8, n_ctx=1024) as eng:
         stats = eng.generate(prompt, max_tokens=100).run().stats
-    result = rp.replay(prompt_ids, answer, rp_fixed(8), linear)
+    result = rp.replay(prompt_ids, answer, rp.FixedLookup(8), linear)
     assert stats.rounds == result.rounds
     assert dict(stats.draft_lengths) == dict(Counter(result.draft_lengths))
     assert stats.drafted > 0
-
-
-def rp_fixed(k: int):
-    lookup = LookupDrafter()
-
-    class Fixed:
-        def propose(self, history, k_loop):
-            return lookup.propose(history, min(k, k_loop))
-    return Fixed()
 
 
 def test_measure_cost_curve_on_a_real_model(tiny_pair):

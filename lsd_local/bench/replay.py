@@ -23,6 +23,8 @@ from time import perf_counter
 
 import numpy as np
 
+from ..drafters.lookup import LookupDrafter
+
 
 @dataclass
 class Recorded:
@@ -57,6 +59,17 @@ class ReplayResult:
     def speedup(self, t1: float, n_tokens: int) -> float:
         """Against plain decoding: n_tokens steps of t1 seconds."""
         return t1 * n_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class FixedLookup:
+    """Prompt lookup with a fixed K (what `--drafter lookup -k K` does)."""
+
+    def __init__(self, k: int) -> None:
+        self.lookup, self.k = LookupDrafter(), k
+
+    def propose(self, history: np.ndarray, k: int):
+        """history: int32[n] committed tokens; at most min(k, self.k) tokens."""
+        return self.lookup.propose(history, min(k, self.k))
 
 
 def replay(prompt: list[int], answer: list[int], drafter, cost: Callable[[int], float],

@@ -113,7 +113,7 @@ class AutoDrafter:
         return "lookup-long" if match >= LONG_MATCH else "lookup"
 
     def _choose(self, history: np.ndarray, n_lookup: int, k: int,
-                lookup_key: str = "lookup") -> _Choice:
+                lookup_key: str) -> _Choice:
         t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2))
         plain = _Choice("none", 0, 1.0 / max(t[0], 1e-9))
         if not self.cost.observed:  # the first round: a plain step measures t(1)
