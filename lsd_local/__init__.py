@@ -14,6 +14,7 @@ from .errors import (
     IncompatibleModelsError,
     LsdError,
     ModelLoadError,
+    ModelOutputError,
     ParameterError,
 )
 from .rules import RULES, RuleConfig
@@ -23,6 +24,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DRAFTERS", "RULES", "ContextOverflowError", "Engine", "Generation", "GenerationStats",
-    "IncompatibleModelsError", "LsdError", "ModelLoadError", "Origin", "ParameterError",
-    "RoundEvent", "RuleConfig", "__version__",
+    "IncompatibleModelsError", "LsdError", "ModelLoadError", "ModelOutputError", "Origin",
+    "ParameterError", "RoundEvent", "RuleConfig", "__version__",
 ]

@@ -124,6 +124,8 @@ def _read_line(prompt: str) -> str:
 
 def run_chat(session: ChatSession, show_drafts: bool) -> None:
     """The read-answer loop. Ctrl-C stops an answer; twice at the prompt (or Ctrl-D) exits."""
+    if hasattr(sys.stdin, "reconfigure"):  # bytes that are not UTF-8 become U+FFFD
+        sys.stdin.reconfigure(errors="replace")
     if sys.stdin.isatty():
         import readline  # noqa: F401  (line editing and history for input())
         read = input

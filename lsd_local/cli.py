@@ -11,10 +11,20 @@ import click
 
 from . import __version__
 from .cli_bench import bench
+from .config import (
+    ASD_BUDGET,
+    ASD_GATE,
+    ASD_MAX_EXCEPTIONS,
+    FLY_ENTROPY,
+    FLY_ENTROPY_TOP_K,
+    FLY_THETA,
+    FLY_WINDOW,
+)
 from .drafters.model import P_MIN
 from .engine import DRAFTERS
 from .errors import LsdError, ParameterError
-from .rules import ASD_BUDGET, ASD_GATE, ASD_MAX_EXCEPTIONS, FLY_THETA, FLY_WINDOW, RULES
+from .rules import RULES
+from .verify import ENTROPY_MODES
 
 
 class KType(click.ParamType):
@@ -57,8 +67,13 @@ ENGINE_OPTIONS = [
     click.option("--window", type=click.IntRange(min=1), default=None,
                  help="FLy: ... and only if the next W draft tokens all match (the target "
                       f"went on with the draft). Default min({FLY_WINDOW}, K-1)."),
-    click.option("--entropy-top-k", type=click.IntRange(min=1), default=3, show_default=True,
+    click.option("--entropy-top-k", type=click.IntRange(min=1), default=FLY_ENTROPY_TOP_K,
+                 show_default=True,
                  help="FLy: the entropy sums over this many largest probabilities."),
+    click.option("--entropy", type=click.Choice(ENTROPY_MODES), default=FLY_ENTROPY,
+                 show_default=True,
+                 help="FLy: topk sums -p log p over the top-k probabilities (FLy's code, "
+                      "vLLM); normalized is the paper's full entropy divided by log V."),
     click.option("--gate", type=click.FloatRange(min=0), default=ASD_GATE, show_default=True,
                  help="ASD: a mismatch's logit regret divided by the tokens left in the block "
                       "must be at most this."),
@@ -156,7 +171,7 @@ def load_engine(model: str | None, opts: dict):
             draft_n_gpu_layers=opts["draft_n_gpu_layers"], main_gpu=opts["main_gpu"],
             split_mode=opts["split_mode"], tensor_split=tensor_split, p_min=opts["p_min"],
             verbose=opts["verbose"], theta=opts["theta"], window=opts["window"],
-            entropy_top_k=opts["entropy_top_k"], gate=opts["gate"],
+            entropy_top_k=opts["entropy_top_k"], entropy=opts["entropy"], gate=opts["gate"],
             max_exceptions=opts["max_exceptions"], budget=opts["budget"])
     for notice in engine.notices:
         _notify(notice)
@@ -201,25 +216,39 @@ def cli() -> None:
     """
 
 
+MODEL_OPTION = click.option(
+    "-m", "--model", "model_option", default=None, metavar="MODEL",
+    help="The model: a name from `lsd models`, a Hub name or a .gguf path (scripts should use "
+         "it: then no argument is ever taken for a model).")
+SHOW_DRAFTS_OPTION = click.option(
+    "--show-drafts", is_flag=True,
+    help="Colour tokens by origin: green = draft kept exactly, yellow = draft kept loosely, "
+         "plain = produced by the target.")
+
+
 @cli.command()
 @click.argument("args", nargs=-1, metavar="[MODEL] [PROMPT]")
+@MODEL_OPTION
 @with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
 @click.option("--raw", is_flag=True, help="Send PROMPT as is, without the chat template.")
-@click.option("--show-drafts", is_flag=True,
-              help="Colour tokens by origin: green = draft kept exactly, yellow = draft kept "
-                   "loosely, plain = produced by the target.")
+@SHOW_DRAFTS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with stats.")
-def run(args: tuple[str, ...], **opts) -> None:
+def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
     """Answer PROMPT (or standard input) once and exit.
 
-    With a single argument that is a .gguf path or a registry name, it is the MODEL and the
-    prompt comes from standard input; otherwise it is the PROMPT and the default model answers.
+    A single argument is the MODEL when it holds no space and is a .gguf path, an existing
+    file, a name from `lsd models` or a Hub name (owner/repo[:QUANT]); anything else is the
+    PROMPT, answered by the default model. Without a PROMPT, a piped standard input is the
+    prompt; on a terminal, `lsd run MODEL` starts `lsd chat MODEL`.
     """
     from .chatsession import render_spans
 
-    model, prompt = split_run_args(args)
+    model, prompt = split_run_args(args, model_option)
+    if prompt is None and stdin_is_terminal():
+        start_chat(model, opts)
+        return
     if prompt is None or prompt == "-":
-        prompt = sys.stdin.read()
+        prompt = read_stdin()
     messages = [] if opts["system"] is None else [{"role": "system", "content": opts["system"]}]
     request = prompt if opts["raw"] else messages + [{"role": "user", "content": prompt}]
     colour = opts["show_drafts"] and use_colour()
@@ -239,13 +268,19 @@ def run(args: tuple[str, ...], **opts) -> None:
 
 @cli.command()
 @click.argument("model", required=False)
+@MODEL_OPTION
 @with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
-@click.option("--show-drafts", is_flag=True,
-              help="Colour tokens by origin: green = draft kept exactly, yellow = draft kept "
-                   "loosely, plain = produced by the target.")
-def chat(model: str | None, **opts) -> None:
+@SHOW_DRAFTS_OPTION
+def chat(model: str | None, model_option: str | None, **opts) -> None:
     """Chat with MODEL in the terminal (/help lists the commands). Without MODEL: the default
     model if downloaded, else the embedded demo model (lsd-local[demo])."""
+    if model is not None and model_option is not None:
+        raise click.UsageError("give the model once: as MODEL or with --model")
+    start_chat(model_option or model, opts)
+
+
+def start_chat(model: str | None, opts: dict) -> None:
+    """Load MODEL and run the interactive chat (`lsd chat`, and `lsd run MODEL` on a tty)."""
     from .chatsession import ChatSession, run_chat
 
     check_grammar_source(opts)
@@ -255,6 +290,19 @@ def chat(model: str | None, **opts) -> None:
             constraint.close()
         session = ChatSession(engine, opts["system"], generation_kwargs(opts))
         run_chat(session, show_drafts=opts["show_drafts"] and use_colour())
+
+
+def stdin_is_terminal() -> bool:
+    """Whether standard input is an interactive terminal (then nothing is piped in)."""
+    return sys.stdin.isatty()
+
+
+def read_stdin() -> str:
+    """The piped prompt. Bytes that are not UTF-8 become U+FFFD (never a traceback)."""
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:  # a text-only stream: undecodable bytes arrive as surrogates
+        return sys.stdin.read().encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return stream.read().decode("utf-8", "replace")
 
 
 @cli.command()
@@ -292,15 +340,20 @@ def list_models() -> None:
 cli.add_command(bench)
 
 
-def split_run_args(args: tuple[str, ...]) -> tuple[str | None, str | None]:
+def split_run_args(args: tuple[str, ...], model_option: str | None = None
+                   ) -> tuple[str | None, str | None]:
     """(MODEL or None, PROMPT or None) from `lsd run`'s positional arguments."""
-    from .registry import is_path, load_registry
+    from .registry import load_registry, looks_like_model
 
+    if model_option is not None:
+        if len(args) > 1:
+            raise click.UsageError("with --model, give at most one PROMPT (quote it)")
+        return model_option, args[0] if args else None
     if len(args) > 2:
         raise click.UsageError("expected at most MODEL and PROMPT (quote the prompt)")
     if len(args) == 2:
         return args[0], args[1]
-    if len(args) == 1 and (is_path(args[0]) or args[0] in load_registry()):
+    if len(args) == 1 and looks_like_model(args[0], load_registry()):
         return args[0], None
     return None, args[0] if args else None
 

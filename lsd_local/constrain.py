@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import GrammarError
-from .verify._rows import row_argmax, row_top
+from .jit import choose
+from .verify._rows import row_argmax, row_top, row_top_reference
 
 FIRST_CANDIDATES = 16  # one pass over the row finds these (argpartition costs ~1 ms on 151k)
 CANDIDATES = 256  # best-first checks before falling back to a full mask
@@ -31,7 +32,7 @@ def constrain_row(state, row: np.ndarray, n_top: int) -> int:
     """Mask forbidden tokens at the top of `row` (float32[V], in place) until its `n_top` best
     are allowed (n_top 0: all of it); return the constrained argmax."""
     if n_top == 1:
-        best = row_argmax(row)
+        best = choose(row_argmax, np.argmax)(row)
         if row[best] != -np.inf and state.allows(best):
             return int(best)
     if n_top > 0:
@@ -39,7 +40,7 @@ def constrain_row(state, row: np.ndarray, n_top: int) -> int:
         if best >= 0:
             return best
     state.mask(row)
-    best = row_argmax(row)
+    best = choose(row_argmax, np.argmax)(row)
     if row[best] == -np.inf:
         raise GrammarError("the grammar allows no token of this vocabulary here (is a character "
                            "it requires missing from the model's tokens?)")
@@ -50,7 +51,7 @@ def _best_first(state, row: np.ndarray, n_top: int) -> int:
     """Check tokens in descending logit order; -1 when a full mask is needed."""
     first, found = -1, 0
     for n in (FIRST_CANDIDATES, CANDIDATES):  # forbidden ones checked are -inf by the 2nd pass
-        for token in row_top(row, min(max(n, n_top), len(row))):
+        for token in choose(row_top, row_top_reference)(row, min(max(n, n_top), len(row))):
             token = int(token)
             if row[token] == -np.inf:
                 return first  # nothing finite is left: the allowed ones found are all there is

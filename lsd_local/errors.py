@@ -19,6 +19,10 @@ class ContextOverflowError(LsdError):
     """The prompt does not fit into the context window."""
 
 
+class ModelOutputError(LsdError):
+    """llama.cpp produced unusable output (NaN logits): a broken model file or backend."""
+
+
 class ParameterError(LsdError, ValueError):
     """An invalid parameter value; the message names the parameter."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,26 @@ def lookup(name: str, registry: dict[str, ModelSpec]) -> ModelSpec:
     raise LsdError(f"unknown model {name!r} (not a registry name, nor a .gguf file).{hint}")
 
 
+# owner/repo[:QUANT], optionally behind hf.co/ (llama.cpp's -hf and Ollama's syntax); each part
+# holds a letter, so that "3/4" stays a prompt
+HUB_NAME = re.compile(r"(?:(?:hf\.co|huggingface\.co)/)?(?=[\w.-]*[A-Za-z])[\w][\w.-]*/"
+                      r"(?=[\w.-]*[A-Za-z])[\w.-]+(?::[\w.-]+)?")
+
+
 def is_path(spec: str) -> bool:
     """A command-line model argument that names a file rather than a registry entry."""
     return spec.endswith(".gguf") or os.sep in spec or Path(spec).exists()
+
+
+def is_hub_name(spec: str) -> bool:
+    """`owner/repo[:QUANT]` or `hf.co/owner/repo[:QUANT]` that is not an existing file."""
+    return bool(HUB_NAME.fullmatch(spec)) and not Path(spec).expanduser().exists()
+
+
+def looks_like_model(arg: str, registry: dict[str, ModelSpec]) -> bool:
+    """Whether a lone command-line argument names a model rather than being a prompt: no
+    whitespace, and a .gguf path, an existing file, a registry name or a Hub name."""
+    if not arg or any(ch.isspace() for ch in arg):
+        return False
+    return (arg.lower().endswith(".gguf") or Path(arg).expanduser().is_file()
+            or arg in registry or is_hub_name(arg))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .embedded import DEMO_INSTALL, DEMO_NAME, embedded_model
 from .errors import LsdError
-from .registry import ModelSpec, is_path, load_registry, lookup
+from .registry import ModelSpec, is_hub_name, is_path, load_registry, lookup
 
 # Used when no model is named and it is already downloaded; else the embedded demo model.
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
@@ -27,6 +27,10 @@ def _fetch(spec: ModelSpec, notify: Callable[[str], None]) -> Path:
 def resolve_one(arg: str, registry: dict[str, ModelSpec],
                 notify: Callable[[str], None]) -> tuple[Path, ModelSpec | None]:
     """A path is used as is (the loader checks it); a name is found in the cache or fetched."""
+    if arg not in registry and is_hub_name(arg):
+        raise LsdError(f"{arg!r} looks like a Hugging Face repository (owner/repo[:QUANT]), "
+                       "which lsd cannot pull yet: download its .gguf file and give the path, "
+                       "or use a name from `lsd models`")
     if is_path(arg):
         return Path(arg).expanduser(), None
     spec = lookup(arg, registry)

@@ -10,6 +10,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .config import (
+    ASD_BUDGET,
+    ASD_GATE,
+    ASD_MAX_EXCEPTIONS,
+    FLY_ENTROPY,
+    FLY_ENTROPY_TOP_K,
+    FLY_THETA,
+    FLY_WINDOW,
+)
 from .drafters.base import Draft
 from .errors import ParameterError, check
 from .verify import Verdict, asd, check_asd, check_fly, default_window, fly, strict
@@ -17,15 +26,6 @@ from .verify.sampling import SamplerSettings, speculative_sample
 
 RULES = ("strict", "fly", "asd")
 
-# Defaults chosen by `lsd bench --tune --prompts humaneval --limit 8` (dev split, Qwen2.5-Coder
-# 1.5B, prompt lookup, 2-core CPU): the fastest settings that kept pass@1 at 100 % of plain
-# decoding. A larger ASD budget (24) was faster but lost 57-71 % of pass@1; at budget 6 the gate
-# made no difference. FLy's theta/window moved speed within noise (1.37-1.44x vs 1.33x strict).
-FLY_THETA = 0.6
-FLY_WINDOW = 4  # W = min(FLY_WINDOW, K - 1) unless set
-ASD_GATE = 2.0
-ASD_MAX_EXCEPTIONS = 2
-ASD_BUDGET = 6.0
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,8 @@ class RuleConfig:
     rule: str = "strict"
     theta: float = FLY_THETA  # FLy entropy threshold; inf = strict
     window: int | None = None  # FLy deferred window W; None = min(FLY_WINDOW, K-1)
-    entropy_top_k: int = 3  # FLy: entropy over the k_e largest probabilities
-    entropy: str = "topk"  # FLy: "topk" (reference code, vLLM) or "normalized" (paper)
+    entropy_top_k: int = FLY_ENTROPY_TOP_K  # FLy: entropy over the k_e largest probabilities
+    entropy: str = FLY_ENTROPY  # FLy: "topk" (reference code, vLLM) or "normalized" (paper)
     gate: float = ASD_GATE  # ASD local gate g
     max_exceptions: int = ASD_MAX_EXCEPTIONS  # ASD per-block exception cap M
     budget: float = ASD_BUDGET  # ASD per-request regret budget B
@@ -71,7 +71,7 @@ class Verifier:
         k = len(draft)
         window = default_window(k, FLY_WINDOW) if c.window is None else c.window
         if self.sampler is not None:
-            theta = c.theta if c.rule == "fly" else math.inf
+            theta = c.theta if c.rule == "fly" else math.inf  # strict never reads entropy
             n, nxt, loose = speculative_sample(logits, draft.tokens, draft.probs, self.sampler,
                                                rng, theta=theta, window=window,
                                                top_k=c.entropy_top_k,

@@ -1,7 +1,8 @@
 """A local HTTP server that answers like the Hugging Face Hub's `resolve` endpoint (HEAD with
 commit/etag/size headers, GET with Range), with faults on demand: drop the connection after N
-bytes, ignore Range, send slowly. huggingface_hub and lsd's downloader talk to it through
-HF_ENDPOINT, so downloads are tested end to end without the internet."""
+bytes, ignore Range, send slowly, run a hook mid-file and hold the rest back. huggingface_hub
+and lsd's downloader talk to it through HF_ENDPOINT, so downloads are tested end to end without
+the internet."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ class FakeHub:
         self.ignore_range = False
         self.delay = 0.0  # seconds between 64 KiB chunks
         self.hook: tuple[int, object] | None = None  # (bytes, callable): run once when sent
+        self.hold = threading.Event()  # after the hook: send nothing more until it is set
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -107,6 +109,7 @@ class FakeHub:
                     if hub.hook is not None and sent >= hub.hook[0]:
                         hook, hub.hook = hub.hook[1], None
                         hook()
+                        hub.hold.wait(60)  # the client stays mid-file until the test says
                     if hub.delay:
                         time.sleep(hub.delay)
                 if sent < len(body):

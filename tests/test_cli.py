@@ -241,6 +241,63 @@ def test_run_arguments_model_or_prompt(tiny_pair):
     assert split_run_args(("Name a colour.",)) == (None, "Name a colour.")
     assert split_run_args(("m.gguf", "hi")) == ("m.gguf", "hi")
     assert split_run_args(()) == (None, None)
+    # a slash does not make a path: whitespace means prompt; Hub names are models
+    question = "What is 3/4? Answer in one word."
+    assert split_run_args((question,)) == (None, question)
+    assert split_run_args(("3/4",)) == (None, "3/4")
+    assert split_run_args(("bartowski/Qwen2.5-GGUF:q4_k_m",)) == (
+        "bartowski/Qwen2.5-GGUF:q4_k_m", None)
+    assert split_run_args(("hf.co/owner/repo",)) == ("hf.co/owner/repo", None)
+    assert split_run_args(("Model.GGUF",)) == ("Model.GGUF", None)
+    # --model: no argument is ever taken for a model
+    assert split_run_args(("m.gguf",), "x.gguf") == ("x.gguf", "m.gguf")
+    assert split_run_args((), "x.gguf") == ("x.gguf", None)
+
+
+def test_run_with_a_slash_in_the_prompt_answers_it(tiny_pair, no_default_cached, monkeypatch):
+    """`lsd run "What is 3/4? ..."` once said `model file not found: What is 3/4? ...`."""
+    import lsd_local.resolve
+    monkeypatch.setattr(lsd_local.resolve, "embedded_model", lambda: tiny_pair[0])
+    result = invoke("run", "What is 3/4? Answer in one word.", "--max-tokens", 4,
+                    env=no_default_cached)
+    assert result.exit_code == 0, result.output
+    assert "not found" not in result.output and "tokens," in result.output
+
+
+def test_run_model_option_takes_the_argument_as_prompt(tiny_pair):
+    tiny_copy = tiny_pair[0]
+    a = invoke("run", "-m", tiny_copy, "--raw", "the cat is", "--max-tokens", 6, "--json")
+    b = invoke("run", tiny_copy, "--raw", "the cat is", "--max-tokens", 6, "--json")
+    assert a.exit_code == 0, a.output
+    assert json.loads(a.stdout)["text"] == json.loads(b.stdout)["text"]
+    both = invoke("chat", tiny_copy, "-m", tiny_copy)
+    assert both.exit_code == 2 and "give the model once" in both.output
+
+
+def test_hub_name_is_a_model_with_a_clear_error(hub_env):
+    result = invoke("run", "someone/some-model-GGUF:Q4_K_M", env=hub_env, input="hi")
+    assert result.exit_code == 1
+    assert "looks like a Hugging Face repository" in result.output
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("data", [b"\xff\xfe x", b"caf\xc3", b"\x00\x80 the cat \xed\xa0\x80"])
+def test_invalid_utf8_on_stdin_is_answered(tiny_pair, data):
+    result = CliRunner().invoke(cli, ["run", str(tiny_pair[0]), "--raw", "--max-tokens", "3",
+                                      "--json"], input=data)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["stats"]["prompt_tokens"] > 1
+
+
+def test_undecodable_command_line_bytes_are_answered(tiny_pair):
+    """argv bytes that are not UTF-8 reach Python as lone surrogates (surrogateescape)."""
+    prompt = b"the \xff cat".decode("utf-8", "surrogateescape")
+    result = invoke("run", tiny_pair[0], "--raw", prompt, "--max-tokens", 3, "--json")
+    assert result.exit_code == 0, result.output
+    grammar = invoke("run", tiny_pair[0], "x", "--raw", "--grammar", 'root ::= "a\udcff"',
+                     "--max-tokens", 8, "--json")
+    assert grammar.exit_code == 0, repr(grammar.exception)
+    assert json.loads(grammar.stdout)["text"] == "a\ufffd"  # the byte became U+FFFD
 
 
 def test_run_stop_string_ends_the_answer(tiny_pair):

@@ -3,11 +3,13 @@ Ctrl-C, checksums, a server that ignores Range, full disk, offline, unreachable 
 
 from __future__ import annotations
 
-import _thread
 import hashlib
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -69,14 +71,24 @@ def test_ctrl_c_during_a_download_then_resume_through_lsd_pull(fake_hub, tmp_pat
     config.mkdir(parents=True)
     (config / "models.toml").write_text(f'[tiny]\nrepo = "{REPO}"\nfile = "{FILE}"\n')
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    fake_hub.delay = 0.05  # 16 chunks of 64 KiB: the client is mid-file when Ctrl-C comes
-    fake_hub.hook = (300_000, _thread.interrupt_main)  # SIGINT-like: KeyboardInterrupt in main
+    # once 300 kB are sent the hub holds the rest back; when the client has written them, a
+    # real SIGINT reaches its main thread (interrupting the blocked read): mid-file, always
+    main = threading.main_thread().ident
+
+    def ctrl_c_when_written() -> None:
+        deadline = time.monotonic() + 60
+        while sum(p.stat().st_size for p in partials(tmp_path)) < 300_000:
+            assert time.monotonic() < deadline, "the client never wrote what it was sent"
+            time.sleep(0.01)  # polling a condition, not waiting a guessed time
+        signal.pthread_kill(main, signal.SIGINT)
+
+    fake_hub.hook = (300_000, ctrl_c_when_written)
     result = CliRunner().invoke(cli, ["pull", "tiny"])
+    fake_hub.hold.set()
     assert result.exit_code == 130 and "Interrupted." in result.output
     [partial] = partials(tmp_path)
     kept = partial.stat().st_size
     assert 0 < kept < len(DATA) and hub.cached_file(spec()) is None
-    fake_hub.delay = 0.0
     result = CliRunner().invoke(cli, ["pull", "tiny"])
     assert result.exit_code == 0, result.output
     assert Path(result.stdout.strip().splitlines()[-1]).read_bytes() == DATA

@@ -157,3 +157,24 @@ def test_other_vocab_model_generates(tiny_other_vocab):
     with Engine.load(tiny_other_vocab, n_ctx=128) as eng:
         assert len(eng.generate("x y", max_tokens=5).run().tokens) == 5
     assert tinymodels.OTHER_WORDS != tinymodels.WORDS
+
+
+def test_nan_logits_from_llama_cpp_are_a_clear_error(tmp_path):
+    """A NaN logit is refused where llama.cpp hands it over (backend), not ranked by a
+    verifier: generation stops with ModelOutputError and the CLI prints one line."""
+    from click.testing import CliRunner
+
+    from lsd_local import ModelOutputError
+    from lsd_local.cli import cli
+
+    path = tinymodels.make_nan_model(tmp_path)
+    with Engine.load(path, drafter="none") as eng:
+        with pytest.raises(ModelOutputError, match="NaN logits from nan-logits.gguf"):
+            eng.generate("the cat", max_tokens=4).run()
+        eng.target.truncate(0)
+        logits = eng.target.decode(np.array([1, 270], np.int32), 0, 0)
+        assert logits.shape == (0, eng.target.n_vocab)  # no rows asked for, nothing checked
+    result = CliRunner().invoke(cli, ["run", str(path), "the cat", "--drafter", "none"])
+    assert result.exit_code == 1
+    assert "Error: llama.cpp returned NaN logits" in result.output
+    assert "Traceback" not in result.output

@@ -169,10 +169,11 @@ def test_prepared_block_verifies_like_a_fully_masked_block(rule):
         assert table[got.n_accept % 7][got.next_token]
 
 
-def test_prepared_block_for_fly_equals_the_reference_rows():
+@pytest.mark.parametrize("entropy,top", [("topk", 3), ("normalized", 1)])
+def test_prepared_block_for_fly_equals_the_reference_rows(entropy, top):
     rng = np.random.default_rng(11)
     for _ in range(300):
-        k, v, top = int(rng.integers(1, 10)), int(rng.integers(4, 40)), 3
+        k, v = int(rng.integers(1, 10)), int(rng.integers(4, 40))
         table = random_table(rng, 5, v, 0.5)
         logits, draft = random_block(rng, table, k, v)
         block = logits.copy()
@@ -181,7 +182,7 @@ def test_prepared_block_for_fly_equals_the_reference_rows():
         assert n == (forbidden[0] if forbidden else k)
         for j in range(n + 1):
             assert np.array_equal(block[j], reference_row(logits[j], table[j % 5], top))
-        verdict = fly(block[:n + 1], draft[:n], theta=0.0, window=1)
+        verdict = fly(block[:n + 1], draft[:n], theta=0.0, window=1, entropy=entropy)
         kept = draft[:verdict.n_accept].tolist() + [verdict.next_token]
         assert all(table[i % 5][t] for i, t in enumerate(kept))
 
@@ -200,10 +201,11 @@ def loose_bait():
     return logits, draft
 
 
-@pytest.mark.parametrize("rule", ["fly", "asd"])
+@pytest.mark.parametrize("rule", ["fly-topk", "fly-normalized", "asd"])
 def test_loose_rule_never_keeps_a_forbidden_draft_token(rule):
     logits, draft = loose_bait()
-    verify = (lambda lg, d: fly(lg, d, theta=0.1, window=2)) if rule == "fly" else (
+    entropy = rule.partition("-")[2]
+    verify = (lambda lg, d: fly(lg, d, theta=0.1, window=2, entropy=entropy)) if entropy else (
         lambda lg, d: asd(lg, d, gate=10.0, max_exceptions=2, budget=10.0))
     free = verify(logits, draft)
     assert free.n_accept == 4 and free.loose[0] == 1  # the bait works without a grammar
@@ -228,15 +230,15 @@ def constrained_greedy(target: FakeTarget, table, prompt, n):
 
 
 def run_constrained(target, drafter, table, rule="strict", k=4, sampler=None, seed=0,
-                    max_tokens=40, **rule_params):
+                    max_tokens=40, entropy="topk", **rule_params):
     prompt = [3, 5]
     history = TokenBuffer(target.n_ctx)
     history.set(prompt)
     target.decode(prompt[:-1], 0, 0)
     grammar = TableGrammar(table)
-    top = sampler.top_k if sampler else (3 if rule == "fly" else 1)
+    top = sampler.top_k if sampler else (3 if rule == "fly" and entropy == "topk" else 1)
     req = Request(max_tokens, k, sampler, np.random.default_rng(seed), grammar, top)
-    verifier = Verifier(RuleConfig(rule=rule, **rule_params), sampler)
+    verifier = Verifier(RuleConfig(rule=rule, entropy=entropy, **rule_params), sampler)
     events = list(run_rounds(target, drafter, verifier, history, req,
                              TextAssembler(lambda t: bytes([65 + t]), ())))
     return history.view()[len(prompt):].tolist(), events
@@ -254,6 +256,8 @@ def test_constrained_strict_equals_constrained_greedy(corrupt_every):
 
 
 @pytest.mark.parametrize("rule,params", [("fly", {"theta": 0.0, "window": 1}),
+                                         ("fly", {"theta": 0.0, "window": 1,
+                                                  "entropy": "normalized"}),
                                          ("asd", {"gate": 100.0, "budget": 1e6}),
                                          ("strict", {})])
 def test_every_rule_commits_only_allowed_tokens(rule, params):
@@ -267,13 +271,14 @@ def test_every_rule_commits_only_allowed_tokens(rule, params):
     assert (n_loose > 0) == (rule != "strict")  # the loose paths really ran
 
 
-@pytest.mark.parametrize("rule", ["strict", "fly"])
-def test_sampling_commits_only_allowed_tokens(rule):
+@pytest.mark.parametrize("rule,entropy", [("strict", "topk"), ("fly", "topk"),
+                                          ("fly", "normalized")])
+def test_sampling_commits_only_allowed_tokens(rule, entropy):
     sampler = SamplerSettings(temperature=1.0, top_k=5, top_p=1.0, min_p=0.0)
     for seed in range(10):
         table = random_table(np.random.default_rng(seed), 4, V, 0.4)
         out, _ = run_constrained(FakeTarget(), ScriptedDrafter(FakeTarget(), 2), table, rule,
-                                 sampler=sampler, seed=seed)
+                                 sampler=sampler, seed=seed, entropy=entropy, theta=0.0)
         assert all(table[i % 4][t] for i, t in enumerate(out))
 
 

@@ -137,6 +137,8 @@ def test_constrained_strict_equals_constrained_greedy(tiny_pair, plain, drafter)
 
 
 @pytest.mark.parametrize("rule,params", [("strict", {}), ("fly", {"theta": 0.0, "window": 1}),
+                                         ("fly", {"theta": 0.0, "window": 1,
+                                                  "entropy": "normalized"}),
                                          ("asd", {"gate": 100.0, "budget": 1e4})])
 def test_every_rule_and_drafter_gives_valid_output(tiny_pair, rule, params):
     n_loose = 0
@@ -152,9 +154,10 @@ def test_every_rule_and_drafter_gives_valid_output(tiny_pair, rule, params):
     assert (n_loose > 0) == (rule != "strict")  # the loose paths ran under the grammar
 
 
-@pytest.mark.parametrize("rule", ["strict", "fly"])
-def test_sampling_gives_valid_json_for_many_seeds(tiny_pair, rule):
-    with load(tiny_pair, "model", k=3, rule=rule) as eng:
+@pytest.mark.parametrize("rule,entropy", [("strict", "topk"), ("fly", "topk"),
+                                          ("fly", "normalized")])
+def test_sampling_gives_valid_json_for_many_seeds(tiny_pair, rule, entropy):
+    with load(tiny_pair, "model", k=3, rule=rule, theta=0.0, entropy=entropy) as eng:
         for seed in range(12):
             gen = eng.generate(PROMPTS[seed % 4], max_tokens=200, temperature=1.0, seed=seed,
                                top_k=int(seed % 3) * 20, json_schema=SCHEMA).run()
@@ -196,11 +199,12 @@ def invoke(*args, input=None):
     return CliRunner().invoke(cli, [str(a) for a in args], input=input)
 
 
-def test_cli_run_with_a_json_schema_and_a_grammar_file(tiny_pair, tmp_path):
+@pytest.mark.parametrize("entropy", ["topk", "normalized"])
+def test_cli_run_with_a_json_schema_and_a_grammar_file(tiny_pair, tmp_path, entropy):
     schema = tmp_path / "schema.json"
     schema.write_text(json.dumps(SCHEMA))
     result = invoke("run", tiny_pair[0], "the cat is", "--raw", "--json-schema", schema,
-                    "--max-tokens", 200, "--rule", "fly", "--theta", 0)
+                    "--max-tokens", 200, "--rule", "fly", "--theta", 0, "--entropy", entropy)
     assert result.exit_code == 0, result.output
     check_schema_answer(result.stdout.strip())
     grammar = tmp_path / "yes.gbnf"

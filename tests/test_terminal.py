@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pty
+import re
 import select
 import signal
 import sys
@@ -44,6 +45,21 @@ class Terminal:
                 self.output += chunk
         return self.output
 
+    def read_bytes(self, n: int, since: int, timeout: float = 120.0) -> bytes:
+        """Read until at least n bytes arrived after offset `since`."""
+        deadline = time.monotonic() + timeout
+        while len(self.output) - since < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"only {len(self.output) - since} bytes arrived")
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                chunk = os.read(self.fd, 4096)
+                if not chunk:
+                    raise AssertionError(f"exited early: {self.output[-500:]!r}")
+                self.output += chunk
+        return self.output
+
     def send(self, data: bytes) -> None:
         os.write(self.fd, data)
 
@@ -72,22 +88,42 @@ def chat(model, no_color: bool) -> Terminal:
     return Terminal(argv, env)
 
 
+GREEN = b"\x1b[32m"
+
+
 @pytest.mark.parametrize("no_color", [False, True])
 def test_ctrl_c_stops_the_answer_and_ctrl_d_exits(tiny_pair, no_color):
     term = chat(tiny_pair[0], no_color)
     term.read_until(b">>> ")
     term.send(b"the cat is\r")
     start = len(term.output)
-    time.sleep(1.5)  # let the answer stream for a while
+    if no_color:  # nothing to wait for but text: enough of it that drafts were kept
+        term.read_bytes(2000, since=start)
+    else:  # wait for the event the test is about: a draft token shown in green
+        term.read_until(GREEN, since=start)
     term.send(b"\x03")  # Ctrl-C in the middle of a long answer
-    term.read_until(b"[interrupted]")
-    term.read_until(b">>> ", timeout=30)
+    term.read_until(b"[interrupted]", since=start)
+    term.read_until(b">>> ", timeout=30, since=start)
     answer = term.output[start:]
-    has_colour = b"\x1b[32m" in answer
-    assert has_colour != no_color
+    assert (GREEN in answer) != no_color
+    summary = re.search(rb"tau ([0-9.]+)", answer)
+    assert summary and float(summary.group(1)) > 1.0  # drafts were kept: colours had a cause
     term.send(b"/stats\r")
     term.read_until(b"session: 1 answers")
     # wait for the next prompt: readline discards typed-ahead input when it starts reading
     term.read_until(b">>> ", since=term.output.index(b"session: 1 answers"))
     term.send(b"\x04")  # Ctrl-D at the prompt exits
+    assert term.wait() == 0
+
+
+def test_run_model_on_a_terminal_starts_the_chat(tiny_pair):
+    """`lsd run MODEL` without a prompt on a terminal is `lsd chat MODEL` (as `ollama run`)."""
+    argv = [sys.executable, "-m", "lsd_local", "run", str(tiny_pair[0]), "--max-tokens", "5"]
+    term = Terminal(argv, dict(os.environ))
+    term.read_until(b">>> ")
+    term.send(b"hello\r")
+    answered = len(term.output)
+    term.read_until(b"tokens,", since=answered)
+    term.read_until(b">>> ", since=answered)  # readline drops input typed before it reads
+    term.send(b"\x04")
     assert term.wait() == 0

@@ -213,7 +213,14 @@ def test_fly_rejects_mismatch_whose_window_passes_the_block_end():
 
 
 def test_fly_default_window():
-    assert [default_window(k) for k in (1, 2, 4, 8, 16)] == [1, 1, 3, 6, 6]
+    """min(cap, K - 1), at least 1; the cap is the tuned default 4, also for the raw fly()."""
+    assert [default_window(k) for k in (1, 2, 4, 8, 16)] == [1, 1, 3, 4, 4]
+    assert [default_window(k, cap=6) for k in (4, 8, 16)] == [3, 6, 6]
+    # K = 8: a flat-row mismatch at j = 1, a confident one at j = 6
+    logits = flat_then_peaked([0, 2, 3, 4, 5, 6, 7, 1, 3], flat_rows={0}, v=9)
+    draft = np.array([1, 2, 3, 4, 5, 8, 7, 1], np.int32)
+    assert fly(logits, draft, theta=0.3).n_accept == 5  # W = 4: d2..d5 match, d1 kept
+    assert fly(logits, draft, theta=0.3, window=6).n_accept == 0  # d6 inside the window
 
 
 def test_asd_exception_cap_and_ledger_across_rounds():

@@ -133,6 +133,15 @@ def make_pair(directory: Path, noise: float = 0.1,
     return target, draft
 
 
+def make_nan_model(directory: Path) -> Path:
+    """make_pair's target with one NaN in its output matrix: llama.cpp loads it and returns a
+    NaN logit for that token in every row (what a broken file or backend looks like)."""
+    spec = TinySpec()
+    weights = random_weights(spec, 259 + len(spec.words))
+    weights["output.weight"][261, 5] = np.nan
+    return write_gguf(directory / "nan-logits.gguf", spec, weights)
+
+
 def make_other_vocab(directory: Path) -> Path:
     """A model whose vocabulary differs from make_pair's (other word pieces, other size)."""
     spec = TinySpec(seed=7, words=tuple(OTHER_WORDS))

@@ -18,7 +18,7 @@ import llama_cpp as ll
 import numpy as np
 
 from ..errors import GrammarError
-from .model import Model, _install_log_sink
+from .model import Model, _install_log_sink, utf8_bytes
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=False)
 
@@ -69,7 +69,7 @@ def _init_capturing_stderr(vocab, text: str, root: str):
         saved = os.dup(2)
         try:
             os.dup2(capture.fileno(), 2)
-            sampler = ll.llama_sampler_init_grammar(vocab, text.encode(), root.encode())
+            sampler = ll.llama_sampler_init_grammar(vocab, utf8_bytes(text), utf8_bytes(root))
         finally:
             os.dup2(saved, 2)
             os.close(saved)

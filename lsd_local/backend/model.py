@@ -22,7 +22,13 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from ..errors import ContextOverflowError, IncompatibleModelsError, ModelLoadError, check
+from ..errors import (
+    ContextOverflowError,
+    IncompatibleModelsError,
+    ModelLoadError,
+    ModelOutputError,
+    check,
+)
 from .gguf_check import check_gguf
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
@@ -31,6 +37,21 @@ GGUF_MAGIC = b"GGUF"
 # the end and skip the first few ids (special tokens that vary between conversions).
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_ID = 5
+
+
+def utf8_bytes(text: str) -> bytes:
+    """Valid UTF-8 for any str: lone surrogates (undecodable command-line bytes, JSON's
+    '\\ud800') become U+FFFD (one per undecodable byte) instead of a UnicodeEncodeError, so
+    no user text can crash a tokenizer or the grammar parser."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    try:  # bytes Python could not decode (argv, file names) come back as those bytes
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # other lone surrogates
+        raw = text.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "replace").encode("utf-8")
 
 
 class _LogSink:
@@ -146,7 +167,7 @@ class Model:
         check_gguf(path)  # damage llama.cpp would abort the process on
         sink = _install_log_sink(opts.verbose)
         sink.recent.clear()
-        model_p = ll.llama_model_load_from_file(str(path).encode(), _model_params(opts))
+        model_p = ll.llama_model_load_from_file(os.fsencode(path), _model_params(opts))
         if not model_p:
             reason = "; ".join(sink.recent) or "llama.cpp gave no reason"
             raise ModelLoadError(f"cannot load {path.name}: {reason}")
@@ -162,7 +183,7 @@ class Model:
     def tokenize(self, text: str, add_special: bool = True,
                  parse_special: bool = True) -> list[int]:
         """Text -> token ids; `parse_special` turns '<|im_start|>' etc. into their ids."""
-        return self.tokenize_bytes(text.encode("utf-8"), add_special, parse_special)
+        return self.tokenize_bytes(utf8_bytes(text), add_special, parse_special)
 
     def token_bytes(self, token: int) -> bytes:
         """The raw bytes a token stands for (control tokens render as empty)."""
@@ -257,7 +278,9 @@ class Model:
         if n_logit_rows == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         ptr = ll.llama_get_logits(self._ctx)
-        return np.ctypeslib.as_array(ptr, shape=(n_logit_rows, self.n_vocab))
+        logits = np.ctypeslib.as_array(ptr, shape=(n_logit_rows, self.n_vocab))
+        _check_finite(logits, self.path.name)
+        return logits
 
     def _decode_chunk(self, tokens: np.ndarray, start_pos: int, n_out: int) -> None:
         n = len(tokens)
@@ -313,6 +336,17 @@ class Model:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit llama_cpp may be gone
             self.close()
+
+
+def _check_finite(logits: np.ndarray, name: str) -> None:
+    """Refuse NaN logits (float32[rows, V]) once per decode, so that no verifier or sampler
+    ever ranks garbage. One sum over the rows: a NaN anywhere makes it NaN (~15 us for a
+    151k-token row, far less than the decode)."""
+    if np.isnan(logits.sum()):
+        bad = int(np.flatnonzero(np.isnan(logits).any(axis=1))[0])
+        raise ModelOutputError(
+            f"llama.cpp returned NaN logits from {name} (row {bad} of {len(logits)}): the model "
+            "file or the compute backend is broken; try another quantization or backend")
 
 
 def _model_params(opts: LoadOptions):

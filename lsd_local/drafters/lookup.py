@@ -8,6 +8,7 @@ from numba import njit
 
 from ..constrain import allowed_prefix
 from ..errors import check
+from ..jit import kernels_ready
 from ..verify.sampling import SamplerSettings
 from .base import EMPTY_DRAFT, Draft
 
@@ -41,17 +42,30 @@ def lookup_match(tokens, max_ngram, min_ngram, k, out):
 
 def lookup_reference(tokens: np.ndarray, max_ngram: int, min_ngram: int,
                      k: int) -> tuple[np.ndarray, int]:
-    """Obvious numpy version of lookup_match (tests only). tokens: int32[n] ->
-    (continuation int32[<= k], the matched n-gram's n or 0)."""
-    seq = [int(t) for t in tokens]
-    n = len(seq)
+    """numpy version of lookup_match (tests; the fallback until kernels load): compare the
+    last n tokens with every earlier window of n at once, take the latest match.
+    tokens: int32[n] -> (continuation int32[<= k], the matched n-gram's n or 0)."""
+    tokens = np.asarray(tokens, np.int32)
+    n = len(tokens)
     for size in range(min(max_ngram, n - 1), min_ngram - 1, -1):
-        tail = seq[n - size:]
-        starts = [s for s in range(n - size) if seq[s:s + size] == tail]
-        if starts:
-            start = max(starts) + size
-            return np.array(seq[start:start + k], np.int32), size
+        windows = np.lib.stride_tricks.sliding_window_view(tokens[:n - 1], size)
+        starts = np.flatnonzero((windows == tokens[n - size:]).all(axis=1))
+        if len(starts):
+            start = int(starts[-1]) + size
+            return tokens[start:start + k].copy(), size
     return np.zeros(0, np.int32), 0
+
+
+def lookup_any(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int,
+               out: np.ndarray) -> tuple[int, int]:
+    """lookup_match when the kernels are loaded, else its numpy version (same answer).
+    tokens: int32[n], out: int32[>= k] -> (tokens set in out, matched n; 0 = none)."""
+    if kernels_ready():
+        m, size = lookup_match(tokens, max_ngram, min_ngram, k, out)
+        return int(m), int(size)
+    found, size = lookup_reference(tokens, max_ngram, min_ngram, k)
+    out[:len(found)] = found
+    return len(found), size
 
 
 # Measured on Qwen2.5-Coder 1.5B (`lsd bench`): continuations of shorter matches are too often
@@ -80,8 +94,8 @@ class LookupDrafter:
             return EMPTY_DRAFT
         if len(self._out) < k:
             self._out = np.zeros(k, np.int32)
-        m, self.last_match = lookup_match(history, self.max_ngram, self.min_ngram, k,
-                                          self._out)
+        m, self.last_match = lookup_any(history, self.max_ngram, self.min_ngram, k,
+                                        self._out)
         if grammar is not None and m:  # a shorter block costs less to verify
             m = allowed_prefix(grammar, self._out[:m])
         return Draft(self._out[:m].copy())

@@ -12,7 +12,8 @@ import numpy as np
 
 from ..constrain import constrain_row
 from ..errors import check
-from ..verify._rows import row_argmax_prob
+from ..jit import choose
+from ..verify._rows import row_argmax_prob, row_argmax_prob_reference
 from ..verify.sampling import SamplerSettings, draw, sampling_probs
 from .base import EMPTY_DRAFT, Draft
 
@@ -75,7 +76,7 @@ class ModelDrafter:
                 token = draw(p, rng)
                 probs.append(p)
             else:
-                token, p_top = row_argmax_prob(row)
+                token, p_top = choose(row_argmax_prob, row_argmax_prob_reference)(row)
                 if p_top < self.p_min:
                     break
             tokens.append(int(token))

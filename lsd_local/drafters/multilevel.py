@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..verify._rows import row_argmax_prob
+from ..jit import choose
+from ..verify._rows import row_argmax_prob, row_argmax_prob_reference
 from ..verify.sampling import SamplerSettings
 from .base import EMPTY_DRAFT, Draft
-from .lookup import MAX_NGRAM, MIN_NGRAM, lookup_kernel
+from .lookup import MAX_NGRAM, MIN_NGRAM, lookup_any
 from .model import P_MIN, ModelDrafter
 
 
@@ -32,7 +33,7 @@ class MultiLevelDrafter(ModelDrafter):
     def _lookup(self, n: int, k: int) -> np.ndarray:
         if len(self._guess) < k:
             self._guess = np.zeros(k, np.int32)
-        m = lookup_kernel(self._work[:n], self.max_ngram, self.min_ngram, k, self._guess)
+        m = lookup_any(self._work[:n], self.max_ngram, self.min_ngram, k, self._guess)[0]
         return self._guess[:m]
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -48,7 +49,7 @@ class MultiLevelDrafter(ModelDrafter):
         row = self.sync(history)
         n_draft = 0
         while n_draft < k:
-            token, p_top = row_argmax_prob(row)
+            token, p_top = choose(row_argmax_prob, row_argmax_prob_reference)(row)
             if p_top < self.p_min:
                 break
             self._work[n + n_draft] = token
@@ -61,7 +62,7 @@ class MultiLevelDrafter(ModelDrafter):
             rows = self._eval(batch, len(batch))
             n_ok = 0
             for i in range(len(guess)):
-                agreed, p_top = row_argmax_prob(rows[i])
+                agreed, p_top = choose(row_argmax_prob, row_argmax_prob_reference)(rows[i])
                 if agreed != guess[i] or p_top < self.p_min or n_draft == k:
                     break
                 self._work[n + n_draft] = agreed

@@ -10,11 +10,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..config import (
+    ASD_BUDGET,
+    ASD_GATE,
+    ASD_MAX_EXCEPTIONS,
+    FLY_ENTROPY,
+    FLY_ENTROPY_TOP_K,
+    FLY_THETA,
+    FLY_WINDOW,
+)
 from ..errors import check
-from .asd import asd_kernel
-from .fly import fly_kernel
+from ..jit import kernels_ready
+from .asd import asd_kernel, asd_reference
+from .fly import fly_kernel, fly_reference
 from .sampling import SamplerSettings, sampling_probs, speculative_sample
-from .strict import strict_kernel
+from .strict import strict_kernel, strict_reference
 
 __all__ = ["Verdict", "strict", "fly", "asd", "speculative_sample", "SamplerSettings",
            "sampling_probs", "default_window", "ENTROPY_MODES"]
@@ -47,38 +57,59 @@ def _as_block(logits: np.ndarray, draft: np.ndarray) -> tuple[np.ndarray, np.nda
     return logits, draft
 
 
-def default_window(k: int, cap: int = 6) -> int:
-    """FLy's default window W = min(cap, K - 1), at least 1 (the paper's cap is 6)."""
+def default_window(k: int, cap: int = FLY_WINDOW) -> int:
+    """FLy's default window W = min(cap, K - 1), at least 1.
+
+    W counts the draft tokens *after* a mismatch that must all match (vLLM's
+    `fly_window_size`, whose default cap is 6). AMD's reference code counts the mismatch
+    itself in its `win_len` (its 6 means 5 following tokens), never accepts a window that
+    touches the last draft token and switches FLy off when K < win_len: no W reproduces it.
+    lsd's cap (4) was chosen by `lsd bench --tune`."""
     return max(1, min(cap, k - 1))
 
 
 def strict(logits: np.ndarray, draft: np.ndarray) -> Verdict:
     """Keep the longest prefix of `draft` equal to the target's argmax (lossless)."""
     logits, draft = _as_block(logits, draft)
+    if not kernels_ready():  # numpy until the kernels are loaded (jit.py): the same answer
+        return Verdict(*strict_reference(logits, draft), np.zeros(len(draft), np.uint8))
     n_accept, next_token = strict_kernel(logits, draft)
     return Verdict(int(n_accept), int(next_token), np.zeros(len(draft), np.uint8))
 
 
-def fly(logits: np.ndarray, draft: np.ndarray, *, theta: float = 0.3, window: int | None = None,
-        top_k: int = 3, entropy: str = "topk") -> Verdict:
-    """FLy: also keep a mismatch whose target entropy is >= theta when the next `window`
-    draft tokens match. theta=inf or window >= K reproduces strict."""
+def fly(logits: np.ndarray, draft: np.ndarray, *, theta: float = FLY_THETA,
+        window: int | None = None, top_k: int = FLY_ENTROPY_TOP_K,
+        entropy: str = FLY_ENTROPY) -> Verdict:
+    """FLy: also keep a mismatch at draft position j (1-based) whose target entropy is >= theta
+    when the `window` draft tokens after it (j+1..j+W, all inside the block: j + W <= K) match
+    the target's argmax. vLLM's rule; see default_window for how AMD's differs. theta=inf or
+    window >= K reproduces strict; a NaN entropy never opens the gate.
+    logits: float32[K+1, V], draft: int32[K]."""
     logits, draft = _as_block(logits, draft)
     window = default_window(len(draft)) if window is None else window
     check_fly(theta, window, top_k, entropy)
+    if not kernels_ready():
+        return Verdict(*fly_reference(logits, draft, float(theta), int(window), int(top_k),
+                                      entropy == "normalized"))
     loose = np.zeros(len(draft), np.uint8)
     n_accept, next_token = fly_kernel(logits, draft, float(theta), int(window), int(top_k),
                                       entropy == "normalized", loose)
     return Verdict(int(n_accept), int(next_token), loose)
 
 
-def asd(logits: np.ndarray, draft: np.ndarray, *, spent: float = 0.0, gate: float = 1.0,
-        max_exceptions: int = 2, budget: float = 8.0) -> Verdict:
+def asd(logits: np.ndarray, draft: np.ndarray, *, spent: float = 0.0, gate: float = ASD_GATE,
+        max_exceptions: int = ASD_MAX_EXCEPTIONS, budget: float = ASD_BUDGET) -> Verdict:
     """ASD: keep mismatches whose regret fits the gate, the exception cap and what is left of
-    the request's regret budget. budget=0 or max_exceptions=0 reproduces strict."""
+    the request's regret budget. budget=0, max_exceptions=0 or a spent budget (spent >= budget)
+    reproduces strict, ties included. logits: float32[K+1, V], draft: int32[K]."""
     logits, draft = _as_block(logits, draft)
     check_asd(gate, max_exceptions, budget)
     check(0.0 <= spent <= budget, "spent", f"{spent} (must be within [0, budget={budget}])")
+    if not kernels_ready():
+        n_accept, next_token, added, loose = asd_reference(logits, draft, float(spent),
+                                                           float(gate), int(max_exceptions),
+                                                           float(budget))
+        return Verdict(n_accept, next_token, loose, added)
     loose = np.zeros(len(draft), np.uint8)
     n_accept, next_token, added = asd_kernel(logits, draft, float(spent), float(gate),
                                              int(max_exceptions), float(budget), loose)

@@ -12,12 +12,19 @@ from numba import njit
 
 @njit(cache=True, nogil=True)
 def row_argmax(row):  # row: float32[V]; first index of the maximum, like np.argmax
+    """np.argmax's answer, NaN included: the first NaN wins (the backend refuses NaN rows from
+    llama.cpp; this keeps kernel and reference equal on any input)."""
     best = 0
     best_value = row[0]
+    if best_value != best_value:
+        return 0
     for i in range(1, row.shape[0]):
-        if row[i] > best_value:
-            best_value = row[i]
+        value = row[i]
+        if value > best_value:
+            best_value = value
             best = i
+        elif value != value:
+            return i
     return best
 
 
@@ -27,6 +34,8 @@ def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
     reference code's and vLLM's h), or the full entropy divided by log V when `normalized`."""
     n = row.shape[0]
     m = np.float64(row_max)
+    if m != m:  # a NaN maximum (row_argmax's answer for a row holding NaN): no entropy
+        return np.nan
     total = 0.0
     weighted = 0.0  # sum of exp(l - m) * (l - m), for the full entropy
     top = np.full(top_k, -np.inf)  # the top_k largest logits, descending
@@ -34,7 +43,8 @@ def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
         shifted = np.float64(row[i]) - m
         e = np.exp(shifted)
         total += e
-        weighted += e * shifted
+        if e > 0.0:  # 0 log 0 = 0: a -inf (grammar-masked) logit adds nothing, not NaN
+            weighted += e * shifted
         if shifted > top[top_k - 1]:
             pos = top_k - 1
             while pos > 0 and top[pos - 1] < shifted:
@@ -54,15 +64,19 @@ def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
 
 
 def row_entropy_reference(row: np.ndarray, top_k: int, normalized: bool) -> float:
-    """Slow, obvious numpy version of row_entropy (tests only). row: float32[V]."""
+    """Obvious numpy version of row_entropy (tests; the fallback until kernels load).
+    row: float32[V]."""
     logits = row.astype(np.float64)
+    if np.isnan(logits).any():
+        return float("nan")
     log_p = logits - logits.max()
     log_p -= np.log(np.exp(log_p).sum())
     p = np.exp(log_p)
+    with np.errstate(invalid="ignore"):
+        plogp = np.where(p > 0, p * log_p, 0.0)  # 0 log 0 = 0 (masked tokens)
     if normalized:
-        return float(-(p * log_p).sum() / np.log(len(row))) if len(row) > 1 else 0.0
-    top = np.sort(log_p)[::-1][:top_k]
-    return float(-(np.exp(top) * top).sum())
+        return float(-plogp.sum() / np.log(len(row))) if len(row) > 1 else 0.0
+    return float(-plogp[row_top_reference(row, top_k)].sum())
 
 
 @njit(cache=True, nogil=True)
@@ -99,5 +113,20 @@ def row_top(row, m):  # row: float32[V] -> int64[min(m, V)] indices, largest log
 
 
 def row_top_reference(row: np.ndarray, m: int) -> np.ndarray:
-    """numpy reference of row_top: a stable descending sort, cut to m. row: float32[V]."""
-    return np.argsort(-row.astype(np.float64), kind="stable")[:m].astype(np.int64)
+    """numpy version of row_top: what a stable descending sort puts first, cut to m, without
+    sorting the whole row (every entry at least the m-th largest is a candidate; candidates
+    come in index order, so a stable sort of them orders ties by index). row: float32[V]."""
+    values = row.astype(np.float64)
+    m = min(m, len(values))
+    if m <= 0:
+        return np.zeros(0, np.int64)
+    kth = np.partition(values, len(values) - m)[len(values) - m]
+    candidates = np.flatnonzero(values >= kth) if not np.isnan(kth) else np.arange(len(values))
+    order = np.argsort(-values[candidates], kind="stable")
+    return candidates[order][:m].astype(np.int64)
+
+
+def row_argmax_prob_reference(row: np.ndarray) -> tuple[int, float]:
+    """numpy version of row_argmax_prob: (argmax, its softmax probability). row: float32[V]."""
+    best = int(np.argmax(row))
+    return best, float(1.0 / np.exp(row.astype(np.float64) - np.float64(row[best])).sum())

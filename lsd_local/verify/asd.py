@@ -3,8 +3,9 @@
 At draft position j the regret of keeping d[j] is r[j] = z[y*] - z[d[j]] (raw logits). A
 mismatch is an allowed exception iff r[j] / q[j] <= gate, with q[j] = K - j + 1. The kept
 prefix is the longest one whose exceptions are allowed, number at most max_exceptions, and
-whose total regret fits in budget - spent. budget == 0 or max_exceptions == 0 is strict, ties
-included (a tie is a mismatch with zero regret, so it needs those switches, not the sum).
+whose total regret fits in budget - spent. budget == 0, max_exceptions == 0 or a spent budget
+(spent >= budget) is strict, ties included (a tie is a mismatch with zero regret, so it needs
+those switches, not the sum). Every test is written so that a NaN regret fails it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def asd_kernel(logits, draft, spent, gate, max_exceptions, budget, loose):
     Returns (n_accept, next_token, regret_added)."""
     k = draft.shape[0]
     loose[:] = 0
-    allow = budget > 0.0 and max_exceptions > 0
+    allow = budget > 0.0 and max_exceptions > 0 and spent < budget
     n_accept = 0
     regret = 0.0
     n_exceptions = 0
@@ -32,8 +33,8 @@ def asd_kernel(logits, draft, spent, gate, max_exceptions, budget, loose):
             n_accept = j
             continue
         r = np.float64(row[target]) - np.float64(row[draft[j - 1]])
-        if (not allow or r / (k - j + 1) > gate or n_exceptions + 1 > max_exceptions
-                or regret + r > budget - spent):
+        if (not allow or not r / (k - j + 1) <= gate or n_exceptions + 1 > max_exceptions
+                or not regret + r <= budget - spent):
             break
         regret += r
         n_exceptions += 1
@@ -54,7 +55,8 @@ def asd_reference(logits: np.ndarray, draft: np.ndarray, spent: float, gate: flo
     regret = z[rows, target[:-1]] - z[rows, draft]
     regret[match] = 0.0
     q = k - np.arange(1, k + 1) + 1
-    allowed = match | ((regret / q <= gate) & (budget > 0) & (max_exceptions > 0))
+    allowed = match | ((regret / q <= gate) & (budget > 0) & (max_exceptions > 0)
+                       & (spent < budget))
     exceptions = np.cumsum(~match)
     cumulative = np.cumsum(regret)
     feasible = np.cumsum(~allowed) == 0

@@ -3,6 +3,8 @@
 A mismatch at draft position j (1-based) is accepted iff the target's top-k entropy at that
 row is >= theta, the window fits in the block (j + W <= K), and the next W draft tokens all
 match the target's argmax (the target went on with the draft instead of correcting it).
+This is vLLM's rule (`fly_window_size` = W); AMD's reference code differs (see
+`default_window`).
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ def fly_kernel(logits, draft, theta, window, top_k, normalized, loose):
         if j + window > k:
             break
         row = logits[j - 1]
-        if row_entropy(row, row[target], top_k, normalized) < theta:
-            break
+        if not row_entropy(row, row[target], top_k, normalized) >= theta:
+            break  # written so that a NaN entropy closes the gate
         continued = True
         for i in range(j + 1, j + window + 1):
             if _cached_argmax(logits, targets, i - 1) != draft[i - 1]:
@@ -52,18 +54,21 @@ def fly_kernel(logits, draft, theta, window, top_k, normalized, loose):
 
 def fly_reference(logits: np.ndarray, draft: np.ndarray, theta: float, window: int, top_k: int,
                   normalized: bool) -> tuple[int, int, np.ndarray]:
-    """numpy reference: computes match and entropy for every row, then the longest ok prefix.
+    """numpy version (tests; the fallback until kernels load): match for every row, then the
+    longest prefix whose mismatches pass the gate and the window. An entropy is computed only
+    for a mismatch that the window leaves in question (a row costs O(V)).
     logits: float32[K+1, V], draft: int32[K] -> (n_accept, next_token, loose uint8[K])."""
     k = len(draft)
     target = np.argmax(logits, axis=1)
     match = target[:-1] == draft
-    entropy = np.array([row_entropy_reference(logits[j], top_k, normalized) for j in range(k)])
-    ok = match.copy()
+    n_accept = 0
     for j in range(1, k + 1):  # 1-based draft position
-        if not match[j - 1] and entropy[j - 1] >= theta and j + window <= k:
-            ok[j - 1] = bool(match[j:j + window].all())
-    not_ok = np.flatnonzero(~ok)
-    n_accept = int(not_ok[0]) if len(not_ok) else k
+        if not match[j - 1]:
+            window_ok = j + window <= k and bool(match[j:j + window].all())
+            if not (window_ok and row_entropy_reference(logits[j - 1], top_k, normalized)
+                    >= theta):
+                break
+        n_accept = j
     loose = np.zeros(k, np.uint8)
     loose[:n_accept] = ~match[:n_accept]
     return n_accept, int(target[n_accept]), loose

@@ -9,11 +9,13 @@ W positions pass their own test; then the output is no longer exactly the target
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ._rows import row_entropy
+from ..jit import kernels_ready
+from ._rows import row_argmax, row_entropy, row_entropy_reference
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:
     """row: float32[V] logits -> float64[V] probabilities after the sampler chain."""
     logits = row.astype(np.float64)
     v = logits.shape[0]
-    keep = np.arange(v) if not 0 < s.top_k < v else np.argpartition(-logits, s.top_k - 1)[:s.top_k]
+    keep = np.arange(v) if not 0 < s.top_k < v else _top_k_ids(logits, s.top_k)
     keep = keep[np.argsort(-logits[keep], kind="stable")]
     kept = logits[keep]
     p = np.exp(kept - kept[0])
@@ -46,6 +48,15 @@ def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:
     out = np.zeros(v, np.float64)
     out[keep[:n_keep]] = q / q.sum()
     return out
+
+
+def _top_k_ids(logits: np.ndarray, top_k: int) -> np.ndarray:
+    """Ids of the top_k largest of logits (float64[V]); a tie at the cut keeps the lowest ids,
+    as a stable sort would (argpartition alone picks an arbitrary one of the tied)."""
+    kth = np.partition(logits, len(logits) - top_k)[len(logits) - top_k]
+    above = np.flatnonzero(logits > kth)
+    tied = np.flatnonzero(logits == kth)[:top_k - len(above)]
+    return np.concatenate([above, tied])
 
 
 def draw(p: np.ndarray, rng: np.random.Generator) -> int:
@@ -78,7 +89,8 @@ def speculative_sample(logits: np.ndarray, draft: np.ndarray, draft_probs: np.nd
                        theta: float = np.inf, window: int = 1, top_k: int = 3,
                        normalized: bool = False) -> tuple[int, int, np.ndarray]:
     """logits float32[K+1, V], draft int32[K], draft_probs float64[K, V] or None.
-    Returns (n_accept, next_token, loose uint8[K]); theta < inf turns FLy deferral on."""
+    Returns (n_accept, next_token, loose uint8[K]); theta < inf turns FLy deferral on.
+    Consumes K uniforms for the tests, then one for the next token."""
     k = len(draft)
     target_probs = np.stack([sampling_probs(logits[i], settings) for i in range(k + 1)])
     accepted = accept_tests(target_probs, draft, draft_probs, rng.random(k))
@@ -88,9 +100,8 @@ def speculative_sample(logits: np.ndarray, draft: np.ndarray, draft_probs: np.nd
         if accepted[j - 1]:
             n_accept = j
             continue
-        row = logits[j - 1]
-        if (j + window > k or not accepted[j:j + window].all()
-                or row_entropy(row, row.max(), top_k, normalized) < theta):
+        if not _may_defer(logits, target_probs, draft, accepted, j, theta, window, top_k,
+                          normalized):
             break
         loose[j - 1] = 1
         n_accept = j
@@ -99,3 +110,22 @@ def speculative_sample(logits: np.ndarray, draft: np.ndarray, draft_probs: np.nd
     draft_row = None if draft_probs is None else draft_probs[n_accept]
     residual = _residual(target_probs[n_accept], draft_row, int(draft[n_accept]))
     return n_accept, draw(residual, rng), loose
+
+
+def _may_defer(logits: np.ndarray, target_probs: np.ndarray, draft: np.ndarray,
+               accepted: np.ndarray, j: int, theta: float, window: int, top_k: int,
+               normalized: bool) -> bool:  # logits float32[K+1, V], target_probs float64[K+1, V]
+    """FLy under sampling: a rejected d[j] (1-based) is kept when the next `window` positions
+    passed their tests, the target's sampler could produce d[j] (p_t > 0, as vLLM requires:
+    never a token the user's top-k/top-p/min-p excludes; vLLM's p_d > 0 holds for every
+    rejected token, since p_d = 0 passes the test u * p_d < p_t unless p_t = 0 too) and the
+    target's entropy there is >= theta. theta = inf (strict) never reads the entropy, and a
+    NaN entropy never passes."""
+    if math.isinf(theta) or j + window > len(draft) or not accepted[j:j + window].all():
+        return False
+    if not target_probs[j - 1, int(draft[j - 1])] > 0.0:
+        return False
+    row = logits[j - 1]
+    if not kernels_ready():
+        return bool(row_entropy_reference(row, top_k, normalized) >= theta)
+    return bool(row_entropy(row, row[row_argmax(row)], top_k, normalized) >= theta)
