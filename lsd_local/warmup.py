@@ -13,9 +13,11 @@ cache. `python -m lsd_local.warmup` is that process.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -88,12 +90,26 @@ def start_warmup() -> None:
         threading.Thread(target=_warm, name="lsd-kernel-warmup", daemon=True).start()
 
 
+def _lock_path() -> Path:
+    """One lock per installed copy of lsd: two processes never compile the same kernels."""
+    digest = hashlib.sha256(str(Path(__file__).resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"lsd-warmup-{digest}.lock"
+
+
 def main() -> None:
-    """`python -m lsd_local.warmup`: compile every kernel into numba's cache, politely."""
+    """`python -m lsd_local.warmup`: compile every kernel into numba's cache, politely. A
+    second one started meanwhile (two quick `lsd run`s) waits for the first, then only loads
+    what it compiled."""
     with contextlib.suppress(OSError, AttributeError):
         os.nice(19)
-    for kernel, args in kernel_calls():
-        kernel(*args)
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(OSError, ImportError):  # no lock: compile anyway
+            import fcntl
+
+            lock = stack.enter_context(open(_lock_path(), "a"))  # noqa: SIM115
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        for kernel, args in kernel_calls():
+            kernel(*args)
 
 
 if __name__ == "__main__":
