@@ -24,7 +24,7 @@ from .speculative import Request, TokenBuffer, run_rounds
 from .stats import GenerationStats, RoundEvent
 from .text import TextAssembler
 from .verify.sampling import SamplerSettings
-from .warmup import start_warmup
+from .warmup import process_warmup
 
 DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
 # Measured on a 2-core CPU with Qwen2.5-Coder 1.5B (`lsd bench`): verifying n tokens costs
@@ -181,7 +181,7 @@ class Engine:
                            verbose=verbose)
         draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
                              else draft_n_gpu_layers)
-        start_warmup()  # the numba kernels load (or compile elsewhere) while the models load
+        process_warmup().start()  # cached numba kernels load while the models load
         target_model, draft_model = _load_models(target, draft, drafter, opts, draft_opts)
         if not target_model.supports_truncate and drafter == "auto":
             # auto chooses plain decoding for a model whose state cannot be cut, and says why
@@ -318,8 +318,10 @@ class Engine:
 
     def _cleanup(self) -> None:
         """A generation ended, failed or was abandoned. Both models track what their caches
-        hold (backend.Model.cached_tokens), so the next request simply reuses the prefix."""
+        hold (backend.Model.cached_tokens), so the next request simply reuses the prefix.
+        Kernels that are not compiled yet get compiled now, between requests."""
         self._busy = False
+        process_warmup().request_ended()
 
     def reset(self) -> None:
         """Forget every cached token (the next prompt is evaluated from scratch)."""

@@ -1,18 +1,21 @@
-"""Compile the numba kernels once per machine and load them once per process, off the
-request path (see jit.py for what call sites do meanwhile).
+"""Compile the numba kernels once per machine and load them once per process, never inside
+a request (see jit.py for what call sites do meanwhile: the numpy references).
 
-`start_warmup()` runs when an engine starts loading its models. A background thread checks
-numba's on-disk cache: when every kernel is there it loads them (llama.cpp loads the models
-at the same time, outside the GIL); when one is missing, a separate process at the lowest
-CPU priority compiles them all into the cache (on a 2-core machine that costs the running
-request less than compiling beside it under the same GIL), and the thread loads them once
-it is done. The compiling process outlives a short `lsd run`, so the next run finds the
-cache. `python -m lsd_local.warmup` is that process.
+When an engine starts loading its models, `process_warmup().start()` checks numba's on-disk
+cache. Every kernel there: a background thread loads them while llama.cpp loads the models
+(outside the GIL), ~0.1 s. One missing: nothing happens until the first request ends; then a
+separate process compiles them all into the cache on idle CPU time only (SCHED_IDLE) and a
+thread loads them once it is done. Compiling during a request cost too much on a 2-core CPU:
+in-process it held the GIL (the old first run decoded at a quarter of its warm speed), and
+even a niced process stalls llama.cpp's threads, which wait for each other at every layer (a
+50-token prompt took 2.2 s instead of 0.1). The compiling process outlives a short `lsd run`,
+so the next run finds the cache. `python -m lsd_local.warmup` is that process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import subprocess
@@ -59,9 +62,9 @@ def _cached(kernel) -> bool:
         return False
 
 
-def compile_in_background_process() -> int:
-    """Compile every kernel into the disk cache in a separate, low-priority process that
-    outlives this one if it must; return its exit code."""
+def compile_in_background_process() -> subprocess.Popen:
+    """Start compiling every kernel into the disk cache in a separate process that runs on
+    idle CPU time only and outlives this one if it must."""
     package_parent = str(Path(__file__).resolve().parents[1])
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH"))
@@ -69,25 +72,73 @@ def compile_in_background_process() -> int:
     proc = subprocess.Popen([sys.executable, "-m", "lsd_local.warmup"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    return proc.wait()
+    lowest_priority(proc.pid)  # at once: its imports already compete with llama.cpp
+    return proc
 
 
-def _warm() -> None:
-    calls = kernel_calls()
-    if not all(_cached(kernel) for kernel, _ in calls):
-        compile_in_background_process()
+def lowest_priority(pid: int) -> None:
+    """Run `pid` only on otherwise idle CPU time (Linux SCHED_IDLE), else at nice 19.
+    llama.cpp's threads wait for each other at every layer: a competitor that takes a core
+    even briefly stalls all of them (a prompt of 50 tokens took 2.2 s instead of 0.1)."""
     try:
-        for kernel, args in calls:
+        os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
+        return
+    except (AttributeError, OSError):
+        pass
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, 19)
+
+
+class KernelWarmup:
+    """The kernels' warm-up in this process (numba's compiled code is process-wide, so is
+    this). `start` when models start loading; `request_ended` after each generation."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._compile_pending = False
+
+    def start(self) -> None:
+        """Load cached kernels in a background thread while the models load; when the cache
+        lacks one, remember to compile after the first request (never during it)."""
+        if not claim_warmup():
+            return
+        if all(_cached(kernel) for kernel, _ in kernel_calls()):
+            threading.Thread(target=_load_kernels, name="lsd-kernel-load", daemon=True).start()
+        else:
+            with self._lock:
+                self._compile_pending = True
+
+    def request_ended(self) -> None:
+        """A generation ended: if the kernels still need compiling, start that now, in a
+        separate process on idle CPU time that outlives this one if it must (a short
+        `lsd run` exits at once; the next run finds the cache)."""
+        with self._lock:
+            if not self._compile_pending:
+                return
+            self._compile_pending = False
+        proc = compile_in_background_process()
+        threading.Thread(target=_load_after, args=(proc,), name="lsd-kernel-compile",
+                         daemon=True).start()
+
+
+@functools.cache
+def process_warmup() -> KernelWarmup:
+    """This process's warm-up (created on first use, never at import)."""
+    return KernelWarmup()
+
+
+def _load_kernels() -> None:
+    try:
+        for kernel, args in kernel_calls():
             kernel(*args)
     except Exception:  # noqa: BLE001 - keep the numpy references for this process
         return
     mark_ready()
 
 
-def start_warmup() -> None:
-    """Warm the kernels up in a background thread (once per process; later calls return)."""
-    if claim_warmup():
-        threading.Thread(target=_warm, name="lsd-kernel-warmup", daemon=True).start()
+def _load_after(proc: subprocess.Popen) -> None:
+    proc.wait()
+    _load_kernels()
 
 
 def _lock_path() -> Path:
@@ -100,8 +151,7 @@ def main() -> None:
     """`python -m lsd_local.warmup`: compile every kernel into numba's cache, politely. A
     second one started meanwhile (two quick `lsd run`s) waits for the first, then only loads
     what it compiled."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.nice(19)
+    lowest_priority(0)  # started by hand too
     with contextlib.ExitStack() as stack:
         with contextlib.suppress(OSError, ImportError):  # no lock: compile anyway
             import fcntl

@@ -12,21 +12,12 @@ from pathlib import Path
 
 import lsd_local
 
-# Runs in a fresh process on a copy of the package (an empty numba cache). The compile step is
-# held until the first generation has finished, so that the test knows which path served it
-# instead of guessing from timings.
+# Runs in a fresh process on a copy of the package (an empty numba cache): the first request
+# must run on the numpy references and compile nothing; the compile starts when it ends.
 FIRST_PROCESS = """
-import json, sys, threading
-import lsd_local.warmup as warmup
+import json, sys
 from lsd_local import Engine, jit
-from lsd_local.warmup import kernel_calls
-
-release = threading.Event()
-compile_elsewhere = warmup.compile_in_background_process
-def held_compile():
-    release.wait(300)
-    return compile_elsewhere()
-warmup.compile_in_background_process = held_compile
+from lsd_local.warmup import _cached, kernel_calls
 
 out = {}
 with Engine.load(sys.argv[1], drafter="lookup", k=8, rule="fly", theta=0.0) as eng:
@@ -34,9 +25,8 @@ with Engine.load(sys.argv[1], drafter="lookup", k=8, rule="fly", theta=0.0) as e
     out["ready_during_first"] = [jit.kernels_ready() for _ in gen]
     out["first"] = gen.tokens
     out["compiled_in_process"] = sum(len(k.signatures) for k, _ in kernel_calls())
-    release.set()
     out["ready"] = jit.wait_ready(600)
-    out["cached"] = all(warmup._cached(k) for k, _ in kernel_calls())
+    out["cached"] = all(_cached(k) for k, _ in kernel_calls())
     gen = eng.generate("the cat is the cat is the", max_tokens=60)
     out["ready_during_second"] = [jit.kernels_ready() for _ in gen]
     out["second"] = gen.tokens
@@ -44,7 +34,7 @@ with Engine.load(sys.argv[1], drafter="lookup", k=8, rule="fly", theta=0.0) as e
 print(json.dumps(out))
 """
 
-# A later process: everything is cached, so nothing may be compiled elsewhere.
+# A later process: everything is cached, so nothing is compiled again.
 LATER_PROCESS = """
 import json, sys
 import lsd_local.warmup as warmup
@@ -52,7 +42,7 @@ from lsd_local import Engine, jit
 
 calls = []
 warmup.compile_in_background_process = lambda: calls.append(1)
-with Engine.load(sys.argv[1], drafter="lookup", k=8) as eng:
+with Engine.load(sys.argv[1], drafter="lookup", k=8, rule="fly", theta=0.0) as eng:
     ready = jit.wait_ready(600)
     tokens = eng.generate("the cat is the cat is the", max_tokens=60).run().tokens
 print(json.dumps({"ready": ready, "compiles": len(calls), "tokens": tokens}))
