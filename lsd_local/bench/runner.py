@@ -18,6 +18,7 @@ from pathlib import Path
 from ..engine import DRAFTERS, DrafterConfig, Engine
 from ..errors import LsdError, ParameterError
 from ..rules import RULES, RuleConfig
+from ..warmup import load_kernels_now
 from .prompts import PromptItem
 
 LSD_DRAFTERS = tuple(d for d in DRAFTERS if d != "none")
@@ -131,6 +132,7 @@ class BenchModels:
                     n_threads=self.n_threads, chat_template=self.chat_template)
             for notice in self.engines[key].notices:
                 print(notice, file=sys.stderr)
+            load_kernels_now()  # no timed request runs on the numpy fallbacks
         return self.engines[key]
 
     def peer(self, num_pred_tokens: int):
