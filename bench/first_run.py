@@ -39,14 +39,16 @@ def run_demo(clone: Path) -> tuple[float, float]:
     return wall, float(found.group(2))
 
 
-def wait_for_background_compiles(clone: Path, limit: float = 600.0) -> None:
-    """A cold run may leave its kernel compile running: the warm runs start after it."""
+def wait_for_background_compiles(limit: float = 600.0) -> None:
+    """A cold run leaves its kernel compile running (`python -m lsd_local.warmup`, of any
+    clone: run nothing else meanwhile): the warm runs start after it."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
         if "lsd_local.warmup" not in ps:
             return
         time.sleep(0.2)
+    raise SystemExit(f"a kernel compile still runs after {limit:.0f} s")
 
 
 def measure(rev: str, workdir: Path) -> dict[str, list[tuple[float, float]]]:
@@ -54,7 +56,7 @@ def measure(rev: str, workdir: Path) -> dict[str, list[tuple[float, float]]]:
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
     subprocess.run(["git", "-C", str(clone), "checkout", "-q", rev], check=True)
     cold = [run_demo(clone)]
-    wait_for_background_compiles(clone)
+    wait_for_background_compiles()
     return {"cold": cold, "warm": [run_demo(clone), run_demo(clone)]}
 
 

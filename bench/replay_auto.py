@@ -44,8 +44,10 @@ def make_factory(config: str):
 def record(args) -> None:
     from lsd_local import Engine
     from lsd_local.bench.prompts import load_set
+    from lsd_local.warmup import load_kernels_now
 
     engine = Engine.load(args.model, drafter="none", n_threads=args.threads, n_ctx=4096)
+    load_kernels_now()  # nothing loads beside the cost-curve timings below
     records = []
     for set_name in args.sets.split(","):
         for item in load_set(set_name, args.split, args.limit):

@@ -237,15 +237,16 @@ def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
     """Answer PROMPT (or standard input) once and exit.
 
     A single argument is the MODEL when it holds no space and is a .gguf path, an existing
-    file, a name from `lsd models` or a Hub name (owner/repo[:QUANT]); anything else is the
-    PROMPT, answered by the default model. Without a PROMPT, a piped standard input is the
-    prompt; on a terminal, `lsd run MODEL` starts `lsd chat MODEL`.
+    file, a name from `lsd models` or a Hub name (hf.co/owner/repo, owner/repo:QUANT or a
+    repo named *GGUF*); anything else is the PROMPT, answered by the default model (-m names
+    the model explicitly). Without a PROMPT, standard input is the prompt; on a terminal,
+    `lsd run MODEL` starts `lsd chat MODEL`.
     """
     from .chatsession import render_spans
 
     model, prompt = split_run_args(args, model_option)
-    if prompt is None and stdin_is_terminal():
-        start_chat(model, opts)
+    if prompt is None and stdin_is_terminal() and sys.stdout.isatty() and not opts["as_json"]:
+        start_chat(model, opts)  # `ollama run MODEL`; a redirected answer still reads stdin
         return
     if prompt is None or prompt == "-":
         prompt = read_stdin()
@@ -299,9 +300,11 @@ def stdin_is_terminal() -> bool:
 
 def read_stdin() -> str:
     """The piped prompt. Bytes that are not UTF-8 become U+FFFD (never a traceback)."""
+    from .backend.model import utf8_bytes
+
     stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:  # a text-only stream: undecodable bytes arrive as surrogates
-        return sys.stdin.read().encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if stream is None:  # a text-only stream: what it could not decode arrives as surrogates
+        return utf8_bytes(sys.stdin.read()).decode("utf-8")
     return stream.read().decode("utf-8", "replace")
 
 

@@ -295,6 +295,7 @@ class Engine:
                         request: Request, text: TextAssembler,
                         stats: GenerationStats) -> Iterator[RoundEvent]:
         self._busy = True
+        process_warmup().request_started()
         if hasattr(self._drafter, "new_request"):
             self._drafter.new_request()
         t0 = perf_counter()

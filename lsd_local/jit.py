@@ -20,6 +20,8 @@ F = TypeVar("F", bound=Callable)
 
 _ready = threading.Event()  # set: the kernels are loaded (or no warm-up was ever started)
 _ready.set()
+_settled = threading.Event()  # set: the warm-up ended, loaded or failed
+_settled.set()
 _started = threading.Lock()  # taken by the first warm-up of this process, never released
 
 
@@ -34,19 +36,28 @@ def choose(kernel: F, reference: Callable) -> F:
 
 
 def claim_warmup() -> bool:
-    """True for the first caller in this process, who must warm up and then `mark_ready`;
-    until then every call site uses the numpy references."""
+    """True for the first caller in this process, who must warm up and then `mark_ready` or
+    `mark_failed`; until then every call site uses the numpy references."""
     if not _started.acquire(blocking=False):
         return False
     _ready.clear()
+    _settled.clear()
     return True
 
 
 def mark_ready() -> None:
     """The kernels are loaded: call sites switch to them from their next call."""
     _ready.set()
+    _settled.set()
+
+
+def mark_failed() -> None:
+    """The kernels could not be compiled or loaded: this process keeps the numpy references."""
+    _settled.set()
 
 
 def wait_ready(timeout: float | None = None) -> bool:
-    """Block until the kernels are loaded (tests, benchmarks); False on timeout."""
-    return _ready.wait(timeout)
+    """Wait until the warm-up has ended; True when the kernels are loaded (False when it
+    failed or `timeout` seconds passed first)."""
+    _settled.wait(timeout)
+    return _ready.is_set()

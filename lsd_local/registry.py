@@ -91,20 +91,35 @@ HUB_NAME = re.compile(r"(?:(?:hf\.co|huggingface\.co)/)?(?=[\w.-]*[A-Za-z])[\w][
                       r"(?=[\w.-]*[A-Za-z])[\w.-]+(?::[\w.-]+)?")
 
 
+def _exists(spec: str, file_only: bool = False) -> bool:
+    """Whether `spec` names an existing path; False for what cannot be one (`~nobody`, a name
+    too long for the file system)."""
+    try:
+        path = Path(spec).expanduser()
+        return path.is_file() if file_only else path.exists()
+    except (OSError, RuntimeError, ValueError):
+        return False
+
+
 def is_path(spec: str) -> bool:
     """A command-line model argument that names a file rather than a registry entry."""
-    return spec.endswith(".gguf") or os.sep in spec or Path(spec).exists()
+    return spec.lower().endswith(".gguf") or os.sep in spec or _exists(spec)
 
 
 def is_hub_name(spec: str) -> bool:
-    """`owner/repo[:QUANT]` or `hf.co/owner/repo[:QUANT]` that is not an existing file."""
-    return bool(HUB_NAME.fullmatch(spec)) and not Path(spec).expanduser().exists()
+    """`owner/repo[:QUANT]` or `hf.co/owner/repo[:QUANT]`: not a .gguf path, not a file."""
+    return (bool(HUB_NAME.fullmatch(spec)) and not spec.lower().endswith(".gguf")
+            and not _exists(spec))
 
 
 def looks_like_model(arg: str, registry: dict[str, ModelSpec]) -> bool:
     """Whether a lone command-line argument names a model rather than being a prompt: no
-    whitespace, and a .gguf path, an existing file, a registry name or a Hub name."""
+    whitespace, and a .gguf path, an existing file, a registry name, or a Hub name that says
+    so (hf.co/, a :QUANT tag or GGUF in its name: "and/or", "I/O" and "TCP/IP" stay
+    prompts; `-m` names any model)."""
     if not arg or any(ch.isspace() for ch in arg):
         return False
-    return (arg.lower().endswith(".gguf") or Path(arg).expanduser().is_file()
-            or arg in registry or is_hub_name(arg))
+    if arg.lower().endswith(".gguf") or arg in registry or _exists(arg, file_only=True):
+        return True
+    return is_hub_name(arg) and (arg.lower().startswith(("hf.co/", "huggingface.co/"))
+                                 or ":" in arg or "gguf" in arg.lower())

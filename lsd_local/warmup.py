@@ -2,20 +2,21 @@
 a request (see jit.py for what call sites do meanwhile: the numpy references).
 
 When an engine starts loading its models, `process_warmup().start()` checks numba's on-disk
-cache. Every kernel there: a background thread loads them while llama.cpp loads the models
-(outside the GIL), ~0.1 s. One missing: nothing happens until the first request ends; then a
-separate process compiles them all into the cache on idle CPU time only (SCHED_IDLE) and a
-thread loads them once it is done. Compiling during a request cost too much on a 2-core CPU:
-in-process it held the GIL (the old first run decoded at a quarter of its warm speed), and
-even a niced process stalls llama.cpp's threads, which wait for each other at every layer (a
-50-token prompt took 2.2 s instead of 0.1). The compiling process outlives a short `lsd run`,
-so the next run finds the cache. `python -m lsd_local.warmup` is that process.
+cache for the exact compilations a request needs (argument types, this CPU, this source).
+All there: a background thread loads them while llama.cpp loads the models (outside the GIL),
+~0.1 s. One missing: nothing happens until the first request ends; then a separate process
+compiles them all into the cache on idle CPU time only (Linux SCHED_IDLE, Windows idle
+class, else nice 19), and once it has succeeded and no request is running, a thread loads
+them. Compiling during a request cost too much on a 2-core CPU: in-process it held the GIL
+(the old first run decoded at a quarter of its warm speed), and even a niced process stalls
+llama.cpp's threads, which wait for each other at every layer (a 50-token prompt took 2.2 s
+instead of 0.1). The compiling process outlives a short `lsd run`, so the next run finds the
+cache. `python -m lsd_local.warmup` is that process.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import os
 import subprocess
@@ -24,20 +25,23 @@ import tempfile
 import threading
 from pathlib import Path
 
+import numba
 import numpy as np
 
-from .drafters.lookup import lookup_kernel, lookup_match
-from .jit import claim_warmup, mark_ready, wait_ready
+from .drafters.lookup import lookup_match
+from .jit import claim_warmup, mark_failed, mark_ready, wait_ready
 from .verify._rows import row_argmax, row_argmax_prob, row_entropy, row_top
 from .verify.asd import asd_kernel
 from .verify.fly import fly_kernel
 from .verify.strict import strict_kernel
 
+LOAD_TIMEOUT = 600.0  # seconds load_kernels_now waits by default (a compile takes a few)
+
 
 def kernel_calls() -> list[tuple[object, tuple]]:
-    """One call of every kernel with the argument types the engine passes (C-contiguous
-    float32 logits, int32 tokens, Python int/float/bool scalars): exactly the
-    specializations a request needs, so none is compiled inside one."""
+    """One call of every kernel on the request path, with the argument types the engine
+    passes (C-contiguous float32 logits, int32 tokens, Python int/float/bool scalars):
+    exactly the specializations a request needs, so none is compiled inside one."""
     logits = np.zeros((3, 8), np.float32)
     logits[:, 1] = 1.0
     draft = np.array([1, 2], np.int32)
@@ -48,30 +52,37 @@ def kernel_calls() -> list[tuple[object, tuple]]:
     return [(strict_kernel, (logits, draft)),
             (fly_kernel, (logits, draft, 0.6, 1, 3, False, loose)),
             (asd_kernel, (logits, draft, 0.0, 2.0, 2, 6.0, loose)),
-            (lookup_match, (tokens, 12, 6, 8, out)), (lookup_kernel, (tokens, 12, 6, 8, out)),
-            (row_argmax, (row,)), (row_top, (row, 4)), (row_argmax_prob, (row,)),
+            (lookup_match, (tokens, 12, 6, 8, out)), (row_argmax, (row,)),
+            (row_top, (row, 4)), (row_argmax_prob, (row,)),
             (row_entropy, (row, row[1], 3, False))]
 
 
-def _cached(kernel) -> bool:
-    """Whether numba's disk cache holds a current compilation of `kernel` (its index is
-    empty when missing or older than the source). Numba internals: any surprise means no."""
+def _cached(kernel, args: tuple) -> bool:
+    """Whether numba's disk cache holds `kernel` compiled for these argument types, this
+    CPU and this source (numba's own index key). Numba internals: any surprise means no."""
     try:
-        return bool(kernel._cache._cache_file._load_index())
+        cache = kernel._cache
+        signature = tuple(numba.typeof(a) for a in args)
+        key = cache._index_key(signature, kernel.targetctx.codegen())
+        return key in cache._cache_file._load_index()
     except Exception:  # noqa: BLE001 - an internal API of numba; assume nothing is cached
         return False
 
 
+def all_cached() -> bool:
+    """Every kernel a request needs is in numba's disk cache."""
+    return all(_cached(kernel, args) for kernel, args in kernel_calls())
+
+
 def compile_in_background_process() -> subprocess.Popen:
     """Start compiling every kernel into the disk cache in a separate process that runs on
-    idle CPU time only and outlives this one if it must."""
-    package_parent = str(Path(__file__).resolve().parents[1])
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH"))
-                                        if p)
-    proc = subprocess.Popen([sys.executable, "-m", "lsd_local.warmup"], env=env,
+    idle CPU time only and outlives this one if it must. It starts in the folder that holds
+    this copy of lsd_local, so that `-m` imports this copy and no other."""
+    package_parent = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "lsd_local.warmup"], cwd=package_parent,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=subprocess.DEVNULL, start_new_session=True,
+                            creationflags=getattr(subprocess, "IDLE_PRIORITY_CLASS", 0))
     lowest_priority(proc.pid)  # at once: its imports already compete with llama.cpp
     return proc
 
@@ -79,7 +90,7 @@ def compile_in_background_process() -> subprocess.Popen:
 def lowest_priority(pid: int) -> None:
     """Run `pid` only on otherwise idle CPU time (Linux SCHED_IDLE), else at nice 19.
     llama.cpp's threads wait for each other at every layer: a competitor that takes a core
-    even briefly stalls all of them (a prompt of 50 tokens took 2.2 s instead of 0.1)."""
+    even briefly stalls all of them."""
     try:
         os.sched_setscheduler(pid, os.SCHED_IDLE, os.sched_param(0))
         return
@@ -91,10 +102,12 @@ def lowest_priority(pid: int) -> None:
 
 class KernelWarmup:
     """The kernels' warm-up in this process (numba's compiled code is process-wide, so is
-    this). `start` when models start loading; `request_ended` after each generation."""
+    this). `start` when models start loading; `request_started` / `request_ended` around
+    each generation."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._in_flight = 0  # requests running now
         self._compile_pending = False
 
     def start(self) -> None:
@@ -102,37 +115,60 @@ class KernelWarmup:
         lacks one, remember to compile after the first request (never during it)."""
         if not claim_warmup():
             return
-        if all(_cached(kernel) for kernel, _ in kernel_calls()):
+        if all_cached():
             threading.Thread(target=_load_kernels, name="lsd-kernel-load", daemon=True).start()
-        else:
-            with self._lock:
-                self._compile_pending = True
+            return
+        with self._idle:
+            self._compile_pending = True
+
+    def request_started(self) -> None:
+        with self._idle:
+            self._in_flight += 1
 
     def request_ended(self) -> None:
-        """A generation ended: if the kernels still need compiling, start that now, in a
-        separate process on idle CPU time that outlives this one if it must (a short
-        `lsd run` exits at once; the next run finds the cache)."""
-        with self._lock:
+        """A generation ended: if the kernels still need compiling, start that now."""
+        with self._idle:
+            self._in_flight = max(0, self._in_flight - 1)
+            self._idle.notify_all()
+        self.compile_now()
+
+    def compile_now(self) -> None:
+        """Start the pending compile (if any) in its own process, and a thread that loads
+        the result once it succeeded and no request is running."""
+        with self._idle:
             if not self._compile_pending:
                 return
             self._compile_pending = False
-        proc = compile_in_background_process()
-        threading.Thread(target=_load_after, args=(proc,), name="lsd-kernel-compile",
+        try:
+            proc = compile_in_background_process()
+        except OSError:  # no process to be had: stay on the numpy references
+            mark_failed()
+            return
+        threading.Thread(target=self._load_after, args=(proc,), name="lsd-kernel-compile",
                          daemon=True).start()
 
+    def _load_after(self, proc: subprocess.Popen) -> None:
+        if proc.wait() != 0 or not all_cached():  # loading now would compile in-process
+            mark_failed()
+            return
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0)
+        _load_kernels()
 
-@functools.cache
+
+_WARMUP = KernelWarmup()  # numba's compiled kernels are process-wide, so is their warm-up
+
+
 def process_warmup() -> KernelWarmup:
-    """This process's warm-up (created on first use, never at import)."""
-    return KernelWarmup()
+    """This process's warm-up."""
+    return _WARMUP
 
 
-def load_kernels_now(timeout: float | None = None) -> bool:
+def load_kernels_now(timeout: float | None = LOAD_TIMEOUT) -> bool:
     """Compile the kernels if the cache lacks them, load them and wait (benchmarks: every
-    timed request runs on the same code). False if they were not ready within `timeout`."""
-    warmup = process_warmup()
-    warmup.start()
-    warmup.request_ended()
+    timed request runs on the same code). False if they failed or took over `timeout`."""
+    _WARMUP.start()
+    _WARMUP.compile_now()
     return wait_ready(timeout)
 
 
@@ -141,13 +177,9 @@ def _load_kernels() -> None:
         for kernel, args in kernel_calls():
             kernel(*args)
     except Exception:  # noqa: BLE001 - keep the numpy references for this process
+        mark_failed()
         return
     mark_ready()
-
-
-def _load_after(proc: subprocess.Popen) -> None:
-    proc.wait()
-    _load_kernels()
 
 
 def _lock_path() -> Path:

@@ -16,6 +16,18 @@ def models_dir() -> Path:
     return Path(os.environ.get("LSD_MODELS_DIR", "~/.cache/lsd/models")).expanduser()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def kernels_loaded() -> None:
+    """Every test in this process runs on the numba kernels: a test that compares a kernel
+    with its numpy reference must not meet the reference on both sides (an Engine would
+    otherwise switch this process to the references while the kernels warm up). The
+    references serve requests only on a cold cache, which tests/test_warmup.py checks in
+    fresh processes."""
+    from lsd_local.warmup import load_kernels_now
+
+    assert load_kernels_now(timeout=900), "the numba kernels failed to compile or load"
+
+
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("tiny")

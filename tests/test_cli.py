@@ -247,8 +247,12 @@ def test_run_arguments_model_or_prompt(tiny_pair):
     assert split_run_args(("3/4",)) == (None, "3/4")
     assert split_run_args(("bartowski/Qwen2.5-GGUF:q4_k_m",)) == (
         "bartowski/Qwen2.5-GGUF:q4_k_m", None)
+    assert split_run_args(("Qwen/Qwen2.5-Coder-1.5B-Instruct-GGUF",))[0] is not None
+    assert split_run_args(("owner/model:Q8_0",))[0] == "owner/model:Q8_0"
     assert split_run_args(("hf.co/owner/repo",)) == ("hf.co/owner/repo", None)
     assert split_run_args(("Model.GGUF",)) == ("Model.GGUF", None)
+    for prompt in ("and/or", "I/O", "TCP/IP", "yes/no", "~nobody-at-all", "x" * 300):
+        assert split_run_args((prompt,)) == (None, prompt)
     # --model: no argument is ever taken for a model
     assert split_run_args(("m.gguf",), "x.gguf") == ("x.gguf", "m.gguf")
     assert split_run_args((), "x.gguf") == ("x.gguf", None)
@@ -279,6 +283,8 @@ def test_hub_name_is_a_model_with_a_clear_error(hub_env):
     assert result.exit_code == 1
     assert "looks like a Hugging Face repository" in result.output
     assert "Traceback" not in result.output
+    typo = invoke("run", "-m", "models/missing.GGUF", "hi", env=hub_env)
+    assert typo.exit_code == 1 and "model file not found" in typo.output
 
 
 @pytest.mark.parametrize("data", [b"\xff\xfe x", b"caf\xc3", b"\x00\x80 the cat \xed\xa0\x80"])

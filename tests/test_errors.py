@@ -169,12 +169,32 @@ def test_nan_logits_from_llama_cpp_are_a_clear_error(tmp_path):
 
     path = tinymodels.make_nan_model(tmp_path)
     with Engine.load(path, drafter="none") as eng:
-        with pytest.raises(ModelOutputError, match="NaN logits from nan-logits.gguf"):
+        with pytest.raises(ModelOutputError, match="NaN or infinite logits from nan-logits"):
             eng.generate("the cat", max_tokens=4).run()
         eng.target.truncate(0)
         logits = eng.target.decode(np.array([1, 270], np.int32), 0, 0)
         assert logits.shape == (0, eng.target.n_vocab)  # no rows asked for, nothing checked
     result = CliRunner().invoke(cli, ["run", str(path), "the cat", "--drafter", "none"])
     assert result.exit_code == 1
-    assert "Error: llama.cpp returned NaN logits" in result.output
+    assert "Error: llama.cpp returned NaN or infinite logits" in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("bad,refused", [(np.nan, True), (np.inf, True), (-np.inf, False),
+                                         ("both", True), (3e38, False)])
+def test_logit_check_refuses_nan_and_plus_inf_only(bad, refused):
+    from lsd_local import ModelOutputError
+    from lsd_local.backend.model import _check_finite
+
+    logits = np.zeros((3, 50), np.float32)
+    if bad == "both":  # no NaN, but their sum is NaN
+        logits[1, 3], logits[2, 4] = np.inf, -np.inf
+    elif bad == 3e38:  # huge but finite: the sum overflows, no entry is bad
+        logits[:, :] = 3e38
+    else:
+        logits[2, 7] = bad
+    if refused:
+        with pytest.raises(ModelOutputError, match="row [12] of 3"):
+            _check_finite(logits, "m.gguf")
+    else:
+        _check_finite(logits, "m.gguf")

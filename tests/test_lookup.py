@@ -1,4 +1,5 @@
-"""Prompt lookup: the numba kernel equals the obvious reference; hand-made cases."""
+"""Prompt lookup: the numba kernel and its numpy version (the fallback while kernels load)
+equal the obvious definition; hand-made cases."""
 
 from __future__ import annotations
 
@@ -7,14 +8,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsd_local.drafters import LookupDrafter, lookup_kernel, lookup_reference
-from lsd_local.drafters.lookup import lookup_match
+from lsd_local.drafters import LookupDrafter, lookup_match, lookup_reference
 from lsd_local.errors import ParameterError
+
+
+def lookup_obvious(tokens: list[int], max_ngram: int, min_ngram: int,
+                   k: int) -> tuple[list[int], int]:
+    """The definition in plain Python: for n from max_ngram down, the latest earlier start
+    whose n tokens equal the last n; what follows it, up to k tokens."""
+    n = len(tokens)
+    for size in range(min(max_ngram, n - 1), min_ngram - 1, -1):
+        starts = [s for s in range(n - size) if tokens[s:s + size] == tokens[n - size:]]
+        if starts:
+            start = max(starts) + size
+            return tokens[start:start + k], size
+    return [], 0
 
 
 def run_kernel(tokens, max_ngram, min_ngram, k):
     out = np.zeros(max(k, 1), np.int32)
-    m = lookup_kernel(np.asarray(tokens, np.int32), max_ngram, min_ngram, k, out)
+    m = lookup_match(np.asarray(tokens, np.int32), max_ngram, min_ngram, k, out)[0]
     return out[:m].tolist()
 
 
@@ -47,6 +60,7 @@ def test_kernel_matches_reference(tokens, max_ngram, k, data):
     min_ngram = data.draw(st.integers(1, max_ngram))
     arr = np.array(tokens, np.int32)
     expected, expected_n = lookup_reference(arr, max_ngram, min_ngram, k)
+    assert (expected.tolist(), expected_n) == lookup_obvious(tokens, max_ngram, min_ngram, k)
     got = run_kernel(arr, max_ngram, min_ngram, k)
     assert got == expected.tolist()
     assert len(got) <= k

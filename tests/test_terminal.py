@@ -54,7 +54,10 @@ class Terminal:
                 raise AssertionError(f"only {len(self.output) - since} bytes arrived")
             ready, _, _ = select.select([self.fd], [], [], left)
             if ready:
-                chunk = os.read(self.fd, 4096)
+                try:
+                    chunk = os.read(self.fd, 4096)
+                except OSError:  # the child closed the terminal
+                    chunk = b""
                 if not chunk:
                     raise AssertionError(f"exited early: {self.output[-500:]!r}")
                 self.output += chunk

@@ -339,14 +339,20 @@ class Model:
 
 
 def _check_finite(logits: np.ndarray, name: str) -> None:
-    """Refuse NaN logits (float32[rows, V]) once per decode, so that no verifier or sampler
-    ever ranks garbage. One sum over the rows: a NaN anywhere makes it NaN (~15 us for a
-    151k-token row, far less than the decode)."""
-    if np.isnan(logits.sum()):
-        bad = int(np.flatnonzero(np.isnan(logits).any(axis=1))[0])
+    """Refuse NaN and +inf logits (float32[rows, V]) once per decode, so that no verifier or
+    sampler ever ranks garbage (-inf is a token of probability 0 and stays). One sum over the
+    rows first (~15 us for a 151k-token row, far less than the decode): NaN or +inf anywhere
+    makes it non-finite; only then are the rows searched (a sum of huge finite logits can
+    overflow without any bad entry)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(logits.sum()):
+            return
+    bad_rows = np.flatnonzero((np.isnan(logits) | (logits == np.inf)).any(axis=1))
+    if len(bad_rows):
         raise ModelOutputError(
-            f"llama.cpp returned NaN logits from {name} (row {bad} of {len(logits)}): the model "
-            "file or the compute backend is broken; try another quantization or backend")
+            f"llama.cpp returned NaN or infinite logits from {name} (row {int(bad_rows[0])} of "
+            f"{len(logits)}): the model file or the compute backend is broken; try another "
+            "quantization or backend")
 
 
 def _model_params(opts: LoadOptions):

@@ -4,9 +4,9 @@ a backend Model handed in by the engine."""
 from __future__ import annotations
 
 from .base import Draft, Drafter
-from .lookup import LookupDrafter, lookup_kernel, lookup_reference
+from .lookup import LookupDrafter, lookup_match, lookup_reference
 from .model import ModelDrafter
 from .multilevel import MultiLevelDrafter
 
 __all__ = ["Draft", "Drafter", "LookupDrafter", "ModelDrafter", "MultiLevelDrafter",
-           "lookup_kernel", "lookup_reference"]
+           "lookup_match", "lookup_reference"]

@@ -14,14 +14,9 @@ from .base import EMPTY_DRAFT, Draft
 
 
 @njit(cache=True, nogil=True)
-def lookup_kernel(tokens, max_ngram, min_ngram, k, out):
-    """tokens: int32[n] (prompt + output), out: int32[>= k]. Returns how many of out are set."""
-    return lookup_match(tokens, max_ngram, min_ngram, k, out)[0]
-
-
-@njit(cache=True, nogil=True)
 def lookup_match(tokens, max_ngram, min_ngram, k, out):
-    """lookup_kernel that also says which n-gram matched: (tokens set in out, n; 0 = none).
+    """tokens: int32[n] (prompt + output), out: int32[>= k] -> (tokens set in out, the
+    matched n-gram's n; 0 = none).
     O(n * max_ngram) at worst; scans backwards so the most recent occurrence wins."""
     n = tokens.shape[0]
     for size in range(min(max_ngram, n - 1), min_ngram - 1, -1):

@@ -34,7 +34,7 @@ def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
     reference code's and vLLM's h), or the full entropy divided by log V when `normalized`."""
     n = row.shape[0]
     m = np.float64(row_max)
-    if m != m:  # a NaN maximum (row_argmax's answer for a row holding NaN): no entropy
+    if not np.isfinite(m):  # NaN (row_argmax's answer for a row holding NaN), all -inf, +inf
         return np.nan
     total = 0.0
     weighted = 0.0  # sum of exp(l - m) * (l - m), for the full entropy
@@ -67,7 +67,7 @@ def row_entropy_reference(row: np.ndarray, top_k: int, normalized: bool) -> floa
     """Obvious numpy version of row_entropy (tests; the fallback until kernels load).
     row: float32[V]."""
     logits = row.astype(np.float64)
-    if np.isnan(logits).any():
+    if np.isnan(logits).any() or not np.isfinite(logits.max()):
         return float("nan")
     log_p = logits - logits.max()
     log_p -= np.log(np.exp(log_p).sum())
