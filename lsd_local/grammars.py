@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 from .errors import GrammarError
+from .resources import data_path
 
 GRAMMAR_SUFFIX = ".gbnf"
 
 
 def grammar_dir() -> Path | None:
-    """grammars/ of the source tree (editable install) or of the installed data files."""
-    for candidate in (Path(__file__).resolve().parents[1] / "grammars",
-                      Path(sys.prefix) / "share" / "lsd" / "grammars"):
-        if candidate.is_dir():
-            return candidate
-    return None
+    """The grammars/ folder that ships with lsd."""
+    return data_path("grammars")
 
 
 def shipped_grammars() -> dict[str, Path]:

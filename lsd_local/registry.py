@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import LsdError
+from .resources import data_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -34,12 +35,8 @@ class ModelSpec:
 
 
 def shipped_registry() -> Path | None:
-    """models.toml of the source tree (editable install) or of the installed data files."""
-    for candidate in (Path(__file__).resolve().parents[1] / "models.toml",
-                      Path(sys.prefix) / "share" / "lsd" / "models.toml"):
-        if candidate.is_file():
-            return candidate
-    return None
+    """The models.toml that ships with lsd."""
+    return data_path("models.toml")
 
 
 def user_registry() -> Path:

@@ -12,11 +12,11 @@ One JSON object per line:
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LsdError
+from ..resources import data_path
 
 BUILTIN_SETS = ("humaneval", "code-edit", "chat", "summarize")
 EXTRA_SETS = ("json",)  # shipped, not run by default: structured output (see --grammar)
@@ -36,12 +36,8 @@ class PromptItem:
 
 
 def shipped_sets_dir() -> Path | None:
-    """bench/ of the source tree (editable install) or of the installed data files."""
-    for candidate in (Path(__file__).resolve().parents[2] / "bench",
-                      Path(sys.prefix) / "share" / "lsd" / "bench"):
-        if (candidate / "chat.jsonl").is_file():
-            return candidate
-    return None
+    """The bench/ folder of prompt sets that ships with lsd."""
+    return data_path("bench")
 
 
 def resolve_set(name: str) -> tuple[str, Path]:
