@@ -8,7 +8,8 @@
         print(gen.stats.tau, gen.stats.decode_tokens_per_second)
 """
 
-from .engine import DRAFTERS, Engine, Generation
+from .config import DRAFTERS, RULES, DrafterConfig, RuleConfig, SamplerSettings
+from .engine import Engine, Generation
 from .errors import (
     ContextOverflowError,
     IncompatibleModelsError,
@@ -17,13 +18,13 @@ from .errors import (
     ModelOutputError,
     ParameterError,
 )
-from .rules import RULES, RuleConfig
 from .stats import GenerationStats, Origin, RoundEvent
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DRAFTERS", "RULES", "ContextOverflowError", "Engine", "Generation", "GenerationStats",
+    "DRAFTERS", "RULES", "ContextOverflowError", "DrafterConfig", "Engine", "Generation",
+    "GenerationStats", "SamplerSettings",
     "IncompatibleModelsError", "LsdError", "ModelLoadError", "ModelOutputError", "Origin",
     "ParameterError", "RoundEvent", "RuleConfig", "__version__",
 ]

@@ -15,16 +15,22 @@ from .config import (
     ASD_BUDGET,
     ASD_GATE,
     ASD_MAX_EXCEPTIONS,
+    CLI_MAX_TOKENS,
+    DRAFTERS,
+    ENTROPY_MODES,
     FLY_ENTROPY,
     FLY_ENTROPY_TOP_K,
     FLY_THETA,
     FLY_WINDOW,
+    MIN_P,
+    N_CTX,
+    P_MIN,
+    RULES,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
 )
-from .drafters.model import P_MIN
-from .engine import DRAFTERS
 from .errors import LsdError, ParameterError
-from .rules import RULES
-from .verify import ENTROPY_MODES
 
 
 class KType(click.ParamType):
@@ -86,7 +92,7 @@ ENGINE_OPTIONS = [
                  help="Draft model: stop drafting when its top-1 probability falls below."),
     click.option("--ctx", type=click.IntRange(min=8), default=None,
                  help="Context size in tokens (prompt + answers). Default: the registry's, "
-                      "else 4096."),
+                      f"else {N_CTX}."),
     click.option("--threads", type=click.IntRange(min=1), default=None,
                  help="CPU threads. Default: physical cores."),
     click.option("--n-gpu-layers", type=int, default=0, show_default=True,
@@ -103,16 +109,18 @@ ENGINE_OPTIONS = [
 ]
 
 SAMPLING_OPTIONS = [
-    click.option("--max-tokens", type=click.IntRange(min=0), default=512, show_default=True,
+    click.option("--max-tokens", type=click.IntRange(min=0), default=CLI_MAX_TOKENS,
+                 show_default=True,
                  help="Most tokens per answer."),
-    click.option("--temperature", type=click.FloatRange(min=0), default=0.0, show_default=True,
+    click.option("--temperature", type=click.FloatRange(min=0), default=TEMPERATURE,
+                 show_default=True,
                  help="0 = greedy. Above 0, speculative sampling keeps the target's "
                       "distribution exactly (strict) or nearly (fly)."),
-    click.option("--top-k", type=click.IntRange(min=0), default=40, show_default=True,
+    click.option("--top-k", type=click.IntRange(min=0), default=TOP_K, show_default=True,
                  help="Sampling: keep the k most likely tokens (0 = all)."),
-    click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=0.95,
+    click.option("--top-p", type=click.FloatRange(min=0, max=1, min_open=True), default=TOP_P,
                  show_default=True, help="Sampling: keep the smallest set with this mass."),
-    click.option("--min-p", type=click.FloatRange(0, 1), default=0.05, show_default=True,
+    click.option("--min-p", type=click.FloatRange(0, 1), default=MIN_P, show_default=True,
                  help="Sampling: drop tokens below min-p times the top probability."),
     click.option("--seed", type=int, default=None, help="Sampling seed (reproducible)."),
     click.option("--stop", multiple=True, metavar="TEXT",
@@ -166,7 +174,7 @@ def load_engine(model: str | None, opts: dict):
         warnings.simplefilter("ignore")
         engine = Engine.load(
             found.target, found.draft, drafter=found.drafter, rule=rule, k=opts["k"],
-            chat_template=found.chat_template, n_ctx=opts["ctx"] or found.ctx or 4096,
+            chat_template=found.chat_template, n_ctx=opts["ctx"] or found.ctx or N_CTX,
             n_threads=opts["threads"], n_gpu_layers=opts["n_gpu_layers"],
             draft_n_gpu_layers=opts["draft_n_gpu_layers"], main_gpu=opts["main_gpu"],
             split_mode=opts["split_mode"], tensor_split=tensor_split, p_min=opts["p_min"],

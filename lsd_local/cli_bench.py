@@ -9,16 +9,17 @@ import click
 
 from .bench.prompts import BUILTIN_SETS, SPLITS
 from .bench.tune import tune_grid
+from .config import N_CTX
 from .errors import ParameterError
 
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
-                       " -t {{threads}} --temp 0 -c 4096 -no-cnv --no-display-prompt",
+                       " -t {{threads}} --temp 0 -c {{ctx}} -no-cnv --no-display-prompt",
     "llama.cpp:ngram": "{bin}/llama-speculative-simple -m {{target}} -md {{target}} "
-                       "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c 4096 "
+                       "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c {{ctx}} "
                        "--spec-type ngram-simple",
     "llama.cpp:draft": "{bin}/llama-speculative-simple -m {{target}} -md {{draft}} "
-                       "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c 4096 "
+                       "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c {{ctx}} "
                        "--spec-type draft-simple --spec-draft-n-max 4",
 }
 
@@ -58,7 +59,7 @@ LLAMA_CPP_COMMANDS = {
               default="lookup", show_default=True)
 @click.option("--quality-floor", type=click.FloatRange(0, 1), default=0.99, show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None)
-@click.option("--ctx", type=click.IntRange(min=64), default=4096, show_default=True)
+@click.option("--ctx", type=click.IntRange(min=64), default=N_CTX, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lsd-bench.json",
               show_default=True, help="Every per-prompt measurement and the summaries.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,

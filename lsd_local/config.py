@@ -1,14 +1,32 @@
-"""Every default of the verification rules, defined once.
+"""Every setting of a generation and its default, defined once: the sampler, the verification
+rule and the drafter, as frozen dataclasses that validate themselves.
 
-A leaf module: it imports nothing from lsd, so that every layer (the pure verifiers included)
-can take its defaults from here. The values were chosen by `lsd bench --tune --prompts
-humaneval --limit 8` (dev split, disjoint from the evaluation prompts; Qwen2.5-Coder 1.5B,
-prompt lookup, 2-core CPU): the fastest settings that kept pass@1 at 100 % of plain decoding
-(README, "Tuning the loose rules").
+A leaf module: it imports nothing from lsd but `errors`, so that every layer (the pure
+verifiers and the backend included) takes its defaults from here. Measured reasons for the
+values live in the README (sections named below), not in comments that go stale.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, fields, replace
+
+from .errors import ParameterError, check
+
+# --- context and answer length -----------------------------------------------------------
+N_CTX = 4096  # context size when neither the user nor the registry gives one
+MAX_TOKENS = 256  # tokens per answer: the library and `lsd bench`
+CLI_MAX_TOKENS = 512  # tokens per answer: `lsd run` / `lsd chat`
+
+# --- sampler (llama.cpp's defaults; temperature 0 = greedy) -------------------------------
+TEMPERATURE = 0.0
+TOP_K = 40  # 0 = off
+TOP_P = 0.95  # 1 = off
+MIN_P = 0.05  # 0 = off
+
+# --- verification rules (README "Tuning the loose rules": `lsd bench --tune`, dev split) ----
+RULES = ("strict", "fly", "asd")
+ENTROPY_MODES = ("topk", "normalized")
 FLY_THETA = 0.6  # FLy entropy threshold; inf = strict
 # FLy's window W = min(FLY_WINDOW, K - 1): the W draft tokens after a mismatch must all match
 # (vLLM's `fly_window_size` semantics; AMD's reference `win_len` = 6 counts the mismatch itself)
@@ -18,3 +36,132 @@ FLY_ENTROPY = "topk"  # "topk" (reference code, vLLM) or "normalized" (the paper
 ASD_GATE = 2.0  # ASD local gate g on regret / tokens left in the block
 ASD_MAX_EXCEPTIONS = 2  # ASD per-block exception cap M
 ASD_BUDGET = 6.0  # ASD per-request regret budget B
+
+# --- drafters (README "Speed on this machine" and "Cost-aware speculation") -----------------
+DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
+DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 32, "none": 0}  # fixed K per drafter
+LOOKUP_CAP = 32  # longest lookup draft auto considers
+MODEL_CAP = 8  # longest draft-model draft auto considers
+AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
+              "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round
+P_MIN = 0.75  # draft model: stop greedy drafting under this top-1 probability (--draft-p-min)
+MAX_NGRAM = 12  # prompt lookup: longest n-gram matched
+MIN_NGRAM = 6  # prompt lookup: shortest n-gram matched
+
+
+class _Settings:
+    """Frozen settings that validate themselves; `with_changes` derives new ones."""
+
+    def validate(self) -> None:
+        raise NotImplementedError
+
+    def with_changes(self, **changes):
+        """A validated copy with the named fields changed (ParameterError for unknown names)."""
+        unknown = set(changes) - {f.name for f in fields(self)}  # type: ignore[arg-type]
+        if unknown:
+            raise ParameterError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+        new = replace(self, **changes)
+        new.validate()
+        return new
+
+
+@dataclass(frozen=True)
+class SamplerSettings(_Settings):
+    """Sampler chain applied to target and draft alike (llama.cpp order: top-k, top-p,
+    min-p on the temperature-1 distribution, then temperature). Exists only for sampling:
+    greedy decoding has none (see `sampler_settings`)."""
+
+    temperature: float
+    top_k: int = TOP_K
+    top_p: float = TOP_P
+    min_p: float = MIN_P
+
+    def validate(self) -> None:
+        check(math.isfinite(self.temperature) and self.temperature > 0, "temperature",
+              f"{self.temperature} (must be > 0 to sample)")
+        check(self.top_k >= 0, "top_k", f"{self.top_k} (must be >= 0; 0 = off)")
+        check(0 < self.top_p <= 1, "top_p", f"{self.top_p} (must be within (0, 1])")
+        check(0 <= self.min_p <= 1, "min_p", f"{self.min_p} (must be within [0, 1])")
+
+
+def sampler_settings(temperature: float = TEMPERATURE, top_k: int = TOP_K,
+                     top_p: float = TOP_P, min_p: float = MIN_P) -> SamplerSettings | None:
+    """Validated sampler settings; None means greedy (temperature 0)."""
+    check(math.isfinite(temperature) and temperature >= 0, "temperature",
+          f"{temperature} (must be >= 0; 0 = greedy)")
+    settings = SamplerSettings(temperature or 1.0, top_k, top_p, min_p)
+    settings.validate()  # the other fields are checked for greedy requests too
+    return None if temperature == 0 else settings
+
+
+def check_fly(theta: float, window: int, top_k: int, entropy: str) -> None:
+    """Validate FLy parameters (ParameterError names the bad one)."""
+    check(theta >= 0, "theta", f"{theta} (entropy threshold must be >= 0; inf = strict)")
+    check(window >= 1, "window", f"{window} (must be >= 1)")
+    check(top_k >= 1, "entropy top_k", f"{top_k} (must be >= 1)")
+    check(entropy in ENTROPY_MODES, "entropy", f"{entropy!r} (choose topk or normalized)")
+
+
+def check_asd(gate: float, max_exceptions: int, budget: float) -> None:
+    """Validate ASD parameters (ParameterError names the bad one)."""
+    check(gate >= 0, "gate", f"{gate} (must be >= 0)")
+    check(max_exceptions >= 0, "max_exceptions", f"{max_exceptions} (must be >= 0)")
+    check(budget >= 0, "budget", f"{budget} (must be >= 0)")
+
+
+@dataclass(frozen=True)
+class RuleConfig(_Settings):
+    """Which verification rule to use and its parameters."""
+
+    rule: str = "strict"
+    theta: float = FLY_THETA  # FLy entropy threshold; inf = strict
+    window: int | None = None  # FLy deferred window W; None = min(FLY_WINDOW, K-1)
+    entropy_top_k: int = FLY_ENTROPY_TOP_K  # FLy: entropy over the k_e largest probabilities
+    entropy: str = FLY_ENTROPY  # FLy: "topk" (reference code, vLLM) or "normalized" (paper)
+    gate: float = ASD_GATE  # ASD local gate g
+    max_exceptions: int = ASD_MAX_EXCEPTIONS  # ASD per-block exception cap M
+    budget: float = ASD_BUDGET  # ASD per-request regret budget B
+
+    def validate(self) -> None:
+        """Raise ParameterError naming the first invalid parameter."""
+        check(self.rule in RULES, "rule", f"{self.rule!r} (choose one of {', '.join(RULES)})")
+        check_fly(self.theta, 1 if self.window is None else self.window, self.entropy_top_k,
+                  self.entropy)
+        check_asd(self.gate, self.max_exceptions, self.budget)
+
+
+@dataclass(frozen=True)
+class DrafterConfig(_Settings):
+    """Which drafter to use and how far it drafts."""
+
+    drafter: str = "lookup"
+    k: int | str | None = None  # int, "auto" (chosen per round) or None: DEFAULT_K[drafter]
+    p_min: float = P_MIN  # draft model: stop drafting under this top-1 probability
+    max_ngram: int = MAX_NGRAM  # prompt lookup: longest n-gram to match
+    min_ngram: int = MIN_NGRAM  # prompt lookup: shortest n-gram to match
+
+    @property
+    def adaptive_k(self) -> bool:
+        """K chosen per round by the cost model (k="auto", or the auto drafter's default)."""
+        return self.k == "auto" or (self.drafter == "auto" and self.k is None)
+
+    @property
+    def k_value(self) -> int:
+        """The largest draft per round (the cap when K is chosen per round)."""
+        if self.adaptive_k:
+            return AUTO_K_CAP[self.drafter]
+        return DEFAULT_K[self.drafter] if self.k is None else self.k
+
+    @property
+    def uses_draft_model(self) -> bool:
+        return self.drafter in ("model", "multilevel")
+
+    def validate(self) -> None:
+        check(self.drafter in DRAFTERS, "drafter",
+              f"{self.drafter!r} (choose one of {', '.join(DRAFTERS)})")
+        check(self.k is None or self.k == "auto" or (isinstance(self.k, int) and self.k >= 1),
+              "k", f"{self.k!r} (an integer >= 1 or 'auto')")
+        check(0.0 <= self.p_min <= 1.0, "p_min", f"{self.p_min} (must be within [0, 1])")
+        check(self.max_ngram >= 1, "max_ngram", f"{self.max_ngram} (must be >= 1)")
+        check(1 <= self.min_ngram <= self.max_ngram, "min_ngram",
+              f"{self.min_ngram} (must be within 1..max_ngram)")

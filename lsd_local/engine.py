@@ -2,84 +2,39 @@
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from time import perf_counter
 
 import numpy as np
 
 from .backend import Grammar, LoadOptions, Model, schema_to_gbnf, vocab_compatible
 from .chat import render_chat
-from .drafters.auto import LOOKUP_CAP, MODEL_CAP
+from .config import (
+    MAX_NGRAM,
+    MAX_TOKENS,
+    MIN_NGRAM,
+    MIN_P,
+    N_CTX,
+    P_MIN,
+    TEMPERATURE,
+    TOP_K,
+    TOP_P,
+    DrafterConfig,
+    RuleConfig,
+    SamplerSettings,
+    sampler_settings,
+)
 from .drafters.factory import make_drafter
-from .drafters.lookup import MAX_NGRAM, MIN_NGRAM
-from .drafters.model import P_MIN
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
 from .grammars import grammar_text, load_schema
-from .rules import RuleConfig, Verifier
+from .rules import Verifier
 from .speculative import Request, TokenBuffer, run_rounds
 from .stats import GenerationStats, RoundEvent
 from .text import TextAssembler
-from .verify.sampling import SamplerSettings
 from .warmup import process_warmup
-
-DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
-# Measured on a 2-core CPU with Qwen2.5-Coder 1.5B (`lsd bench`): verifying n tokens costs
-# ~37 ms + 24 ms per extra token up to ~9, then ~15 ms per token, so lookup drafts pay when
-# they are long and come from long n-gram matches; a draft model pays with short drafts.
-DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 32, "none": 0}
-# With k="auto" (and for the auto drafter) K is chosen per round up to these caps.
-AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP, "multilevel": MODEL_CAP,
-              "lookup": LOOKUP_CAP, "none": 0}
-
-
-@dataclass(frozen=True)
-class DrafterConfig:
-    """Which drafter to use and how far it drafts."""
-
-    drafter: str = "lookup"
-    k: int | str | None = None  # int, "auto" (chosen per round) or None: DEFAULT_K[drafter]
-    p_min: float = P_MIN  # draft model: stop drafting under this top-1 probability
-    max_ngram: int = MAX_NGRAM  # prompt lookup: longest n-gram to match
-    min_ngram: int = MIN_NGRAM  # prompt lookup: shortest n-gram to match
-
-    @property
-    def adaptive_k(self) -> bool:
-        """K chosen per round by the cost model (k="auto", or the auto drafter's default)."""
-        return self.k == "auto" or (self.drafter == "auto" and self.k is None)
-
-    @property
-    def k_value(self) -> int:
-        """The largest draft per round (the cap when K is chosen per round)."""
-        if self.adaptive_k:
-            return AUTO_K_CAP[self.drafter]
-        return DEFAULT_K[self.drafter] if self.k is None else self.k
-
-    def validate(self) -> None:
-        check(self.drafter in DRAFTERS, "drafter",
-              f"{self.drafter!r} (choose one of {', '.join(DRAFTERS)})")
-        check(self.k is None or self.k == "auto" or (isinstance(self.k, int) and self.k >= 1),
-              "k", f"{self.k!r} (an integer >= 1 or 'auto')")
-        check(0.0 <= self.p_min <= 1.0, "p_min", f"{self.p_min} (must be within [0, 1])")
-        check(self.max_ngram >= 1, "max_ngram", f"{self.max_ngram} (must be >= 1)")
-        check(1 <= self.min_ngram <= self.max_ngram, "min_ngram",
-              f"{self.min_ngram} (must be within 1..max_ngram)")
-
-
-def sampler_settings(temperature: float, top_k: int, top_p: float,
-                     min_p: float) -> SamplerSettings | None:
-    """Validate sampler parameters; None means greedy (temperature 0)."""
-    check(math.isfinite(temperature) and temperature >= 0, "temperature",
-          f"{temperature} (must be >= 0; 0 = greedy)")
-    check(top_k >= 0, "top_k", f"{top_k} (must be >= 0; 0 = off)")
-    check(0 < top_p <= 1, "top_p", f"{top_p} (must be within (0, 1])")
-    check(0 <= min_p <= 1, "min_p", f"{min_p} (must be within [0, 1])")
-    if temperature == 0:
-        return None
-    return SamplerSettings(temperature, top_k, top_p, min_p)
 
 
 class Generation:
@@ -151,7 +106,7 @@ class Engine:
     @classmethod
     def load(cls, target: str | os.PathLike, draft: str | os.PathLike | None = None, *,
              drafter: str | None = None, rule: str = "strict", k: int | None = None,
-             n_ctx: int = 4096, n_threads: int | None = None, n_gpu_layers: int = 0,
+             n_ctx: int = N_CTX, n_threads: int | None = None, n_gpu_layers: int = 0,
              draft_n_gpu_layers: int | None = None, main_gpu: int = 0,
              split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
              p_min: float = P_MIN, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
@@ -169,9 +124,9 @@ class Engine:
         chat_template (Jinja) overrides the template stored in the GGUF.
         """
         drafter = drafter or ("model" if draft is not None else "lookup")
-        dcfg = DrafterConfig(drafter, k, p_min, max_ngram, min_ngram)
-        dcfg.validate()
-        rcfg = _rule_config(rule, rule_params)
+        dcfg = DrafterConfig().with_changes(drafter=drafter, k=k, p_min=p_min,
+                                            max_ngram=max_ngram, min_ngram=min_ngram)
+        rcfg = RuleConfig().with_changes(rule=rule, **rule_params)
         if drafter in ("model", "multilevel") and draft is None:
             raise ParameterError(f"invalid drafter: {drafter!r} needs a draft model (draft=...)")
         n_batch = max(512, dcfg.k_value + 1)
@@ -199,25 +154,25 @@ class Engine:
     def configure(self, *, drafter: str | None = None, k: int | str | None = None,
                   rule: str | None = None, p_min: float | None = None,
                   max_ngram: int | None = None, min_ngram: int | None = None,
-                  **rule_params) -> None:
+                  fresh_drafter: bool = False, **rule_params) -> None:
         """Change drafter, K or rule (e.g. chat's /mode) on the loaded models. Unnamed settings
-        keep their values; a new drafter without k gets its default K."""
+        keep their values, and so does a drafter argument left at None; a new drafter given
+        without k gets its own default K; rule parameters are applied as given (window=None
+        restores the default window). `fresh_drafter` starts the drafter's learned costs and
+        acceptance over even when its settings do not change (each benchmark run)."""
         changes = {name: value for name, value in (("drafter", drafter), ("k", k),
                    ("p_min", p_min), ("max_ngram", max_ngram), ("min_ngram", min_ngram))
                    if value is not None}
         if drafter is not None and k is None:
             changes["k"] = None
-        dcfg = replace(self.drafter_config, **changes)
-        dcfg.validate()
-        if dcfg.drafter in ("model", "multilevel") and self.draft_model is None:
+        dcfg = self.drafter_config.with_changes(**changes)
+        if dcfg.uses_draft_model and self.draft_model is None:
             raise ParameterError(f"invalid drafter: {dcfg.drafter!r} needs a draft model, and "
                                  "this engine was loaded without one")
         check(dcfg.k_value + 1 <= self.target.n_batch, "k",
               f"{dcfg.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
-        params = {**self.rule_config.__dict__, **rule_params}
-        current_rule = params.pop("rule")
-        rcfg = _rule_config(rule or current_rule, params)
-        if dcfg != self.drafter_config:
+        rcfg = self.rule_config.with_changes(**({"rule": rule} if rule else {}), **rule_params)
+        if dcfg != self.drafter_config or fresh_drafter:
             self._drafter = make_drafter(dcfg, self.draft_model,
                                          self.target if self.cross_vocab else None)
         self.drafter_config = dcfg
@@ -234,9 +189,9 @@ class Engine:
         tokens = self.target.tokenize(text, add_special=False)
         return ([self.target.bos_token] if add_bos else []) + tokens
 
-    def generate(self, prompt: str | Sequence[dict], *, max_tokens: int = 256,
-                 temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95,
-                 min_p: float = 0.05, seed: int | None = None, stop: Sequence[str] = (),
+    def generate(self, prompt: str | Sequence[dict], *, max_tokens: int = MAX_TOKENS,
+                 temperature: float = TEMPERATURE, top_k: int = TOP_K, top_p: float = TOP_P,
+                 min_p: float = MIN_P, seed: int | None = None, stop: Sequence[str] = (),
                  grammar: str | os.PathLike | None = None,
                  json_schema: dict | str | os.PathLike | None = None) -> Generation:
         """Start generating. `prompt` is raw text, or chat messages [{'role', 'content'}]
@@ -341,16 +296,6 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _rule_config(rule: str, params: dict) -> RuleConfig:
-    known = set(RuleConfig.__dataclass_fields__) - {"rule"}
-    unknown = set(params) - known
-    if unknown:
-        raise ParameterError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-    cfg = RuleConfig(rule=rule, **params)
-    cfg.validate()
-    return cfg
 
 
 def _load_models(target, draft, drafter: str, opts: LoadOptions,

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import N_CTX
 from .errors import LsdError
 from .resources import data_path
 
@@ -29,7 +30,7 @@ class ModelSpec:
     file: str
     quant: str = ""
     sha256: str | None = None
-    ctx: int = 4096
+    ctx: int = N_CTX
     draft: str | None = None  # registry name of the default draft model
     chat_template: str | None = None
 

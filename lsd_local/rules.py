@@ -6,47 +6,14 @@ The round loop calls `verifier.verify(logits, draft, rng)`; cache surgery stays 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from .config import (
-    ASD_BUDGET,
-    ASD_GATE,
-    ASD_MAX_EXCEPTIONS,
-    FLY_ENTROPY,
-    FLY_ENTROPY_TOP_K,
-    FLY_THETA,
-    FLY_WINDOW,
-)
+from .config import FLY_WINDOW, RuleConfig, SamplerSettings
 from .drafters.base import Draft
-from .errors import ParameterError, check
-from .verify import Verdict, asd, check_asd, check_fly, default_window, fly, strict
-from .verify.sampling import SamplerSettings, speculative_sample
-
-RULES = ("strict", "fly", "asd")
-
-
-
-@dataclass(frozen=True)
-class RuleConfig:
-    """Which verification rule to use and its parameters."""
-
-    rule: str = "strict"
-    theta: float = FLY_THETA  # FLy entropy threshold; inf = strict
-    window: int | None = None  # FLy deferred window W; None = min(FLY_WINDOW, K-1)
-    entropy_top_k: int = FLY_ENTROPY_TOP_K  # FLy: entropy over the k_e largest probabilities
-    entropy: str = FLY_ENTROPY  # FLy: "topk" (reference code, vLLM) or "normalized" (paper)
-    gate: float = ASD_GATE  # ASD local gate g
-    max_exceptions: int = ASD_MAX_EXCEPTIONS  # ASD per-block exception cap M
-    budget: float = ASD_BUDGET  # ASD per-request regret budget B
-
-    def validate(self) -> None:
-        """Raise ParameterError naming the first invalid parameter."""
-        check(self.rule in RULES, "rule", f"{self.rule!r} (choose one of {', '.join(RULES)})")
-        check_fly(self.theta, 1 if self.window is None else self.window, self.entropy_top_k,
-                  self.entropy)
-        check_asd(self.gate, self.max_exceptions, self.budget)
+from .errors import ParameterError
+from .verify import Verdict, asd, default_window, fly, strict
+from .verify.sampling import speculative_sample
 
 
 class Verifier:

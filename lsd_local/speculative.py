@@ -14,12 +14,12 @@ from time import perf_counter
 
 import numpy as np
 
+from .config import SamplerSettings
 from .constrain import prepare_block
 from .drafters.base import EMPTY_DRAFT, Draft, Drafter
 from .rules import Verifier
 from .stats import Origin, RoundEvent
 from .text import TextAssembler
-from .verify.sampling import SamplerSettings
 
 
 class TokenBuffer:

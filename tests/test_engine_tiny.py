@@ -145,7 +145,8 @@ def test_same_seed_same_sampled_output(tiny_pair, drafter, rule):
 def test_sampled_first_token_follows_the_target(tiny_pair):
     """Speculative sampling through real llama.cpp: the first generated token's frequencies
     match the target's sampling distribution (chi-square over the top tokens)."""
-    from lsd_local.verify.sampling import SamplerSettings, sampling_probs
+    from lsd_local.config import SamplerSettings
+    from lsd_local.verify.sampling import sampling_probs
     settings = SamplerSettings(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
     with load(tiny_pair, "model", k=3) as eng:
         prompt_ids = eng.prompt_tokens(PROMPTS[0])

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lsd_local.config import RuleConfig
 from lsd_local.drafters.base import Draft
-from lsd_local.rules import RuleConfig, Verifier
+from lsd_local.rules import Verifier
 from lsd_local.speculative import Request, TokenBuffer, run_rounds
 from lsd_local.stats import Origin
 from lsd_local.text import TextAssembler

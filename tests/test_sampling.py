@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lsd_local.verify.sampling import SamplerSettings, sampling_probs, speculative_sample
+from lsd_local.config import SamplerSettings
+from lsd_local.verify.sampling import sampling_probs, speculative_sample
 
 CHI2_CRIT_DF5_P001 = 20.52  # chi-square critical value, 5 degrees of freedom, p = 0.001
 FULL = SamplerSettings(temperature=0.8, top_k=0, top_p=1.0, min_p=0.0)

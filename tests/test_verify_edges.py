@@ -12,14 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_grammar import TableGrammar
 
+from lsd_local.config import RuleConfig, SamplerSettings
 from lsd_local.constrain import prepare_block
 from lsd_local.drafters.base import Draft
-from lsd_local.rules import RuleConfig, Verifier
+from lsd_local.rules import Verifier
 from lsd_local.verify import asd, fly, strict
 from lsd_local.verify._rows import row_argmax, row_entropy, row_entropy_reference
 from lsd_local.verify.asd import asd_reference
 from lsd_local.verify.fly import fly_reference
-from lsd_local.verify.sampling import SamplerSettings, sampling_probs, speculative_sample
+from lsd_local.verify.sampling import sampling_probs, speculative_sample
 from lsd_local.verify.strict import strict_reference
 
 # --- inputs as they arrive ------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
+from ..config import N_CTX
 from ..errors import (
     ContextOverflowError,
     IncompatibleModelsError,
@@ -99,7 +100,7 @@ def physical_cores() -> int:
 class LoadOptions:
     """How to load one model: context, threads and GPU placement."""
 
-    n_ctx: int = 4096
+    n_ctx: int = N_CTX
     n_batch: int = 512
     n_threads: int | None = None  # None: physical cores
     n_gpu_layers: int = 0

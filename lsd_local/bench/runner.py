@@ -15,9 +15,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ..engine import DRAFTERS, DrafterConfig, Engine
+from ..config import DRAFTERS, N_CTX, RULES, DrafterConfig, RuleConfig
+from ..engine import Engine
 from ..errors import LsdError, ParameterError
-from ..rules import RULES, RuleConfig
 from ..warmup import load_kernels_now
 from .prompts import PromptItem
 
@@ -87,7 +87,8 @@ def parse_config(text: str) -> BenchConfig:
 
 
 def parse_external(text: str) -> BenchConfig:
-    """"NAME=COMMAND" with placeholders {prompt_file} {max_tokens} {threads} {target} {draft}."""
+    """"NAME=COMMAND" with placeholders {prompt_file} {max_tokens} {threads} {target} {draft}
+    {ctx}."""
     name, sep, command = text.partition("=")
     if not sep or not name.strip() or not command.strip():
         raise ParameterError(f"invalid external: {text!r} (expected NAME=COMMAND)")
@@ -115,7 +116,7 @@ class BenchModels:
     target: Path
     draft: Path | None = None
     n_threads: int | None = None
-    n_ctx: int = 4096
+    n_ctx: int = N_CTX
     chat_template: str | None = None
     engines: dict[str, object] = field(default_factory=dict)
 
@@ -170,8 +171,7 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
         config.drafter == "auto" and models.draft is not None))
     # A fresh drafter for every run: what auto learned (costs, acceptance) must not carry over
     # from another configuration or prompt, so that every run starts as `lsd run` does.
-    engine.configure(drafter="none")
-    engine.configure(drafter=config.drafter, k=config.k, rule=config.rule,
+    engine.configure(drafter=config.drafter, k=config.k, rule=config.rule, fresh_drafter=True,
                      **{**default_settings(), **dict(config.params)})
     engine.reset()  # every configuration pays the same prefill
     gen = engine.generate(list(item.messages), max_tokens=max_tokens,
@@ -232,7 +232,8 @@ def run_external(models: BenchModels, config: BenchConfig, item: PromptItem,
         f.write(text)
     try:
         values = {"prompt_file": f.name, "max_tokens": max_tokens, "target": models.target,
-                  "draft": models.draft or "", "threads": models.n_threads or os.cpu_count()}
+                  "draft": models.draft or "", "threads": models.n_threads or os.cpu_count(),
+                  "ctx": models.n_ctx}
         cmd = [part.format(**values) for part in shlex.split(config.command)]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     except (OSError, KeyError, subprocess.TimeoutExpired) as exc:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import MAX_TOKENS
 from ..errors import LsdError
 from . import cost as cost_mod
 from .prompts import PromptItem, load_set
@@ -31,7 +32,7 @@ class BenchOptions:
     sets: Sequence[str] = DEFAULT_SETS
     split: str = "test"
     limit: int | None = 20
-    max_tokens: int = 256
+    max_tokens: int = MAX_TOKENS
     repeat: int = 1
     configs: Sequence[BenchConfig] = ()
     cost: bool = True

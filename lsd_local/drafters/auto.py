@@ -9,12 +9,10 @@ from time import perf_counter
 
 import numpy as np
 
+from ..config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..controller import AcceptanceModel, CostModel, best_k
-from ..verify.sampling import SamplerSettings
 from .base import EMPTY_DRAFT, Draft
 
-LOOKUP_CAP = 32  # longest lookup draft considered
-MODEL_CAP = 8  # longest draft-model draft considered
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram (12 tokens)
 # means a passage is being copied: on the bench sets (Qwen2.5-Coder answers) such proposals
 # were right for their first 8+ tokens 83-92 % of the time on the code sets (chat and

@@ -7,7 +7,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ..verify.sampling import SamplerSettings
+from ..config import SamplerSettings
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import SamplerSettings
 from ..constrain import allowed_prefix
-from ..verify.sampling import SamplerSettings
 from .base import EMPTY_DRAFT, Draft
 
 SPACE_PREFIXES = (b" ", "\u2581".encode())  # as a space piece, or a vocabulary without "▁"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..config import MAX_NGRAM, MIN_NGRAM, SamplerSettings
 from ..constrain import allowed_prefix
 from ..errors import check
 from ..jit import kernels_ready
-from ..verify.sampling import SamplerSettings
 from .base import EMPTY_DRAFT, Draft
 
 
@@ -63,10 +63,6 @@ def lookup_any(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int,
     return len(found), size
 
 
-# Measured on Qwen2.5-Coder 1.5B (`lsd bench`): continuations of shorter matches are too often
-# wrong to pay for their verification on a CPU.
-MAX_NGRAM = 12
-MIN_NGRAM = 6
 
 
 class LookupDrafter:

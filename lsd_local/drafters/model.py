@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import P_MIN, SamplerSettings
 from ..constrain import constrain_row
 from ..errors import check
 from ..jit import choose
 from ..verify._rows import row_argmax_prob, row_argmax_prob_reference
-from ..verify.sampling import SamplerSettings, draw, sampling_probs
+from ..verify.sampling import draw, sampling_probs
 from .base import EMPTY_DRAFT, Draft
-
-P_MIN = 0.75  # stop greedy drafting under this top-1 probability (llama.cpp's --draft-p-min)
 
 
 class ModelDrafter:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import MAX_NGRAM, MIN_NGRAM, P_MIN, SamplerSettings
 from ..jit import choose
 from ..verify._rows import row_argmax_prob, row_argmax_prob_reference
-from ..verify.sampling import SamplerSettings
 from .base import EMPTY_DRAFT, Draft
-from .lookup import MAX_NGRAM, MIN_NGRAM, lookup_any
-from .model import P_MIN, ModelDrafter
+from .lookup import lookup_any
+from .model import ModelDrafter
 
 
 class MultiLevelDrafter(ModelDrafter):

@@ -14,23 +14,24 @@ from ..config import (
     ASD_BUDGET,
     ASD_GATE,
     ASD_MAX_EXCEPTIONS,
+    ENTROPY_MODES,
     FLY_ENTROPY,
     FLY_ENTROPY_TOP_K,
     FLY_THETA,
     FLY_WINDOW,
+    SamplerSettings,
+    check_asd,
+    check_fly,
 )
 from ..errors import check
 from ..jit import kernels_ready
 from .asd import asd_kernel, asd_reference
 from .fly import fly_kernel, fly_reference
-from .sampling import SamplerSettings, sampling_probs, speculative_sample
+from .sampling import sampling_probs, speculative_sample
 from .strict import strict_kernel, strict_reference
 
 __all__ = ["Verdict", "strict", "fly", "asd", "speculative_sample", "SamplerSettings",
            "sampling_probs", "default_window", "ENTROPY_MODES"]
-
-ENTROPY_MODES = ("topk", "normalized")
-
 
 @dataclass(frozen=True)
 class Verdict:
@@ -114,18 +115,3 @@ def asd(logits: np.ndarray, draft: np.ndarray, *, spent: float = 0.0, gate: floa
     n_accept, next_token, added = asd_kernel(logits, draft, float(spent), float(gate),
                                              int(max_exceptions), float(budget), loose)
     return Verdict(int(n_accept), int(next_token), loose, float(added))
-
-
-def check_fly(theta: float, window: int, top_k: int, entropy: str) -> None:
-    """Validate FLy parameters (ParameterError names the bad one)."""
-    check(theta >= 0, "theta", f"{theta} (entropy threshold must be >= 0; inf = strict)")
-    check(window >= 1, "window", f"{window} (must be >= 1)")
-    check(top_k >= 1, "entropy top_k", f"{top_k} (must be >= 1)")
-    check(entropy in ENTROPY_MODES, "entropy", f"{entropy!r} (choose topk or normalized)")
-
-
-def check_asd(gate: float, max_exceptions: int, budget: float) -> None:
-    """Validate ASD parameters (ParameterError names the bad one)."""
-    check(gate >= 0, "gate", f"{gate} (must be >= 0)")
-    check(max_exceptions >= 0, "max_exceptions", f"{max_exceptions} (must be >= 0)")
-    check(budget >= 0, "budget", f"{budget} (must be >= 0)")

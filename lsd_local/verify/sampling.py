@@ -10,23 +10,12 @@ W positions pass their own test; then the output is no longer exactly the target
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..config import SamplerSettings
 from ..jit import kernels_ready
 from ._rows import row_argmax, row_entropy, row_entropy_reference
-
-
-@dataclass(frozen=True)
-class SamplerSettings:
-    """Sampler chain applied to target and draft alike (llama.cpp order: top-k, top-p,
-    min-p on the temperature-1 distribution, then temperature)."""
-
-    temperature: float = 0.8
-    top_k: int = 40  # 0 = off
-    top_p: float = 0.95  # 1 = off
-    min_p: float = 0.05  # 0 = off
 
 
 def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:
