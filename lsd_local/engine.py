@@ -30,8 +30,8 @@ from .config import (
 from .drafters.factory import make_drafter
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
 from .grammars import grammar_text, load_schema
+from .loop import Request, TokenBuffer, run_rounds
 from .rules import Verifier
-from .speculative import Request, TokenBuffer, run_rounds
 from .stats import GenerationStats, RoundEvent
 from .text import TextAssembler
 from .warmup import process_warmup
@@ -42,23 +42,21 @@ class Generation:
     `tokens` are filled in as it goes and final once iteration ends."""
 
     def __init__(self, rounds: Iterator[RoundEvent], stats: GenerationStats,
-                 text: TextAssembler, history: TokenBuffer, n_prompt: int, cleanup) -> None:
-        self._rounds = rounds
+                 text: TextAssembler, history: TokenBuffer, n_prompt: int) -> None:
+        self._rounds = rounds  # Engine._request: it keeps `stats` up to date
         self.stats = stats
         self._text = text
         self._history = history
         self._n_prompt = n_prompt
-        self._cleanup = cleanup
 
     def __iter__(self) -> Iterator[RoundEvent]:
-        try:
-            for event in self._rounds:
-                self.stats.add_round(event)
-                if event.finish_reason:
-                    self.stats.finish_reason = event.finish_reason
-                yield event
-        finally:
-            self._cleanup()
+        # a wrapper that dies with the consumer's loop: a loop left early (break, Ctrl-C)
+        # closes it, and closing it ends the request (Engine._request's finally) at once
+        yield from self._rounds
+
+    def close(self) -> None:
+        """End the request now (what a consumer that stops iterating does implicitly)."""
+        self._rounds.close()
 
     def run(self) -> Generation:
         """Consume every round; returns self for chaining."""
@@ -220,8 +218,8 @@ class Engine:
                           np.random.default_rng(seed), constraint,
                           _grammar_top(self.rule_config, sampler, self.target.n_vocab))
         history = TokenBuffer(self.target.n_ctx)
-        rounds = self._rounds(prompt_ids, history, verifier, request, text, stats)
-        return Generation(rounds, stats, text, history, len(prompt_ids), self._cleanup)
+        rounds = self._request(prompt_ids, history, verifier, request, text, stats)
+        return Generation(rounds, stats, text, history, len(prompt_ids))
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:
@@ -237,51 +235,55 @@ class Engine:
             return Grammar.compile(self.target, text, source=label)
         return None
 
-    def _rounds(self, prompt_ids: list[int], history: TokenBuffer, verifier: Verifier,
-                request: Request, text: TextAssembler,
-                stats: GenerationStats) -> Iterator[RoundEvent]:
-        try:
-            yield from self._request_rounds(prompt_ids, history, verifier, request, text, stats)
-        finally:
-            if request.grammar is not None:
-                request.grammar.close()
+    def _request(self, prompt_ids: list[int], history: TokenBuffer, verifier: Verifier,
+                 request: Request, text: TextAssembler,
+                 stats: GenerationStats) -> Iterator[RoundEvent]:
+        """One request from prefill to its last round; every statistic is written here.
 
-    def _request_rounds(self, prompt_ids: list[int], history: TokenBuffer, verifier: Verifier,
-                        request: Request, text: TextAssembler,
-                        stats: GenerationStats) -> Iterator[RoundEvent]:
+        However it ends (finished, an exception, or abandoned: the consumer stops iterating
+        and the generator is closed), the `finally` frees the grammar, marks the engine idle
+        and lets the kernel warm-up proceed. Nothing restores the KV caches: both models
+        record which tokens their caches hold (backend.Model.cached_tokens), and the next
+        request's prefill keeps the longest common prefix and drops the rest, so a request cut
+        mid-round leaves nothing to repair."""
         self._busy = True
         process_warmup().request_started()
-        if hasattr(self._drafter, "new_request"):
-            self._drafter.new_request()
-        t0 = perf_counter()
-        self._prefill(prompt_ids, history, stats)
-        stats.prefill_seconds = perf_counter() - t0
-        if request.max_tokens == 0:
-            stats.finish_reason = "length"
-            return
-        yield from run_rounds(self.target, None if self.drafter_config.drafter == "none"
-                              else self._drafter, verifier, history, request, text)
-        stats.regret_spent = verifier.regret_spent
+        try:
+            if self._drafter is not None:
+                self._drafter.begin()
+            t0 = perf_counter()
+            stats.cached_prompt_tokens = self._prefill(prompt_ids, history)
+            stats.prefill_seconds = perf_counter() - t0
+            if request.max_tokens == 0:
+                stats.finish_reason = "length"
+                return
+            for event in run_rounds(self.target, self._drafter, verifier, history, request,
+                                    text):
+                stats.add_round(event)
+                stats.finish_reason = event.finish_reason or stats.finish_reason
+                yield event
+        finally:
+            stats.regret_spent = verifier.regret_spent
+            if request.grammar is not None:
+                request.grammar.close()
+            self._busy = False
+            process_warmup().request_ended()
 
-    def _prefill(self, prompt_ids: list[int], history: TokenBuffer,
-                 stats: GenerationStats) -> None:
-        """Evaluate all but the last prompt token, reusing the cached common prefix."""
+    def _prefill(self, prompt_ids: list[int], history: TokenBuffer) -> int:
+        """Evaluate all but the last prompt token, reusing the cached common prefix; return
+        how many prompt tokens the cache already held."""
         prompt = np.asarray(prompt_ids, np.int32)
         keep = self.target.reuse_prefix(prompt, len(prompt) - 1)
         history.set(prompt)
         self.target.decode(prompt[keep:-1], keep, 0)
-        stats.cached_prompt_tokens = keep
-
-    def _cleanup(self) -> None:
-        """A generation ended, failed or was abandoned. Both models track what their caches
-        hold (backend.Model.cached_tokens), so the next request simply reuses the prefix.
-        Kernels that are not compiled yet get compiled now, between requests."""
-        self._busy = False
-        process_warmup().request_ended()
+        return keep
 
     def reset(self) -> None:
-        """Forget every cached token (the next prompt is evaluated from scratch)."""
+        """Forget every cached token (the next prompt is evaluated from scratch); the drafter
+        forgets what it built from them (not what it learned about costs)."""
         self.target.truncate(0)
+        if self._drafter is not None:
+            self._drafter.reset()
         if self.draft_model is not None:
             self.draft_model.truncate(0)
 

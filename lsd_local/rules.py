@@ -28,10 +28,6 @@ class Verifier:
         self.sampler = sampler
         self.regret_spent = 0.0
 
-    def reset(self) -> None:
-        """Start a new request: the ASD ledger goes back to zero."""
-        self.regret_spent = 0.0
-
     def verify(self, logits: np.ndarray, draft: Draft, rng: np.random.Generator) -> Verdict:
         """logits float32[K+1, V] for the K tokens of `draft`."""
         c = self.config

@@ -97,6 +97,8 @@ class World:
 
 
 class FakeLookup:
+    last_match = 6  # LookupDrafter's: the n-gram behind the proposal (a short match here)
+
     def __init__(self, world):
         self.world = world
 
@@ -138,7 +140,7 @@ def simulate(drafter, world, rounds, k_cap=32, history=None):
         n_accept = int(mismatch[0]) if len(mismatch) else k
         seconds = world.a + world.b * (k + 1)
         world.clock += seconds
-        drafter.observe(k, n_accept, seconds)
+        drafter.accept(k, n_accept, seconds)
         history = np.concatenate([history, truth[:n_accept + 1]])
         log.append((k, draft.source or "none"))
     rate = (len(history) - start_n) / (world.clock - start_clock)
@@ -257,7 +259,7 @@ def test_long_and_short_matches_are_learned_apart():
         truth = world.truth[len(history):len(history) + len(draft) + 1]
         mismatch = np.flatnonzero(draft.tokens != truth[:len(draft)])
         n_accept = int(mismatch[0]) if len(mismatch) else len(draft)
-        drafter.observe(len(draft), n_accept, world.a + world.b * (len(draft) + 1))
+        drafter.accept(len(draft), n_accept, world.a + world.b * (len(draft) + 1))
         history = np.concatenate([history, truth[:n_accept + 1]])
     p_long = drafter.acceptance["lookup-long"].probabilities()
     p_short = drafter.acceptance["lookup"].probabilities()
@@ -292,7 +294,7 @@ def test_a_long_match_is_scored_while_a_short_one_is_pending():
         drafter.cost.observe(33, 100.0)
     for n in range(1, 6):
         drafter.propose(np.array(truth[:n], np.int32), 32)
-        drafter.observe(0, 0, 0.04)
+        drafter.accept(0, 0, 0.04)
     long_model, short_model = drafter.acceptance["lookup-long"], drafter.acceptance["lookup"]
     assert long_model.tried[0] > 0 and long_model.accepted[0] == 0
     assert short_model.accepted[:3].min() > 0 and short_model.tried.sum() == \

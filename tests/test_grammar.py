@@ -9,10 +9,10 @@ from test_loop import EOS, FakeTarget, ScriptedDrafter, V
 
 from lsd_local.config import RuleConfig, SamplerSettings
 from lsd_local.constrain import constrain_row, prepare_block
-from lsd_local.drafters.base import Draft
+from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.errors import GrammarError
+from lsd_local.loop import Request, TokenBuffer, run_rounds
 from lsd_local.rules import Verifier
-from lsd_local.speculative import Request, TokenBuffer, run_rounds
 from lsd_local.text import TextAssembler
 from lsd_local.verify import asd, fly, strict
 from lsd_local.verify._rows import row_top, row_top_reference
@@ -287,11 +287,12 @@ def test_sampling_commits_only_allowed_tokens(rule, entropy):
 
 
 def test_grammar_block_cuts_draft_probabilities_with_the_draft():
-    from lsd_local.speculative import _grammar_block
+    from lsd_local.loop import _grammar_block
 
     table = np.ones((1, 4), bool)
     table[0, 2] = False
-    req = Request(10, 3, SamplerSettings(temperature=0.8), np.random.default_rng(0), TableGrammar(table), 0)
+    req = Request(10, 3, SamplerSettings(temperature=0.8), np.random.default_rng(0),
+                  TableGrammar(table), 0)
     probs = np.full((3, 4), 0.25)
     draft = Draft(np.array([1, 2, 3], np.int32), probs)
     logits, cut = _grammar_block(req, np.zeros((4, 4), np.float32), draft, False)
@@ -299,7 +300,7 @@ def test_grammar_block_cuts_draft_probabilities_with_the_draft():
     assert logits.shape == (2, 4) and np.all(logits[:, 2] == -np.inf)
 
 
-class UniformAllowedDrafter:
+class UniformAllowedDrafter(Drafter):
     """Samples each draft token uniformly among the tokens the grammar allows (its p_d)."""
 
     name = "uniform"

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from lsd_local.config import RuleConfig
-from lsd_local.drafters.base import Draft
+from lsd_local.drafters.base import Draft, Drafter
+from lsd_local.loop import Request, TokenBuffer, run_rounds
 from lsd_local.rules import Verifier
-from lsd_local.speculative import Request, TokenBuffer, run_rounds
 from lsd_local.stats import Origin
 from lsd_local.text import TextAssembler
 
@@ -63,7 +63,7 @@ class FakeTarget:
         return seq[len(prompt):]
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     """Proposes the target's greedy continuation, corrupted at chosen draft positions."""
 
     name = "scripted"
@@ -80,9 +80,6 @@ class ScriptedDrafter:
         if self.corrupt_every and self.calls % self.corrupt_every == 0 and len(tokens) > 1:
             tokens[1] = (tokens[1] + 1) % V or 1
         return Draft(np.array(tokens, np.int32))
-
-    def reset(self):
-        pass
 
 
 def run(target, drafter, prompt, k=4, max_tokens=40, rule="strict", stop=()):

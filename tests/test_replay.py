@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-import numpy as np
 import pytest
 
 from lsd_local import Engine
 from lsd_local.bench import replay as rp
 from lsd_local.drafters.auto import AutoDrafter
-from lsd_local.drafters.base import Draft
+from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.drafters.lookup import LookupDrafter
 
 ANSWER = list(range(100, 140))  # 40 tokens
@@ -22,17 +21,18 @@ def linear(n: int) -> float:
     return 0.010 + 0.005 * n
 
 
-class Oracle:
-    """Proposes the recorded answer itself (every draft accepted)."""
+class Oracle(Drafter):
+    """Proposes the recorded answer itself (every draft accepted), in the replay's ids."""
 
     def __init__(self, k: int, wrong_at: int | None = None) -> None:
         self.k, self.wrong_at = k, wrong_at
+        self.sequence = rp.dense_sequence(PROMPT, ANSWER)[0]
 
-    def propose(self, history, k):
-        done = len(history) - len(PROMPT)
-        tokens = np.array(ANSWER[done:done + min(k, self.k)], np.int32)
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        done = len(history)
+        tokens = self.sequence[done:done + min(k, self.k)].copy()
         if self.wrong_at is not None and len(tokens) > self.wrong_at:
-            tokens[self.wrong_at] = 0
+            tokens[self.wrong_at] = self.sequence[0]  # a prompt token: never the answer's
         return Draft(tokens)
 
 

@@ -239,11 +239,6 @@ class Model:
         raw = ll.llama_model_chat_template(self._model, None)
         return raw.decode("utf-8", errors="replace") if raw else None
 
-    def metadata(self, key: str) -> str | None:
-        buf = ctypes.create_string_buffer(512)
-        n = ll.llama_model_meta_val_str(self._model, key.encode(), buf, 512)
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
-
     @property
     def n_params(self) -> int:
         return int(ll.llama_model_n_params(self._model))

@@ -3,7 +3,8 @@
 Timed bench runs on a shared 2-core VM vary by 5-10 % per prompt, more than the differences
 between controller settings. A replay takes the plain greedy answer to each prompt (what strict
 speculation commits, token for token) and a measured curve t(n) of the target's time to score
-n tokens, and runs a drafter's real `propose`/`observe` against them: strict acceptance is the
+n tokens, and runs the real round loop (`loop.step`: the drafter's propose and accept, the K
+limit, strict verification) against a target that replays them: strict acceptance is the
 length of the draft's agreement with the recorded answer, a round costs t(draft + 1). No model
 runs during a replay, so one takes seconds and two settings compare exactly.
 
@@ -23,7 +24,11 @@ from time import perf_counter
 
 import numpy as np
 
+from ..config import RuleConfig
+from ..drafters.base import Drafter
 from ..drafters.lookup import LookupDrafter
+from ..loop import Request, TokenBuffer, draft_limit, step
+from ..rules import Verifier
 
 
 @dataclass
@@ -61,39 +66,74 @@ class ReplayResult:
         return t1 * n_tokens / self.seconds if self.seconds > 0 else 0.0
 
 
-class FixedLookup:
+class FixedLookup(Drafter):
     """Prompt lookup with a fixed K (what `--drafter lookup -k K` does)."""
+
+    name = "lookup"
 
     def __init__(self, k: int) -> None:
         self.lookup, self.k = LookupDrafter(), k
 
-    def propose(self, history: np.ndarray, k: int):
+    def propose(self, history: np.ndarray, k: int, sampler=None, rng=None, grammar=None):
         """history: int32[n] committed tokens; at most min(k, self.k) tokens."""
         return self.lookup.propose(history, min(k, self.k))
 
 
-def replay(prompt: list[int], answer: list[int], drafter, cost: Callable[[int], float],
-           k_cap: int = 64) -> ReplayResult:
-    """Run `drafter` (None: plain steps) over `answer` under the strict rule. The loop limits
-    k as the real one does: at most k_cap and never past the answer's end."""
-    history = np.array(list(prompt) + list(answer), np.int32)
-    truth = history[len(prompt):]
-    observe = getattr(drafter, "observe", None)
-    done, seconds, lengths = 0, 0.0, []
-    while done < len(truth):
-        k = min(k_cap, len(truth) - done - 1)
-        view = history[:len(prompt) + done]
-        draft = drafter.propose(view, k).tokens[:k] if drafter is not None and k > 0 else ()
-        n_draft = len(draft)
-        same = np.asarray(draft) == truth[done:done + n_draft]
-        n_accept = int(np.argmin(same)) if n_draft and not same.all() else n_draft
-        spent = cost(n_draft + 1)
-        if observe is not None:
-            observe(n_draft, n_accept, spent)
-        seconds += spent
-        done += n_accept + 1
-        lengths.append(n_draft)
-    return ReplayResult(seconds, len(lengths), lengths)
+class ReplayTarget:
+    """Stands in for the target model in the real round loop (`loop.step`): a block's row i
+    puts the recorded next token on top, so strict verification keeps exactly the draft's
+    agreement with the recorded answer, and each decode advances a virtual clock by t(n).
+    Token ids are made dense (0..distinct-1) so that rows stay small."""
+
+    def __init__(self, sequence: np.ndarray, n_vocab: int, cost: Callable[[int], float]):
+        self.sequence = sequence  # int32[n]: prompt + recorded answer, dense ids
+        self.n_vocab = n_vocab
+        self.cost = cost
+        self.now = 0.0  # virtual seconds spent by decodes
+
+    def clock(self) -> float:
+        return self.now
+
+    def decode(self, tokens: np.ndarray, start_pos: int, n_rows: int) -> np.ndarray:
+        """logits float32[n_rows, n_vocab] for the last n_rows of tokens at start_pos.."""
+        self.now += self.cost(len(tokens))
+        rows = np.zeros((n_rows, self.n_vocab), np.float32)
+        first = start_pos + len(tokens) - n_rows  # position of the token row 0 follows
+        upcoming = self.sequence[first + 1:first + 1 + n_rows]
+        rows[np.arange(len(upcoming)), upcoming] = 1.0
+        return rows
+
+    def truncate(self, n: int) -> None:
+        """Nothing is cached: every block is scored from the recording."""
+
+    def is_eog(self, token: int) -> bool:
+        return False
+
+
+def dense_sequence(prompt: list[int], answer: list[int]) -> tuple[np.ndarray, int]:
+    """prompt + answer with ids renumbered 0..distinct-1 (order kept; equal ids stay equal,
+    which is all a replayed drafter compares) -> (int32[n], distinct ids)."""
+    ids, dense = np.unique(np.array(list(prompt) + list(answer), np.int64),
+                           return_inverse=True)
+    return dense.astype(np.int32), len(ids)
+
+
+def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
+           cost: Callable[[int], float], k_cap: int = 64) -> ReplayResult:
+    """Run `drafter` (None: plain steps) over `answer` under the strict rule, through the
+    real round (`loop.step`) and K limit (`loop.draft_limit`), with ReplayTarget as target."""
+    dense, n_vocab = dense_sequence(prompt, answer)
+    target = ReplayTarget(dense, n_vocab, cost)
+    history = TokenBuffer(len(dense) + 1)
+    history.set(target.sequence[:len(prompt)])
+    request = Request(len(answer), k_cap, None, np.random.default_rng(0))
+    verifier = Verifier(RuleConfig(), None)
+    lengths = []
+    while history.n < len(dense):
+        k = draft_limit(request, history.n - len(prompt), history.n, len(dense) + 1)
+        done = step(target, drafter, verifier, history, request, k, clock=target.clock)
+        lengths.append(done.n_drafted)
+    return ReplayResult(target.now, len(lengths), lengths)
 
 
 def replay_set(records: list[Recorded], make_drafter: Callable[[], object],

@@ -11,7 +11,8 @@ import numpy as np
 
 from ..config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..controller import AcceptanceModel, CostModel, best_k
-from .base import EMPTY_DRAFT, Draft
+from .base import EMPTY_DRAFT, Draft, Drafter
+from .lookup import LookupDrafter
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram (12 tokens)
 # means a passage is being copied: on the bench sets (Qwen2.5-Coder answers) such proposals
@@ -43,14 +44,15 @@ class _Choice:
     rate: float
 
 
-class AutoDrafter:
+class AutoDrafter(Drafter):
     """Chooses drafter and K per round. `lookup` is a LookupDrafter or None, `model` a
     ModelDrafter (or MultiLevelDrafter) or None. With fixed_k, K is not adapted (only the
     drafter is chosen); lookup drafts are still cut to what is available."""
 
     name = "auto"
 
-    def __init__(self, lookup, model=None, fixed_k: int | None = None,
+    def __init__(self, lookup: LookupDrafter | None, model: Drafter | None = None,
+                 fixed_k: int | None = None,
                  explore_every: int = EXPLORE_EVERY, clock=perf_counter,
                  lookup_prior: float = LOOKUP_PRIOR,
                  long_lookup_prior: float = LONG_LOOKUP_PRIOR) -> None:
@@ -99,15 +101,15 @@ class AutoDrafter:
             self._last_tried[choice.source] = self.rounds
         return draft
 
-    def observe(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
-        """Feedback from the round loop after verification."""
+    def accept(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
+        """Learn t(n) from every round and the draft model's acceptance from its rounds."""
         self.cost.observe(n_drafted + 1, verify_seconds)
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
             self.acceptance["model"].update(n_drafted, n_accept)
 
     def _lookup_key(self) -> str:
         """Which acceptance model describes the lookup proposal just made."""
-        match = getattr(self.lookup, "last_match", 0)
+        match = self.lookup.last_match if self.lookup is not None else 0
         return "lookup-long" if match >= LONG_MATCH else "lookup"
 
     def _choose(self, history: np.ndarray, n_lookup: int, k: int,
@@ -196,7 +198,7 @@ class AutoDrafter:
         if shadow[2] >= len(tokens):
             del self._shadows[key]
 
-    def new_request(self) -> None:
+    def begin(self) -> None:
         """A new generation starts: a pending lookup proposal belongs to the old one."""
         self._shadows.clear()
 

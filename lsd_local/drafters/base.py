@@ -1,9 +1,10 @@
-"""What every drafter returns and the interface the round loop calls."""
+"""What every drafter returns and the life cycle the engine and the round loop drive
+(as llama.cpp's common_speculative: begin / draft / accept)."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
@@ -25,15 +26,28 @@ class Draft:
 EMPTY_DRAFT = Draft(np.zeros(0, np.int32))
 
 
-class Drafter(Protocol):
-    """Proposes up to k tokens that follow `history` (every committed token, int32[n])."""
+class Drafter(ABC):
+    """Proposes up to k tokens that follow the committed ones. Per request the engine calls
+    `begin` once, then each round the loop calls `propose` and, after verification,
+    `accept`; `reset` when the conversation starts over. Only `propose` is required."""
 
-    name: str
+    name = "drafter"
 
+    def begin(self) -> None:  # noqa: B027 - a no-op for drafters without request state
+        """A request starts: drop what belonged to the previous one (not what was learned)."""
+
+    @abstractmethod
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
-        """`grammar` (the state after `history`, or None): a drafter may use it to propose only
-        allowed tokens; the loop cuts any draft at its first forbidden token anyway."""
-        ...
+        """Up to k tokens after `history` (int32[n], every committed token). `grammar` (the
+        state after `history`, or None): a drafter may use it to propose only allowed tokens;
+        the loop cuts any draft at its first forbidden token anyway."""
 
-    def reset(self) -> None: ...
+    def accept(self, n_drafted: int, n_accept: int,  # noqa: B027 - no-op unless it learns
+               verify_seconds: float) -> None:
+        """What verification made of the last proposal: n_accept of n_drafted kept, the
+        target pass took verify_seconds (the cost-aware drafter learns from it)."""
+
+    def reset(self) -> None:  # noqa: B027 - a no-op for stateless drafters
+        """Forget what was built from earlier text (a draft model's cache), not what was
+        learned about costs and acceptance."""

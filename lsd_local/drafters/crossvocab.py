@@ -17,7 +17,7 @@ import numpy as np
 
 from ..config import SamplerSettings
 from ..constrain import allowed_prefix
-from .base import EMPTY_DRAFT, Draft
+from .base import EMPTY_DRAFT, Draft, Drafter
 
 SPACE_PREFIXES = (b" ", "\u2581".encode())  # as a space piece, or a vocabulary without "▁"
 REWIND = 4  # draft tokens at the end of the text that are re-tokenized as text grows
@@ -84,7 +84,7 @@ def complete_utf8(data: bytes) -> bytes:
     return data  # no lead byte among the last four: not UTF-8 anyway, leave it
 
 
-class CrossVocabDrafter:
+class CrossVocabDrafter(Drafter):
     """Wraps a ModelDrafter (or MultiLevelDrafter) over a draft model of another vocabulary."""
 
     name = "cross-vocab"
@@ -93,7 +93,6 @@ class CrossVocabDrafter:
         self.inner = inner
         self.target = target
         self.draft = draft
-        self.n_unconverted = 0  # proposals whose text no target tokenization reproduced
         self.reset()
 
     @property
@@ -191,5 +190,4 @@ class CrossVocabDrafter:
             tokens = self.target.exact(self.target.text(committed) + text)
             if tokens is not None and tokens[:m] == committed and len(tokens) > m:
                 return tokens[m:-1] if cut_word else tokens[m:]
-        self.n_unconverted += 1
         return []

@@ -10,7 +10,7 @@ from ..config import MAX_NGRAM, MIN_NGRAM, SamplerSettings
 from ..constrain import allowed_prefix
 from ..errors import check
 from ..jit import kernels_ready
-from .base import EMPTY_DRAFT, Draft
+from .base import EMPTY_DRAFT, Draft, Drafter
 
 
 @njit(cache=True, nogil=True)
@@ -65,7 +65,7 @@ def lookup_any(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int,
 
 
 
-class LookupDrafter:
+class LookupDrafter(Drafter):
     """Drafts from the context itself; no model, no probabilities (p_d is one-hot)."""
 
     name = "lookup"
@@ -90,6 +90,3 @@ class LookupDrafter:
         if grammar is not None and m:  # a shorter block costs less to verify
             m = allowed_prefix(grammar, self._out[:m])
         return Draft(self._out[:m].copy())
-
-    def reset(self) -> None:
-        """Stateless: the history is the index."""

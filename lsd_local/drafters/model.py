@@ -16,10 +16,10 @@ from ..errors import check
 from ..jit import choose
 from ..verify._rows import row_argmax_prob, row_argmax_prob_reference
 from ..verify.sampling import draw, sampling_probs
-from .base import EMPTY_DRAFT, Draft
+from .base import EMPTY_DRAFT, Draft, Drafter
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     """Draft model drafter. `model` is a backend Model (duck-typed: decode, truncate,
     reuse_prefix, n_cached)."""
 

@@ -1,0 +1,188 @@
+"""The round loop. `step` is one speculative round, top to bottom: draft, score the block in
+one target pass, verify, commit, truncate. `run_rounds` repeats it and turns committed tokens
+into text, stop strings and a finish reason.
+
+Invariant between rounds: `history` holds the committed tokens c[0..n-1]; the target's KV cache
+holds c[0..n-2]; c[n-1] is pending. A round evaluates [c[n-1], d1..dK] at positions n-1..n-1+K
+with logits for those K+1 rows only, keeps L draft tokens plus the verifier's next token, and
+truncates the target cache to n+L. A plain decoding step is the same round with K = 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from time import perf_counter
+
+import numpy as np
+
+from .config import SamplerSettings
+from .constrain import prepare_block
+from .drafters.base import EMPTY_DRAFT, Draft, Drafter
+from .rules import Verifier
+from .stats import Origin, RoundEvent
+from .text import TextAssembler
+from .verify import Verdict
+
+
+class TokenBuffer:
+    """Committed tokens in a preallocated int32 array (drafters read a view, no copies)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.data = np.zeros(capacity, np.int32)
+        self.n = 0
+
+    def view(self) -> np.ndarray:
+        return self.data[:self.n]
+
+    def set(self, tokens: list[int] | np.ndarray) -> None:
+        self.n = len(tokens)
+        self.data[:self.n] = tokens
+
+    def extend(self, tokens: list[int]) -> None:
+        self.data[self.n:self.n + len(tokens)] = tokens
+        self.n += len(tokens)
+
+
+@dataclass(frozen=True)
+class Request:
+    """Per-request settings of the loop."""
+
+    max_tokens: int
+    k: int  # largest draft per round (0 = plain decoding)
+    sampler: SamplerSettings | None  # None = greedy
+    rng: np.random.Generator
+    grammar: object | None = None  # backend Grammar: state after the committed tokens
+    grammar_top: int = 1  # allowed tokens exact at the top of each row (constrain.py)
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one `step` committed and what it cost."""
+
+    tokens: list[int]  # committed ids: accepted draft tokens, then the target's next token
+    origins: list[Origin]  # one per token
+    eog: bool  # the last token ends the generation
+    n_drafted: int
+    draft_source: str  # drafter whose tokens were verified ("none": no draft)
+    draft_seconds: float
+    verify_seconds: float  # the target pass and the verifier (grammar work included)
+    constrain_seconds: float  # grammar checks and masks
+    commit_seconds: float  # committing, the grammar's advance, the cache truncation
+
+    @property
+    def n_accepted(self) -> int:
+        """Draft tokens kept (the target's own token excluded)."""
+        return len(self.tokens) - 1 if self.origins[-1] is Origin.TARGET else len(self.tokens)
+
+
+def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
+         req: Request, k: int, clock: Callable[[], float] = perf_counter) -> Round:
+    """One round with at most k draft tokens. `target` is a backend Model (or anything with
+    its decode/truncate/is_eog) whose cache holds history[:-1]; so does it afterwards."""
+    t0 = clock()
+    draft = EMPTY_DRAFT
+    if drafter is not None and k > 0:
+        draft = drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar)
+    t1 = clock()
+    n = history.n
+    block = np.empty(len(draft) + 1, np.int32)
+    block[0] = history.data[n - 1]
+    block[1:] = draft.tokens
+    logits = target.decode(block, n - 1, len(block))
+    verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
+    t2 = clock()
+    if drafter is not None:
+        drafter.accept(len(draft), verdict.n_accept, t2 - t1)
+    tokens, origins, eog = _commit(verdict, verified, target.is_eog)
+    _advance_grammar(req, tokens, eog)
+    history.extend(tokens)
+    target.truncate(history.n - 1)
+    source = (draft.source or drafter.name) if len(draft) and drafter is not None else "none"
+    return Round(tokens, origins, eog, len(draft), source, t1 - t0, t2 - t1, constrain_s,
+                 clock() - t2)
+
+
+def draft_limit(req: Request, generated: int, n: int, n_ctx: int) -> int:
+    """The most tokens the next round may draft: it commits at most k + 1, within max_tokens
+    and the context (n + k + 1 <= n_ctx)."""
+    return min(req.k, req.max_tokens - generated - 1, n_ctx - n - 1)
+
+
+def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
+               req: Request, text: TextAssembler) -> Iterator[RoundEvent]:
+    """Generate until EOS, a stop string, max_tokens or a full context; one event per round."""
+    generated = 0
+    while True:
+        k = draft_limit(req, generated, history.n, target.n_ctx)
+        done = step(target, drafter, verifier, history, req, k)
+        t_text = perf_counter()
+        generated += len(done.tokens)
+        n_text = len(done.tokens) - 1 if done.eog else len(done.tokens)  # EOG shows nothing
+        for token, origin in zip(done.tokens[:n_text], done.origins[:n_text], strict=True):
+            text.add(token, origin)
+        finish = _finish_reason(done.eog, generated, req, history.n, target.n_ctx)
+        if finish:
+            text.finish()
+        delta, spans = text.release(final=finish is not None)
+        if text.stopped:
+            finish = "stop"
+        yield RoundEvent(
+            tokens=tuple(done.tokens), origins=tuple(done.origins), text=delta, spans=spans,
+            n_drafted=done.n_drafted, n_accepted=done.n_accepted, draft_source=done.draft_source,
+            n_loose=sum(o is Origin.DRAFT_LOOSE for o in done.origins),
+            draft_seconds=done.draft_seconds, verify_seconds=done.verify_seconds,
+            other_seconds=done.commit_seconds + perf_counter() - t_text, finish_reason=finish,
+            constrain_seconds=done.constrain_seconds)
+        if finish:
+            return
+
+
+def _grammar_block(req: Request, logits: np.ndarray, draft: Draft,
+                   stop_at_mismatch: bool) -> tuple[np.ndarray, Draft]:
+    """Constrain the block to the grammar (in place) and cut the draft where the verifier must
+    stop. A sampled draft's p_d rows stay: drafters sample inside the grammar (model.py), so p_d
+    is the draft's constrained distribution, as speculative sampling needs."""
+    n_ready = prepare_block(req.grammar, logits, draft.tokens, req.grammar_top, stop_at_mismatch)
+    probs = None if draft.probs is None else draft.probs[:n_ready]
+    cut = Draft(draft.tokens[:n_ready], probs, draft.source)
+    return logits[:n_ready + 1], cut
+
+
+def _verify(verifier: Verifier, req: Request, logits: np.ndarray,
+            draft: Draft) -> tuple[Verdict, Draft, float]:
+    """Verify one block (logits float32[K+1, V]), grammar first when there is one; returns
+    the draft actually verified and the seconds spent on the grammar."""
+    if req.grammar is None:
+        return verifier.verify(logits, draft, req.rng), draft, 0.0
+    t0 = perf_counter()
+    strict_greedy = req.sampler is None and verifier.config.rule == "strict"
+    logits, draft = _grammar_block(req, logits, draft, strict_greedy)
+    seconds = perf_counter() - t0
+    return verifier.verify(logits, draft, req.rng), draft, seconds
+
+
+def _advance_grammar(req: Request, tokens: list[int], eog: bool) -> None:
+    """The grammar state follows committed tokens only (an end-of-generation token ends it)."""
+    if req.grammar is not None:
+        for token in tokens[:len(tokens) - 1 if eog else len(tokens)]:
+            req.grammar.accept(token)
+
+
+def _commit(verdict: Verdict, draft: Draft, is_eog) -> tuple[list[int], list[Origin], bool]:
+    """Tokens to commit for a verdict, cut after the first end-of-generation token."""
+    tokens = [int(t) for t in draft.tokens[:verdict.n_accept]] + [verdict.next_token]
+    origins = [Origin.DRAFT_LOOSE if verdict.loose[j] else Origin.DRAFT_EXACT
+               for j in range(verdict.n_accept)] + [Origin.TARGET]
+    for i, token in enumerate(tokens):
+        if is_eog(token):
+            return tokens[:i + 1], origins[:i + 1], True
+    return tokens, origins, False
+
+
+def _finish_reason(eog: bool, generated: int, req: Request, n: int, n_ctx: int) -> str | None:
+    if eog:
+        return "stop"
+    if generated >= req.max_tokens or n >= n_ctx:
+        return "length"
+    return None
