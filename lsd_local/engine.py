@@ -27,6 +27,7 @@ from .config import (
     SamplerSettings,
     sampler_settings,
 )
+from .drafters.base import Drafter
 from .drafters.factory import make_drafter
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
 from .grammars import grammar_text, load_schema
@@ -175,6 +176,11 @@ class Engine:
                                          self.target if self.cross_vocab else None)
         self.drafter_config = dcfg
         self.rule_config = rcfg
+
+    @property
+    def drafter(self) -> Drafter | None:
+        """The drafter the configuration built (None for plain decoding)."""
+        return self._drafter
 
     def prompt_tokens(self, prompt: str | Sequence[dict]) -> list[int]:
         """Tokenize a raw prompt string, or chat messages through the model's chat template."""

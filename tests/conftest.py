@@ -39,6 +39,15 @@ def tiny_pair(tiny_dir) -> tuple[Path, Path]:
     return tinymodels.make_pair(tiny_dir, noise=0.1)
 
 
+@pytest.fixture(scope="module")
+def plain(tiny_pair):
+    """Plain greedy decoding of the tiny target: the reference every speculative run equals."""
+    from lsd_local import Engine
+
+    with Engine.load(tiny_pair[0], drafter="none", n_ctx=tinymodels.TINY_CTX) as eng:
+        yield eng
+
+
 @pytest.fixture(scope="session")
 def tiny_other_vocab(tiny_dir) -> Path:
     return tinymodels.make_other_vocab(tiny_dir)

@@ -8,27 +8,20 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from tinymodels import TINY_CTX
 
 from lsd_local import Engine
 from lsd_local.cli import cli
 
-CTX = 1024
 # the other vocabulary has 2 more word pieces, so its tiny model is larger than the target's:
 # a warning that is right but beside the point here
 pytestmark = pytest.mark.filterwarnings("ignore:.*is larger than the target:UserWarning")
 PROMPTS = ["the cat is", "def f(x): return", "héllo wörld ✓ the cat ½ is", "a b a b a b"]
 
 
-@pytest.fixture(scope="module")
-def plain(tiny_pair):
-    eng = Engine.load(tiny_pair[0], drafter="none", n_ctx=CTX)
-    yield eng
-    eng.close()
-
-
 def load(tiny_pair, other, drafter, **kw):
     kw.setdefault("p_min", 0.0)
-    return Engine.load(tiny_pair[0], other, drafter=drafter, n_ctx=CTX, **kw)
+    return Engine.load(tiny_pair[0], other, drafter=drafter, n_ctx=TINY_CTX, **kw)
 
 
 @pytest.mark.parametrize("drafter,k", [("model", 4), ("multilevel", 3), ("auto", None)])

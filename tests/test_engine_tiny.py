@@ -6,35 +6,22 @@ import math
 
 import numpy as np
 import pytest
+from tinymodels import TINY_CTX, load_tiny
 
 from lsd_local import Engine, Origin
 from lsd_local.backend import LoadOptions, Model
 
 PROMPTS = ["the cat is", "def f(x): return", "a b a b a b", "in the end it is"]
-CTX = 1024
-
-
-@pytest.fixture(scope="module")
-def plain(tiny_pair):
-    eng = Engine.load(tiny_pair[0], drafter="none", n_ctx=CTX)
-    yield eng
-    eng.close()
 
 
 def greedy(plain: Engine, prompt, max_tokens: int) -> list[int]:
     return plain.generate(prompt, max_tokens=max_tokens).run().tokens
 
 
-def load(pair, drafter, **kw) -> Engine:
-    draft = pair[1] if drafter in ("model", "multilevel") else None
-    kw.setdefault("p_min", 0.0)
-    return Engine.load(pair[0], draft, drafter=drafter, n_ctx=CTX, **kw)
-
-
 @pytest.mark.parametrize("drafter", ["model", "lookup", "multilevel"])
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_strict_equals_greedy(tiny_pair, plain, drafter, k):
-    with load(tiny_pair, drafter, k=k) as eng:
+    with load_tiny(tiny_pair, drafter, k=k) as eng:
         for prompt in PROMPTS:
             gen = eng.generate(prompt, max_tokens=80).run()
             assert gen.tokens == greedy(plain, prompt, 80), (drafter, prompt)
@@ -48,7 +35,7 @@ def test_strict_equals_greedy(tiny_pair, plain, drafter, k):
                                          ("asd", {"budget": 0.0}),
                                          ("asd", {"max_exceptions": 0, "budget": 100.0})])
 def test_loose_rules_in_strict_limit_equal_strict(tiny_pair, plain, drafter, rule, params):
-    with load(tiny_pair, drafter, k=6, rule=rule, **params) as eng:
+    with load_tiny(tiny_pair, drafter, k=6, rule=rule, **params) as eng:
         for prompt in PROMPTS[:2]:
             gen = eng.generate(prompt, max_tokens=60).run()
             assert gen.tokens == greedy(plain, prompt, 60)
@@ -59,7 +46,7 @@ def test_loose_rules_in_strict_limit_equal_strict(tiny_pair, plain, drafter, rul
                                          ("asd", {"gate": 10.0, "budget": 50.0,
                                                   "max_exceptions": 3})])
 def test_loose_rules_accept_mismatches(tiny_pair, rule, params):
-    with load(tiny_pair, "model", k=6, rule=rule, **params) as eng:
+    with load_tiny(tiny_pair, "model", k=6, rule=rule, **params) as eng:
         loose = 0
         for prompt in PROMPTS:
             gen = eng.generate(prompt, max_tokens=80).run()
@@ -68,7 +55,7 @@ def test_loose_rules_accept_mismatches(tiny_pair, rule, params):
 
 
 def test_origins_and_counters_agree(tiny_pair):
-    with load(tiny_pair, "model", k=4, rule="fly", theta=0.01, window=2) as eng:
+    with load_tiny(tiny_pair, "model", k=4, rule="fly", theta=0.01, window=2) as eng:
         gen = eng.generate(PROMPTS[0], max_tokens=80)
         events = list(gen)
     origins = [o for e in events for o in e.origins]
@@ -84,14 +71,14 @@ def test_origins_and_counters_agree(tiny_pair):
                                           ("lookup", "strict")])
 def test_kv_cache_consistent_after_many_rounds(tiny_pair, drafter, rule):
     """Logits from the cache after >= 50 rounds equal a fresh evaluation of the same tokens."""
-    with load(tiny_pair, drafter, k=4, rule=rule, theta=0.01, budget=20.0) as eng:
+    with load_tiny(tiny_pair, drafter, k=4, rule=rule, theta=0.01, budget=20.0) as eng:
         gen = eng.generate(PROMPTS[1], max_tokens=300).run()
         assert gen.stats.rounds >= 50
         history = np.array(eng.prompt_tokens(PROMPTS[1]) + gen.tokens, np.int32)
         n = len(history)
         cached_row = eng.target.decode(history[n - 1:], n - 1, 1)[0].copy()
         eng.target.truncate(n - 1)
-    fresh = Model.load(tiny_pair[0], LoadOptions(n_ctx=CTX))
+    fresh = Model.load(tiny_pair[0], LoadOptions(n_ctx=TINY_CTX))
     try:
         fresh_row = fresh.decode(history, 0, 1)[0]
         # The KV cache is f16 and batch shapes differ, so allow rounding-level differences;
@@ -103,7 +90,7 @@ def test_kv_cache_consistent_after_many_rounds(tiny_pair, drafter, rule):
 
 
 def test_multi_turn_reuses_the_prompt_prefix(tiny_pair, plain):
-    with load(tiny_pair, "model", k=4) as eng:
+    with load_tiny(tiny_pair, "model", k=4) as eng:
         messages = [{"role": "user", "content": "the cat is"}]
         first = eng.generate(messages, max_tokens=20).run()
         messages += [{"role": "assistant", "content": first.text},
@@ -114,7 +101,7 @@ def test_multi_turn_reuses_the_prompt_prefix(tiny_pair, plain):
 
 
 def test_draft_kv_is_reused_across_rounds(tiny_pair):
-    with load(tiny_pair, "model", k=4) as eng:
+    with load_tiny(tiny_pair, "model", k=4) as eng:
         gen = eng.generate(PROMPTS[0], max_tokens=100).run()
         drafter = eng._drafter
         # Without reuse every round would re-evaluate the whole history.
@@ -124,7 +111,8 @@ def test_draft_kv_is_reused_across_rounds(tiny_pair):
 
 
 def test_multilevel_drafts_equal_model_drafts_in_fewer_passes(tiny_pair):
-    with load(tiny_pair, "model", k=6) as model_eng, load(tiny_pair, "multilevel", k=6) as ml:
+    with load_tiny(tiny_pair, "model", k=6) as model_eng, \
+            load_tiny(tiny_pair, "multilevel", k=6) as ml:
         a = model_eng.generate("a b a b a b", max_tokens=120).run()
         b = ml.generate("a b a b a b", max_tokens=120).run()
         assert a.tokens == b.tokens
@@ -135,7 +123,7 @@ def test_multilevel_drafts_equal_model_drafts_in_fewer_passes(tiny_pair):
 @pytest.mark.parametrize("drafter,rule", [("model", "strict"), ("lookup", "fly"),
                                           ("multilevel", "strict")])
 def test_same_seed_same_sampled_output(tiny_pair, drafter, rule):
-    with load(tiny_pair, drafter, k=4, rule=rule) as eng:
+    with load_tiny(tiny_pair, drafter, k=4, rule=rule) as eng:
         runs = [eng.generate(PROMPTS[0], max_tokens=40, temperature=0.9, seed=s).run().tokens
                 for s in (1, 1, 2)]
     assert runs[0] == runs[1]
@@ -148,7 +136,7 @@ def test_sampled_first_token_follows_the_target(tiny_pair):
     from lsd_local.config import SamplerSettings
     from lsd_local.verify.sampling import sampling_probs
     settings = SamplerSettings(temperature=1.0, top_k=6, top_p=1.0, min_p=0.0)
-    with load(tiny_pair, "model", k=3) as eng:
+    with load_tiny(tiny_pair, "model", k=3) as eng:
         prompt_ids = eng.prompt_tokens(PROMPTS[0])
         eng.target.truncate(0)
         p = sampling_probs(eng.target.decode(prompt_ids, 0, 1)[0], settings)
@@ -167,13 +155,13 @@ def test_sampled_first_token_follows_the_target(tiny_pair):
 
 def test_asd_refuses_sampling(tiny_pair):
     from lsd_local import ParameterError
-    with load(tiny_pair, "lookup", rule="asd") as eng, \
+    with load_tiny(tiny_pair, "lookup", rule="asd") as eng, \
             pytest.raises(ParameterError, match="greedy"):
         eng.generate("x", temperature=0.5)
 
 
 def test_configure_switches_drafter_k_and_rule(tiny_pair, plain):
-    with load(tiny_pair, "model", k=4) as eng:
+    with load_tiny(tiny_pair, "model", k=4) as eng:
         first = eng.generate(PROMPTS[0], max_tokens=40).run()
         eng.configure(drafter="lookup", k=6)
         assert eng.drafter_config.k_value == 6 and eng.drafter_config.drafter == "lookup"
@@ -188,7 +176,7 @@ def test_configure_switches_drafter_k_and_rule(tiny_pair, plain):
         # an earlier Generation keeps its own tokens
         assert first.tokens == second.tokens == greedy(plain, PROMPTS[0], 40)
         assert loose.stats.generated_tokens == 40
-    with load(tiny_pair, "lookup") as eng, pytest.raises(Exception, match="draft model"):
+    with load_tiny(tiny_pair, "lookup") as eng, pytest.raises(Exception, match="draft model"):
         eng.configure(drafter="model")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_loop import EOS, FakeTarget, ScriptedDrafter, V
+from fakes import EOS, FakeTarget, ScriptedDrafter, TableGrammar, V
 
 from lsd_local.config import RuleConfig, SamplerSettings
 from lsd_local.constrain import constrain_row, prepare_block
@@ -16,40 +16,6 @@ from lsd_local.rules import Verifier
 from lsd_local.text import TextAssembler
 from lsd_local.verify import asd, fly, strict
 from lsd_local.verify._rows import row_top, row_top_reference
-
-
-class TableGrammar:
-    """Allowed tokens depend on how many tokens were accepted: table[n % period] is a bool[V]
-    mask. Counts calls so tests can check the cheap path; accept() refuses forbidden tokens as
-    llama.cpp would (by aborting)."""
-
-    def __init__(self, table: np.ndarray, accepted: int = 0, calls: dict | None = None) -> None:
-        self.table = table
-        self.accepted = accepted
-        self.calls = calls if calls is not None else {"allows": 0, "mask": 0, "clone": 0}
-        self.closed = False
-
-    def allowed(self) -> np.ndarray:
-        return self.table[self.accepted % len(self.table)]
-
-    def allows(self, token: int) -> bool:
-        self.calls["allows"] += 1
-        return bool(self.allowed()[token])
-
-    def accept(self, token: int, checked: bool = False) -> None:
-        assert self.allows(token), f"accepted forbidden token {token}"
-        self.accepted += 1
-
-    def mask(self, row: np.ndarray) -> None:
-        self.calls["mask"] += 1
-        row[~self.allowed()] = -np.inf
-
-    def clone(self) -> TableGrammar:
-        self.calls["clone"] += 1
-        return TableGrammar(self.table, self.accepted, self.calls)
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def random_table(rng: np.random.Generator, period: int, v: int, density: float) -> np.ndarray:

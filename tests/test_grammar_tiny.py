@@ -8,14 +8,13 @@ import re
 
 import pytest
 from click.testing import CliRunner
+from tinymodels import load_tiny
 
-from lsd_local import Engine
 from lsd_local.backend import Grammar
 from lsd_local.cli import cli
 from lsd_local.errors import GrammarError, ParameterError
 from lsd_local.grammars import shipped_grammars
 
-CTX = 1024
 PROMPTS = ["the cat is", "def f(x): return", "a b a b a b", "in the end it is"]
 # Bounded (strings, arrays and integers have a maximum length), so every answer of a random
 # tiny model completes well within max_tokens and must parse.
@@ -45,19 +44,6 @@ def check_schema_answer(text: str) -> None:
         # llama.cpp's grammar counts an invalid UTF-8 byte (a random model's sampled byte
         # tokens make some) differently from Python's decoder: bound only well-formed text
         assert len(string) <= most or "\ufffd" in string, text
-
-
-@pytest.fixture(scope="module")
-def plain(tiny_pair):
-    eng = Engine.load(tiny_pair[0], drafter="none", n_ctx=CTX)
-    yield eng
-    eng.close()
-
-
-def load(pair, drafter, **kw) -> Engine:
-    draft = pair[1] if drafter in ("model", "multilevel") else None
-    kw.setdefault("p_min", 0.0)
-    return Engine.load(pair[0], draft, drafter=drafter, n_ctx=CTX, **kw)
 
 
 def byte_tokens(text: str) -> list[int]:
@@ -125,7 +111,7 @@ def test_shipped_grammar_accepts_its_examples_and_rejects_the_rest(plain, name):
 def test_constrained_strict_equals_constrained_greedy(tiny_pair, plain, drafter):
     constraints = [{"json_schema": SCHEMA}, {"grammar": "json"}, {"grammar": "arithmetic"},
                    {"grammar": "list"}, {"grammar": TWO_LINES}]
-    with load(tiny_pair, drafter, k=4) as eng:
+    with load_tiny(tiny_pair, drafter, k=4) as eng:
         drafted = 0
         for constraint in constraints:
             for prompt in PROMPTS:
@@ -143,7 +129,7 @@ def test_constrained_strict_equals_constrained_greedy(tiny_pair, plain, drafter)
 def test_every_rule_and_drafter_gives_valid_output(tiny_pair, rule, params):
     n_loose = 0
     for drafter in ("lookup", "model", "multilevel"):
-        with load(tiny_pair, drafter, k=4, rule=rule, **params) as eng:
+        with load_tiny(tiny_pair, drafter, k=4, rule=rule, **params) as eng:
             for prompt in PROMPTS:
                 gen = eng.generate(prompt, max_tokens=200, json_schema=SCHEMA).run()
                 assert gen.finish_reason == "stop"
@@ -157,7 +143,7 @@ def test_every_rule_and_drafter_gives_valid_output(tiny_pair, rule, params):
 @pytest.mark.parametrize("rule,entropy", [("strict", "topk"), ("fly", "topk"),
                                           ("fly", "normalized")])
 def test_sampling_gives_valid_json_for_many_seeds(tiny_pair, rule, entropy):
-    with load(tiny_pair, "model", k=3, rule=rule, theta=0.0, entropy=entropy) as eng:
+    with load_tiny(tiny_pair, "model", k=3, rule=rule, theta=0.0, entropy=entropy) as eng:
         for seed in range(12):
             gen = eng.generate(PROMPTS[seed % 4], max_tokens=200, temperature=1.0, seed=seed,
                                top_k=int(seed % 3) * 20, json_schema=SCHEMA).run()
@@ -166,7 +152,7 @@ def test_sampling_gives_valid_json_for_many_seeds(tiny_pair, rule, entropy):
 
 def test_multibyte_literal_is_exact(plain, tiny_pair):
     grammar = 'root ::= "héllo wörld ✓ " [0-9] "\\n"'
-    with load(tiny_pair, "lookup", k=8) as eng:
+    with load_tiny(tiny_pair, "lookup", k=8) as eng:
         for engine in (plain, eng):
             gen = engine.generate("the cat is", max_tokens=40, grammar=grammar).run()
             assert gen.finish_reason == "stop"

@@ -4,82 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fakes import EOS, FakeTarget, ScriptedDrafter
 
 from lsd_local.config import RuleConfig
-from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.loop import Request, TokenBuffer, run_rounds
 from lsd_local.rules import Verifier
 from lsd_local.stats import Origin
 from lsd_local.text import TextAssembler
-
-V = 16
-EOS = 0
-
-
-class FakeTarget:
-    """Logits depend on the last two tokens only, so teacher forcing is exact; the cache is a
-    list of tokens whose positions are checked like llama.cpp's."""
-
-    def __init__(self, n_ctx: int = 256, eos_after: tuple[int, int] | None = None) -> None:
-        self.n_ctx = n_ctx
-        self.cache: list[int] = []
-        self.eos_after = eos_after
-        self.decode_calls: list[int] = []
-
-    @property
-    def n_cached(self) -> int:
-        return len(self.cache)
-
-    def next_logits(self, prefix: list[int]) -> np.ndarray:
-        key = tuple(prefix[-2:])
-        rng = np.random.default_rng(abs(hash(key)) % (2**32))
-        row = rng.standard_normal(V).astype(np.float32)
-        row[EOS] = 10.0 if key == self.eos_after else -10.0
-        return row
-
-    def decode(self, tokens, start_pos, n_rows):
-        assert start_pos == len(self.cache), "decode must append at the cache end"
-        self.decode_calls.append(len(tokens))
-        self.cache.extend(int(t) for t in tokens)
-        assert len(self.cache) <= self.n_ctx
-        n = len(self.cache)
-        if n_rows == 0:
-            return np.zeros((0, V), np.float32)
-        return np.stack([self.next_logits(self.cache[:n - n_rows + i + 1])
-                         for i in range(n_rows)])
-
-    def truncate(self, n):
-        del self.cache[n:]
-
-    def is_eog(self, token):
-        return token == EOS
-
-    def greedy(self, prompt: list[int], n: int) -> list[int]:
-        seq = list(prompt)
-        for _ in range(n):
-            seq.append(int(np.argmax(self.next_logits(seq))))
-            if seq[-1] == EOS:
-                break
-        return seq[len(prompt):]
-
-
-class ScriptedDrafter(Drafter):
-    """Proposes the target's greedy continuation, corrupted at chosen draft positions."""
-
-    name = "scripted"
-
-    def __init__(self, target: FakeTarget, corrupt_every: int = 0) -> None:
-        self.target = target
-        self.corrupt_every = corrupt_every
-        self.calls = 0
-
-    def propose(self, history, k, sampler=None, rng=None, grammar=None):
-        self.calls += 1
-        tokens = self.target.greedy(history.tolist(), k)[:k]
-        tokens = [t for t in tokens]
-        if self.corrupt_every and self.calls % self.corrupt_every == 0 and len(tokens) > 1:
-            tokens[1] = (tokens[1] + 1) % V or 1
-        return Draft(np.array(tokens, np.int32))
 
 
 def run(target, drafter, prompt, k=4, max_tokens=40, rule="strict", stop=()):

@@ -19,13 +19,6 @@ def mamba(tmp_path_factory):
     return tinymodels.make_mamba(tmp_path_factory.mktemp("mamba"))
 
 
-@pytest.fixture(scope="module")
-def plain(tiny_pair):
-    eng = Engine.load(tiny_pair[0], drafter="none", n_ctx=CTX)
-    yield eng
-    eng.close()
-
-
 @pytest.mark.parametrize("drafter", ["lookup", "model", "multilevel"])
 def test_recurrent_model_with_speculation_is_refused(mamba, tiny_pair, drafter):
     draft = tiny_pair[1] if drafter != "lookup" else None
@@ -101,8 +94,13 @@ def test_ctrl_c_in_chat_stops_the_answer_and_the_next_one_works(tiny_pair, monke
 
 @pytest.mark.parametrize("prompt", ["<s></s>", "</s>", "<s>", "<unk><s>"])
 def test_prompt_of_only_special_tokens(plain, prompt):
+    ids = plain.prompt_tokens(prompt)
+    assert ids and all(t < 3 for t in ids)  # <unk> <s> </s>, parsed as special tokens
     gen = plain.generate(prompt, max_tokens=8).run()
-    assert gen.finish_reason in ("stop", "length") and len(gen.tokens) <= 8
+    assert gen.stats.prompt_tokens == len(ids)
+    ended = bool(gen.tokens) and plain.target.is_eog(gen.tokens[-1])
+    assert gen.finish_reason == ("stop" if ended else "length")
+    assert ended or len(gen.tokens) == 8
 
 
 def test_k_beyond_n_batch_is_a_named_error(tiny_pair):

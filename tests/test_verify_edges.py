@@ -8,9 +8,9 @@ import math
 
 import numpy as np
 import pytest
+from fakes import TableGrammar
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_grammar import TableGrammar
 
 from lsd_local.config import RuleConfig, SamplerSettings
 from lsd_local.constrain import prepare_block

@@ -133,6 +133,21 @@ def make_pair(directory: Path, noise: float = 0.1,
     return target, draft
 
 
+TINY_CTX = 1024  # the context the tests load the tiny models with
+
+
+def load_tiny(pair: tuple[Path, Path], drafter: str, draft: Path | None = None, **kw):
+    """An Engine over the tiny target with the tests' defaults: the pair's draft when the
+    drafter needs one (or `draft`), p_min 0 (the draft model drafts every token), TINY_CTX."""
+    from lsd_local import Engine
+
+    if draft is None and drafter in ("model", "multilevel"):
+        draft = pair[1]
+    kw.setdefault("p_min", 0.0)
+    kw.setdefault("n_ctx", TINY_CTX)
+    return Engine.load(pair[0], draft, drafter=drafter, **kw)
+
+
 def make_nan_model(directory: Path) -> Path:
     """make_pair's target with one NaN in its output matrix: llama.cpp loads it and returns a
     NaN logit for that token in every row (what a broken file or backend looks like)."""
