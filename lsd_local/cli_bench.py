@@ -48,7 +48,8 @@ LLAMA_CPP_COMMANDS = {
                    "':grammar=NAME' to this grammar (shipped name or .gbnf file).")
 @click.option("--external", multiple=True, metavar="NAME=COMMAND",
               help="Also time a command on each prompt; placeholders {prompt_file} "
-                   "{max_tokens} {threads} {target} {draft}; tok/s is read from its output.")
+                   "{max_tokens} {threads} {target} {draft} {ctx}; tok/s is read from its "
+                   "output.")
 @click.option("--llama-cpp", "llama_cpp_bin", type=click.Path(file_okay=False), default=None,
               help="llama.cpp build/bin folder: adds llama-completion and "
                    "llama-speculative-simple (ngram, draft) as external columns.")
