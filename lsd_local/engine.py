@@ -11,7 +11,6 @@ from time import perf_counter
 import numpy as np
 
 from .backend import Grammar, LoadOptions, Model, schema_to_gbnf, vocab_compatible
-from .chat import render_chat
 from .config import (
     MAX_NGRAM,
     MAX_TOKENS,
@@ -34,6 +33,7 @@ from .grammars import grammar_text, load_schema
 from .loop import Request, TokenBuffer, run_rounds
 from .rules import Verifier
 from .stats import GenerationStats, RoundEvent
+from .templates import render_chat
 from .text import TextAssembler
 from .warmup import process_warmup
 
@@ -184,14 +184,15 @@ class Engine:
 
     def prompt_tokens(self, prompt: str | Sequence[dict]) -> list[int]:
         """Tokenize a raw prompt string, or chat messages through the model's chat template."""
+        vocab = self.target.vocab
         if isinstance(prompt, str):
-            return self.target.tokenize(prompt, add_special=True)
-        bos = self.target.token_bytes(self.target.bos_token).decode("utf-8", "replace")
-        eos = self.target.token_bytes(self.target.eos_token).decode("utf-8", "replace")
+            return vocab.tokenize(prompt, add_special=True)
+        bos = vocab.token_bytes(vocab.bos_token).decode("utf-8", "replace")
+        eos = vocab.token_bytes(vocab.eos_token).decode("utf-8", "replace")
         text = render_chat(self.chat_template, prompt, bos_token=bos, eos_token=eos)
-        add_bos = self.target.add_bos and not (bos and text.startswith(bos))
-        tokens = self.target.tokenize(text, add_special=False)
-        return ([self.target.bos_token] if add_bos else []) + tokens
+        add_bos = vocab.add_bos and not (bos and text.startswith(bos))
+        tokens = vocab.tokenize(text, add_special=False)
+        return ([vocab.bos_token] if add_bos else []) + tokens
 
     def generate(self, prompt: str | Sequence[dict], *, max_tokens: int = MAX_TOKENS,
                  temperature: float = TEMPERATURE, top_k: int = TOP_K, top_p: float = TOP_P,
@@ -219,7 +220,7 @@ class Engine:
                 f"{self.target.n_ctx} (raise n_ctx or shorten the prompt)")
         constraint = self.compile_grammar(grammar, json_schema)
         stats = GenerationStats(prompt_tokens=len(prompt_ids))
-        text = TextAssembler(self.target.token_bytes, stop)
+        text = TextAssembler(self.target.vocab.token_bytes, stop)
         request = Request(max_tokens, self.drafter_config.k_value, sampler,
                           np.random.default_rng(seed), constraint,
                           _grammar_top(self.rule_config, sampler, self.target.n_vocab))

@@ -79,7 +79,7 @@ class Round:
 def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
          req: Request, k: int, clock: Callable[[], float] = perf_counter) -> Round:
     """One round with at most k draft tokens. `target` is a backend Model (or anything with
-    its decode/truncate/is_eog) whose cache holds history[:-1]; so does it afterwards."""
+    its decode/truncate/vocab.is_eog) whose cache holds history[:-1]; so does it afterwards."""
     t0 = clock()
     draft = EMPTY_DRAFT
     if drafter is not None and k > 0:
@@ -94,7 +94,7 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     t2 = clock()
     if drafter is not None:
         drafter.accept(len(draft), verdict.n_accept, t2 - t1)
-    tokens, origins, eog = _commit(verdict, verified, target.is_eog)
+    tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     _advance_grammar(req, tokens, eog)
     history.extend(tokens)
     target.truncate(history.n - 1)

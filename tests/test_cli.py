@@ -86,7 +86,7 @@ def test_chat_two_turns_reset_stats_exit(tiny_pair):
 
 def test_chat_reuses_the_cache_between_turns(tiny_pair):
     from lsd_local import Engine
-    from lsd_local.chatsession import ChatSession
+    from lsd_local.conversation import ChatSession
     with Engine.load(tiny_pair[0], n_ctx=512) as eng:
         session = ChatSession(eng, None, {"max_tokens": 6})
         turns = []
@@ -102,7 +102,7 @@ def test_chat_reuses_the_cache_between_turns(tiny_pair):
 
 
 def test_show_drafts_colours_only_on_a_terminal(tiny_pair):
-    from lsd_local.chatsession import render_spans
+    from lsd_local.cli.chat import render_spans
     from lsd_local.stats import Origin
     spans = (("a", Origin.DRAFT_EXACT), ("b", Origin.DRAFT_LOOSE), ("c", Origin.TARGET))
     assert render_spans(spans, colour=False) == "abc"
@@ -144,7 +144,7 @@ def test_registry_chat_template_override(hub_env, tiny_pair):
     assert result.exit_code == 0, result.output
     model = Model.load(tiny_pair[0], LoadOptions(n_ctx=64))
     try:
-        expected = len(model.tokenize("Q: hello\nA:", add_special=True))
+        expected = len(model.vocab.tokenize("Q: hello\nA:", add_special=True))
     finally:
         model.close()
     assert json.loads(result.output.splitlines()[-1])["stats"]["prompt_tokens"] == expected
@@ -318,7 +318,7 @@ def test_run_stop_string_ends_the_answer(tiny_pair):
 
 def test_chat_drops_oldest_turns_when_the_context_is_full(tiny_pair):
     from lsd_local import ContextOverflowError, Engine
-    from lsd_local.chatsession import ChatSession
+    from lsd_local.conversation import ChatSession
     with Engine.load(tiny_pair[0], n_ctx=256) as eng:
         session = ChatSession(eng, "be brief", {"max_tokens": 20})
         for i in range(8):

@@ -94,7 +94,7 @@ def test_every_shipped_grammar_has_examples_and_a_header():
 def test_shipped_grammar_accepts_its_examples_and_rejects_the_rest(plain, name):
     good, bad = EXAMPLES[name]
     grammar = plain.compile_grammar(name)
-    eos = plain.target.eos_token
+    eos = plain.target.vocab.eos_token
     for text in good:
         assert accepts(grammar, eos, text), (name, text)
         if name.startswith("json"):

@@ -98,7 +98,7 @@ def test_prompt_of_only_special_tokens(plain, prompt):
     assert ids and all(t < 3 for t in ids)  # <unk> <s> </s>, parsed as special tokens
     gen = plain.generate(prompt, max_tokens=8).run()
     assert gen.stats.prompt_tokens == len(ids)
-    ended = bool(gen.tokens) and plain.target.is_eog(gen.tokens[-1])
+    ended = bool(gen.tokens) and plain.target.vocab.is_eog(gen.tokens[-1])
     assert gen.finish_reason == ("stop" if ended else "length")
     assert ended or len(gen.tokens) == 8
 

@@ -18,7 +18,8 @@ import llama_cpp as ll
 import numpy as np
 
 from ..errors import GrammarError
-from .model import Model, _install_log_sink, utf8_bytes
+from .model import Model, _install_log_sink
+from .vocab import utf8_bytes
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=False)
 
@@ -94,7 +95,7 @@ class Grammar:
             raise GrammarError(f"{source} is empty")
         sink = _install_log_sink(model.options.verbose)
         sink.recent.clear()
-        sampler, printed = _init_capturing_stderr(model._vocab, text, root)
+        sampler, printed = _init_capturing_stderr(model.vocab.handle, text, root)
         if not sampler:
             reason = _parse_error(text, printed, list(sink.recent))
             raise GrammarError(f"invalid {source}: {reason}")
@@ -115,7 +116,7 @@ class Grammar:
         token from a row constrained on it), so this state is not asked again."""
         if not checked and not self.allows(token):
             raise ValueError(f"token {token} is not allowed by the grammar here")
-        if not self._model.is_eog(token):  # llama.cpp aborts on EOG unless complete
+        if not self._model.vocab.is_eog(token):  # llama.cpp aborts on EOG unless complete
             ll.llama_sampler_accept(self._sampler, token)
 
     def mask(self, row: np.ndarray) -> None:

@@ -31,6 +31,7 @@ from ..errors import (
     check,
 )
 from .gguf_check import check_gguf
+from .vocab import Vocab
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 GGUF_MAGIC = b"GGUF"
@@ -38,21 +39,6 @@ GGUF_MAGIC = b"GGUF"
 # the end and skip the first few ids (special tokens that vary between conversions).
 VOCAB_MAX_SIZE_DIFFERENCE = 128
 VOCAB_CHECK_START_ID = 5
-
-
-def utf8_bytes(text: str) -> bytes:
-    """Valid UTF-8 for any str: lone surrogates (undecodable command-line bytes, JSON's
-    '\\ud800') become U+FFFD (one per undecodable byte) instead of a UnicodeEncodeError, so
-    no user text can crash a tokenizer or the grammar parser."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    try:  # bytes Python could not decode (argv, file names) come back as those bytes
-        raw = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # other lone surrogates
-        raw = text.encode("utf-8", "surrogatepass")
-    return raw.decode("utf-8", "replace").encode("utf-8")
 
 
 class _LogSink:
@@ -139,9 +125,9 @@ class Model:
         self.options = opts
         self._model = model_p
         self._ctx = ctx_p
-        self._vocab = ll.llama_model_get_vocab(model_p)
+        self.vocab = Vocab(ll.llama_model_get_vocab(model_p))  # lives as long as model_p
         self._memory = ll.llama_get_memory(ctx_p)
-        self.n_vocab: int = ll.llama_vocab_n_tokens(self._vocab)
+        self.n_vocab: int = self.vocab.n_tokens
         self.n_ctx: int = ll.llama_n_ctx(ctx_p)
         self.n_batch: int = ll.llama_n_batch(ctx_p)
         self.n_cached = 0  # positions 0..n_cached-1 are in the KV cache
@@ -155,8 +141,6 @@ class Model:
         np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self.n_batch,))[:] = 1
         for i in range(self.n_batch):
             self._batch.seq_id[i][0] = 0
-        self._piece_cache: dict[int, bytes] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
 
     @classmethod
     def load(cls, path: str | os.PathLike, opts: LoadOptions | None = None) -> Model:
@@ -178,61 +162,6 @@ class Model:
             reason = "; ".join(sink.recent) or "out of memory?"
             raise ModelLoadError(f"cannot create a context for {path.name}: {reason}")
         return cls(path, model_p, ctx_p, opts)
-
-    # --- tokens and text -------------------------------------------------------------------
-
-    def tokenize(self, text: str, add_special: bool = True,
-                 parse_special: bool = True) -> list[int]:
-        """Text -> token ids; `parse_special` turns '<|im_start|>' etc. into their ids."""
-        return self.tokenize_bytes(utf8_bytes(text), add_special, parse_special)
-
-    def token_bytes(self, token: int) -> bytes:
-        """The raw bytes a token stands for (control tokens render as empty)."""
-        piece = self._piece_cache.get(token)
-        if piece is None:
-            n = ll.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, False)
-            piece = self._piece_buf.raw[:max(n, 0)]
-            self._piece_cache[token] = piece
-        return piece
-
-    def token_bytes_special(self, token: int) -> bytes:
-        """Like token_bytes, but control tokens render as their text ('<|im_start|>'), so that
-        another tokenizer can read the same conversation (cross-vocabulary drafting)."""
-        n = ll.llama_token_to_piece(self._vocab, token, self._piece_buf, 256, 0, True)
-        return self._piece_buf.raw[:max(n, 0)]
-
-    def tokenize_bytes(self, data: bytes, add_special: bool = False,
-                       parse_special: bool = True) -> list[int]:
-        """UTF-8 bytes -> token ids (a cut multi-byte character is tokenized as raw bytes)."""
-        cap = len(data) + 8
-        buf = (ll.llama_token * cap)()
-        n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special, parse_special)
-        if n < 0:
-            cap = -n
-            buf = (ll.llama_token * cap)()
-            n = ll.llama_tokenize(self._vocab, data, len(data), buf, cap, add_special,
-                                  parse_special)
-        return list(buf[:n])
-
-    def token_text(self, token: int) -> bytes:
-        """The vocabulary's stored text for a token (used for compatibility checks)."""
-        return ll.llama_vocab_get_text(self._vocab, token) or b""
-
-    def is_eog(self, token: int) -> bool:
-        """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""
-        return bool(ll.llama_vocab_is_eog(self._vocab, token))
-
-    @property
-    def bos_token(self) -> int:
-        return ll.llama_vocab_bos(self._vocab)
-
-    @property
-    def eos_token(self) -> int:
-        return ll.llama_vocab_eos(self._vocab)
-
-    @property
-    def add_bos(self) -> bool:
-        return bool(ll.llama_vocab_get_add_bos(self._vocab))
 
     def chat_template(self) -> str | None:
         """The GGUF's default chat template (Jinja text), if it ships one."""
@@ -392,12 +321,13 @@ def check_vocab_compatible(target: Model, draft: Model) -> None:
         raise IncompatibleModelsError(
             f"draft {draft.path.name} has {draft.n_vocab} tokens, target {target.path.name} has "
             f"{target.n_vocab}: different vocabularies (use prompt lookup: drafter='lookup')")
-    if target.add_bos != draft.add_bos or (target.add_bos and target.bos_token != draft.bos_token):
+    mine, theirs = target.vocab, draft.vocab
+    if mine.add_bos != theirs.add_bos or (mine.add_bos and mine.bos_token != theirs.bos_token):
         raise IncompatibleModelsError(
             f"draft {draft.path.name} and target {target.path.name} use different BOS tokens")
     for token in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
-        if target.token_text(token) != draft.token_text(token):
+        if mine.token_text(token) != theirs.token_text(token):
             raise IncompatibleModelsError(
                 f"draft {draft.path.name} and target {target.path.name} differ at token {token} "
-                f"({draft.token_text(token)!r} vs {target.token_text(token)!r}): different "
+                f"({theirs.token_text(token)!r} vs {mine.token_text(token)!r}): different "
                 "vocabularies (use prompt lookup: drafter='lookup')")

@@ -106,6 +106,11 @@ class ReplayTarget:
     def truncate(self, n: int) -> None:
         """Nothing is cached: every block is scored from the recording."""
 
+    @property
+    def vocab(self) -> ReplayTarget:
+        """The loop asks the vocabulary whether a token ends the text: none does here."""
+        return self
+
     def is_eog(self, token: int) -> bool:
         return False
 

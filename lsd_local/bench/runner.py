@@ -192,7 +192,7 @@ def run_peer(models: BenchModels, config: BenchConfig, item: PromptItem,
              max_tokens: int) -> dict:
     peer = models.peer(config.k or PEER_PRED_TOKENS)
     text, first_s, decode_s = peer.generate(item.messages, max_tokens)
-    tokens = models.engine(False).target.tokenize(text, add_special=False)
+    tokens = models.engine(False).target.vocab.tokenize(text, add_special=False)
     n = len(tokens)
     return {"text": text, "tokens": tokens, "n_tokens": n, "prefill_s": first_s,
             "tps": (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0}
@@ -224,7 +224,7 @@ def parse_speed(log: str) -> float | None:
 def run_external(models: BenchModels, config: BenchConfig, item: PromptItem,
                  max_tokens: int) -> dict:
     """Run the command on the prompt text (chat template applied, in a file); parse tok/s."""
-    from ..chat import render_chat
+    from ..templates import render_chat
 
     text = render_chat(models.engine(False).chat_template, list(item.messages))
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False,

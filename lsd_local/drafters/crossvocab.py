@@ -25,21 +25,21 @@ MAX_TAIL_TOKENS = 12  # committed target tokens tried as context when converting
 
 
 class TextCodec:
-    """One model's tokenizer as text <-> tokens. `model` is a backend Model (duck-typed:
+    """One model's tokenizer as text <-> tokens. `vocab` is a backend Vocab (duck-typed:
     tokenize_bytes, token_bytes, token_bytes_special, is_eog, add_bos, bos_token)."""
 
-    def __init__(self, model) -> None:
-        self.model = model
+    def __init__(self, vocab) -> None:
+        self.vocab = vocab
         self._pieces: dict[int, bytes] = {}
         # SentencePiece-style tokenizers put a space (or, without a "▁" token, its bytes) before
         # text that starts the input or follows a special token: such text is spelled exactly
         # only when it starts with a space.
-        self.space_prefix = self.text(model.tokenize_bytes(b"a", False, False)) != b"a"
+        self.space_prefix = self.text(vocab.tokenize_bytes(b"a", False, False)) != b"a"
 
     def piece(self, token: int) -> bytes:
         piece = self._pieces.get(token)
         if piece is None:
-            piece = self._pieces[token] = self.model.token_bytes_special(token)
+            piece = self._pieces[token] = self.vocab.token_bytes_special(token)
         return piece
 
     def text(self, tokens) -> bytes:
@@ -50,10 +50,10 @@ class TextCodec:
         if not data:
             return []
         if self.space_prefix and data.startswith(b" "):  # the tokenizer adds that space
-            tokens = self.model.tokenize_bytes(data[1:], False, True)
+            tokens = self.vocab.tokenize_bytes(data[1:], False, True)
             if self.text(tokens) == data:
                 return tokens
-        tokens = self.model.tokenize_bytes(data, False, True)
+        tokens = self.vocab.tokenize_bytes(data, False, True)
         spelled = self.text(tokens)
         if spelled == data:
             return tokens
@@ -71,7 +71,7 @@ class TextCodec:
     def encode(self, data: bytes) -> list[int]:
         """Best effort: exact when possible, else the tokenizer's own reading of `data`."""
         exact = self.exact(data)
-        return exact if exact is not None else self.model.tokenize_bytes(data, False, True)
+        return exact if exact is not None else self.vocab.tokenize_bytes(data, False, True)
 
 
 def complete_utf8(data: bytes) -> bytes:
@@ -148,10 +148,10 @@ class CrossVocabDrafter(Drafter):
 
     def _start(self, history: np.ndarray) -> None:
         """A new conversation: tokenize all of it the draft's way (its text stays fixed)."""
-        tokens = history[1:] if (self.target.model.add_bos and len(history)
-                                 and history[0] == self.target.model.bos_token) else history
-        ids = self.draft.model.tokenize_bytes(self.target.text(tokens), False, True)
-        bos = [self.draft.model.bos_token] if self.draft.model.add_bos else []
+        tokens = history[1:] if (self.target.vocab.add_bos and len(history)
+                                 and history[0] == self.target.vocab.bos_token) else history
+        ids = self.draft.vocab.tokenize_bytes(self.target.text(tokens), False, True)
+        bos = [self.draft.vocab.bos_token] if self.draft.vocab.add_bos else []
         self._fixed_ids = bos + ids
         self._tail = b""
 
@@ -171,8 +171,8 @@ class CrossVocabDrafter(Drafter):
         (without a trailing incomplete character), and whether the draft ended there."""
         parts = []
         for token in draft_tokens:
-            piece = self.draft.model.token_bytes(int(token))
-            if self.draft.model.is_eog(int(token)) or not piece:
+            piece = self.draft.vocab.token_bytes(int(token))
+            if self.draft.vocab.is_eog(int(token)) or not piece:
                 return complete_utf8(b"".join(parts)), True
             parts.append(piece)
         return complete_utf8(b"".join(parts)), False

@@ -45,4 +45,4 @@ def fixed_drafter(cfg, draft, cross_vocab_target=None):
         return None
     if cross_vocab_target is None:
         return inner
-    return CrossVocabDrafter(inner, TextCodec(cross_vocab_target), TextCodec(draft))
+    return CrossVocabDrafter(inner, TextCodec(cross_vocab_target.vocab), TextCodec(draft.vocab))

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import click
 
-from .bench.prompts import BUILTIN_SETS, SPLITS
-from .bench.tune import tune_grid
-from .config import N_CTX
-from .errors import ParameterError
+from ..bench.prompts import BUILTIN_SETS, SPLITS
+from ..bench.tune import tune_grid
+from ..config import N_CTX
+from ..errors import ParameterError
+from .options import notify
 
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
@@ -76,8 +77,8 @@ def bench(model: str | None, **opts) -> None:
     decode tok/s, speedup over plain decoding, tau, acceptance, loose acceptances per 100
     tokens, time shares, identical outputs and HumanEval pass@1 with its retention.
     """
-    from .bench.runner import BenchModels, parse_external
-    from .bench.suite import BenchOptions, default_configs, parse_configs
+    from ..bench.runner import BenchModels, parse_external
+    from ..bench.suite import BenchOptions, default_configs, parse_configs
 
     target, draft, template = resolve_bench_models(model, opts["draft"])
     names = (opts["configs"].split(",") if opts["configs"] else default_configs(bool(draft)))
@@ -107,7 +108,7 @@ def with_grammar(configs: list, grammar: str | None) -> list:
     commands cannot take one: refuse rather than compare constrained with unconstrained)."""
     from dataclasses import replace
 
-    from .grammars import grammar_text
+    from ..grammars import grammar_text
 
     if grammar is None:
         return configs
@@ -124,22 +125,22 @@ def tune_ks(drafter: str) -> list[int]:
 
 def resolve_bench_models(model: str | None, draft: str | None):
     """(target path, draft path or None, chat template override) from names or paths."""
-    from .registry import load_registry
-    from .resolve import default_model, resolve_one
+    from ..registry import load_registry
+    from ..resolve import default_model, resolve_one
 
     registry = load_registry()
     if model is None:
-        model, _ = default_model(registry, _notify)
-    target, spec = resolve_one(model, registry, _notify)
+        model, _ = default_model(registry, notify)
+    target, spec = resolve_one(model, registry, notify)
     draft_path = None
     if draft not in (None, "none"):
-        draft_path = resolve_one(draft, registry, _notify)[0]
+        draft_path = resolve_one(draft, registry, notify)[0]
     elif draft is None and spec is not None and spec.draft:
-        from .hub import cached_file
+        from ..hub import cached_file
 
         cached = cached_file(registry[spec.draft]) if spec.draft in registry else None
         if cached is None:
-            _notify(f"draft {spec.draft} is not downloaded (`lsd pull {spec.draft}`); "
+            notify(f"draft {spec.draft} is not downloaded (`lsd pull {spec.draft}`); "
                     "benchmarking without the draft-model configurations")
         draft_path = cached
     return target, draft_path, spec.chat_template if spec else None
@@ -157,15 +158,15 @@ def llama_cpp_externals(folder: str | None, draft: Path | None) -> list[str]:
 
 
 def run_and_print(models, options):
-    from .bench.report import format_table, summarize
-    from .bench.suite import run_suite
+    from ..bench.report import format_table, summarize
+    from ..bench.suite import run_suite
 
     state = {"set": None, "rows": []}
 
     def show(progress) -> None:
         row = progress.row
         if state["set"] not in (None, row["set"]):
-            _notify("\n" + format_table(summarize(state["rows"])))
+            notify("\n" + format_table(summarize(state["rows"])))
             state["rows"] = []
         state["set"] = row["set"]
         state["rows"].append(row)
@@ -181,10 +182,10 @@ def run_and_print(models, options):
 
 
 def finish(result, opts) -> None:
-    from .bench.cost import format_costs
-    from .bench.report import choices, format_table
-    from .bench.suite import write_outputs
-    from .bench.tune import candidate_scores, choose, format_tuning
+    from ..bench.cost import format_costs
+    from ..bench.report import choices, format_table
+    from ..bench.suite import write_outputs
+    from ..bench.tune import candidate_scores, choose, format_tuning
 
     click.echo(format_table(result.summaries))
     auto = choices(result.rows)
@@ -210,13 +211,9 @@ def default_plot(json_path: Path) -> Path | None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        _notify('no plot: matplotlib is not installed (pip install "lsd-local[bench]")')
+        notify('no plot: matplotlib is not installed (pip install "lsd-local[bench]")')
         return None
     return json_path.with_suffix(".png")
-
-
-def _notify(message: str) -> None:
-    click.echo(message, err=True)
 
 
 def _status(message: str) -> None:

@@ -1,17 +1,15 @@
-"""The `lsd` command line: parses options, calls the library, prints."""
+"""Options shared by `lsd run`, `lsd chat` and `lsd serve`, and the helpers that turn them
+into an Engine."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import warnings
 
 import click
 
-from . import __version__
-from .cli_bench import bench
-from .config import (
+from ..config import (
     ASD_BUDGET,
     ASD_GATE,
     ASD_MAX_EXCEPTIONS,
@@ -30,7 +28,7 @@ from .config import (
     TOP_K,
     TOP_P,
 )
-from .errors import LsdError, ParameterError
+from ..errors import ParameterError
 
 
 class KType(click.ParamType):
@@ -151,7 +149,7 @@ def generation_kwargs(opts: dict) -> dict:
 def check_grammar_source(opts: dict) -> None:
     """Fail on an unknown grammar, an unreadable file or invalid schema JSON before loading any
     model (GBNF syntax needs the vocabulary: the engine checks it before generating)."""
-    from .grammars import grammar_text, load_schema
+    from ..grammars import grammar_text, load_schema
 
     if opts["grammar"] is not None and opts["json_schema"] is not None:
         raise ParameterError("invalid grammar: give --grammar or --json-schema, not both")
@@ -163,11 +161,11 @@ def check_grammar_source(opts: dict) -> None:
 
 def load_engine(model: str | None, opts: dict):
     """Resolve MODEL/--draft (names, paths, downloads) and build an Engine."""
-    from .engine import Engine
-    from .resolve import resolve_models
+    from ..engine import Engine
+    from ..resolve import resolve_models
 
     found = resolve_models(model, opts["draft"], opts["drafter"], opts["n_gpu_layers"],
-                           notify=_notify)
+                           notify=notify)
     tensor_split = _tensor_split(opts["tensor_split"])
     rule = opts["rule"] or found.rule or "strict"
     with warnings.catch_warnings():  # the engine's notices are printed below, once
@@ -182,7 +180,7 @@ def load_engine(model: str | None, opts: dict):
             entropy_top_k=opts["entropy_top_k"], entropy=opts["entropy"], gate=opts["gate"],
             max_exceptions=opts["max_exceptions"], budget=opts["budget"])
     for notice in engine.notices:
-        _notify(notice)
+        notify(notice)
     return engine
 
 
@@ -196,32 +194,9 @@ def _tensor_split(text: str | None) -> list[float] | None:
             from None
 
 
-def _notify(message: str) -> None:
+def notify(message: str) -> None:
+    """A line for the user on stderr (stdout carries only the answer)."""
     click.echo(message, err=True)
-
-
-class LsdGroup(click.Group):
-    """Turns user errors from the library into click's one-line errors (no traceback)."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            return super().invoke(ctx)
-        except ParameterError as exc:
-            raise click.UsageError(str(exc), ctx) from None
-        except LsdError as exc:
-            raise click.ClickException(str(exc)) from None
-        except KeyboardInterrupt:
-            click.echo("\nInterrupted.", err=True)
-            ctx.exit(130)
-
-
-@click.group(cls=LsdGroup)
-@click.version_option(__version__, prog_name="lsd")
-def cli() -> None:
-    """lsd: faster local generation with loose speculative decoding (llama.cpp, GGUF).
-
-    MODEL is a name from `lsd models` (downloaded on first use) or a path to a .gguf file.
-    """
 
 
 MODEL_OPTION = click.option(
@@ -234,150 +209,6 @@ SHOW_DRAFTS_OPTION = click.option(
          "plain = produced by the target.")
 
 
-@cli.command()
-@click.argument("args", nargs=-1, metavar="[MODEL] [PROMPT]")
-@MODEL_OPTION
-@with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
-@click.option("--raw", is_flag=True, help="Send PROMPT as is, without the chat template.")
-@SHOW_DRAFTS_OPTION
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with stats.")
-def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
-    """Answer PROMPT (or standard input) once and exit.
-
-    A single argument is the MODEL when it holds no space and is a .gguf path, an existing
-    file, a name from `lsd models` or a Hub name (hf.co/owner/repo, owner/repo:QUANT or a
-    repo named *GGUF*); anything else is the PROMPT, answered by the default model (-m names
-    the model explicitly). Without a PROMPT, standard input is the prompt; on a terminal,
-    `lsd run MODEL` starts `lsd chat MODEL`.
-    """
-    from .chatsession import render_spans
-
-    model, prompt = split_run_args(args, model_option)
-    if prompt is None and stdin_is_terminal() and sys.stdout.isatty() and not opts["as_json"]:
-        start_chat(model, opts)  # `ollama run MODEL`; a redirected answer still reads stdin
-        return
-    if prompt is None or prompt == "-":
-        prompt = read_stdin()
-    messages = [] if opts["system"] is None else [{"role": "system", "content": opts["system"]}]
-    request = prompt if opts["raw"] else messages + [{"role": "user", "content": prompt}]
-    colour = opts["show_drafts"] and use_colour()
-    check_grammar_source(opts)
-    with load_engine(model, opts) as engine:
-        gen = engine.generate(request, **generation_kwargs(opts))
-        for event in gen:
-            if not opts["as_json"]:
-                click.echo(render_spans(event.spans, colour), nl=False)
-    if opts["as_json"]:
-        click.echo(json.dumps({"text": gen.text, "finish_reason": gen.finish_reason,
-                               "stats": gen.stats.as_dict()}))
-    else:
-        click.echo()
-        click.echo(f"[{gen.stats.summary()}]", err=True)
-
-
-@cli.command()
-@click.argument("model", required=False)
-@MODEL_OPTION
-@with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
-@SHOW_DRAFTS_OPTION
-def chat(model: str | None, model_option: str | None, **opts) -> None:
-    """Chat with MODEL in the terminal (/help lists the commands). Without MODEL: the default
-    model if downloaded, else the embedded demo model (lsd-local[demo])."""
-    if model is not None and model_option is not None:
-        raise click.UsageError("give the model once: as MODEL or with --model")
-    start_chat(model_option or model, opts)
-
-
-def start_chat(model: str | None, opts: dict) -> None:
-    """Load MODEL and run the interactive chat (`lsd chat`, and `lsd run MODEL` on a tty)."""
-    from .chatsession import ChatSession, run_chat
-
-    check_grammar_source(opts)
-    with load_engine(model, opts) as engine:
-        constraint = engine.compile_grammar(opts["grammar"], opts["json_schema"])
-        if constraint is not None:  # a syntax error shows now, not after the first question
-            constraint.close()
-        session = ChatSession(engine, opts["system"], generation_kwargs(opts))
-        run_chat(session, show_drafts=opts["show_drafts"] and use_colour())
-
-
-def stdin_is_terminal() -> bool:
-    """Whether standard input is an interactive terminal (then nothing is piped in)."""
-    return sys.stdin.isatty()
-
-
-def read_stdin() -> str:
-    """The piped prompt. Bytes that are not UTF-8 become U+FFFD (never a traceback)."""
-    from .backend.model import utf8_bytes
-
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:  # a text-only stream: what it could not decode arrives as surrogates
-        return utf8_bytes(sys.stdin.read()).decode("utf-8")
-    return stream.read().decode("utf-8", "replace")
-
-
-@cli.command()
-@click.argument("name")
-def pull(name: str) -> None:
-    """Download registry model NAME (and its default draft) into the Hugging Face cache."""
-    from .hub import download
-    from .registry import load_registry, lookup
-
-    registry = load_registry()
-    spec = lookup(name, registry)
-    specs = [spec] + ([lookup(spec.draft, registry)] if spec.draft else [])
-    for item in specs:
-        click.echo(f"pulling {item.name}: {item.file} from {item.repo}", err=True)
-        click.echo(download(item))
-
-
-@cli.command(name="models")
-def list_models() -> None:
-    """List the model registry and what is downloaded."""
-    from .hub import cached_file
-    from .registry import load_registry
-
-    rows = [("NAME", "FILE", "QUANT", "DRAFT", "SIZE", "CACHED")]
-    for spec in load_registry().values():
-        path = cached_file(spec)
-        size = f"{path.stat().st_size / 1e9:.2f} GB" if path else "-"
-        rows.append((spec.name, spec.file, spec.quant, spec.draft or "-", size,
-                     "yes" if path else "no"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-
-
-cli.add_command(bench)
-
-
-def split_run_args(args: tuple[str, ...], model_option: str | None = None
-                   ) -> tuple[str | None, str | None]:
-    """(MODEL or None, PROMPT or None) from `lsd run`'s positional arguments."""
-    from .registry import load_registry, looks_like_model
-
-    if model_option is not None:
-        if len(args) > 1:
-            raise click.UsageError("with --model, give at most one PROMPT (quote it)")
-        return model_option, args[0] if args else None
-    if len(args) > 2:
-        raise click.UsageError("expected at most MODEL and PROMPT (quote the prompt)")
-    if len(args) == 2:
-        return args[0], args[1]
-    if len(args) == 1 and looks_like_model(args[0], load_registry()):
-        return args[0], None
-    return None, args[0] if args else None
-
-
 def use_colour() -> bool:
     """Colours only on a terminal and when NO_COLOR is unset."""
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-
-
-def main() -> None:
-    """Console entry point."""
-    try:
-        cli()
-    except BrokenPipeError:  # `lsd run ... | head`: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)

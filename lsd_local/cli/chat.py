@@ -1,4 +1,4 @@
-"""Interactive chat: a conversation over one Engine (KV reused across turns) and its REPL."""
+"""`lsd chat` (and `lsd run MODEL` on a terminal): the REPL over a Conversation."""
 
 from __future__ import annotations
 
@@ -6,8 +6,20 @@ import sys
 
 import click
 
-from .errors import ContextOverflowError, LsdError
-from .stats import GenerationStats, Origin
+from ..conversation import ChatSession
+from ..errors import LsdError
+from ..stats import Origin
+from .options import (
+    ENGINE_OPTIONS,
+    MODEL_OPTION,
+    SAMPLING_OPTIONS,
+    SHOW_DRAFTS_OPTION,
+    check_grammar_source,
+    generation_kwargs,
+    load_engine,
+    use_colour,
+    with_options,
+)
 
 COLOURS = {Origin.DRAFT_EXACT: "green", Origin.DRAFT_LOOSE: "yellow", Origin.TARGET: None}
 HELP = """commands:
@@ -24,55 +36,6 @@ def render_spans(spans, colour: bool) -> str:
         return "".join(text for text, _ in spans)
     return "".join(click.style(text, fg=COLOURS[origin]) if COLOURS[origin] else text
                    for text, origin in spans)
-
-
-class ChatSession:
-    """The message history of one conversation; each answer reuses the cached prefix."""
-
-    def __init__(self, engine, system: str | None, generation_kwargs: dict) -> None:
-        self.engine = engine
-        self.system = system
-        self.kwargs = generation_kwargs
-        self.messages: list[dict] = []
-        self.totals = GenerationStats()  # every answer of the session added up
-        self.turns = 0
-        self.dropped_turns = 0
-        self.last: GenerationStats | None = None
-        self.reset()
-
-    def reset(self) -> None:
-        self.messages = [{"role": "system", "content": self.system}] if self.system else []
-
-    def ask(self, text: str):
-        """Start an answer; iterate the returned Generation, then call `finish` with it.
-        When the conversation no longer fits the context, the oldest turns are dropped
-        (`dropped_turns` counts them) until it does."""
-        self.messages.append({"role": "user", "content": text})
-        first = 1 if self.system else 0
-        while True:
-            try:
-                return self.engine.generate(self.messages, **self.kwargs)
-            except ContextOverflowError:
-                if len(self.messages) - first <= 1 or not self._fits_alone():
-                    self.messages.pop()  # the new message is too long even on its own
-                    raise
-                del self.messages[first:first + 2]  # the oldest question and its answer
-                self.dropped_turns += 1
-            except LsdError:
-                self.messages.pop()
-                raise
-
-    def _fits_alone(self) -> bool:
-        """Would the system message plus the newest question fit the context?"""
-        alone = self.messages[:1 if self.system else 0] + self.messages[-1:]
-        return len(self.engine.prompt_tokens(alone)) + 1 <= self.engine.target.n_ctx
-
-    def finish(self, gen) -> None:
-        """Record the (possibly interrupted) answer in the history and the statistics."""
-        self.messages.append({"role": "assistant", "content": gen.text})
-        self.last = gen.stats
-        self.totals.merge(gen.stats)
-        self.turns += 1
 
 
 def _command(session: ChatSession, line: str) -> str | None:
@@ -156,3 +119,27 @@ def run_chat(session: ChatSession, show_drafts: bool) -> None:
                 _answer(session, line, show_drafts)
         except LsdError as exc:
             click.echo(f"Error: {exc}")
+
+
+@click.command()
+@click.argument("model", required=False)
+@MODEL_OPTION
+@with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
+@SHOW_DRAFTS_OPTION
+def chat(model: str | None, model_option: str | None, **opts) -> None:
+    """Chat with MODEL in the terminal (/help lists the commands). Without MODEL: the default
+    model if downloaded, else the embedded demo model (lsd-local[demo])."""
+    if model is not None and model_option is not None:
+        raise click.UsageError("give the model once: as MODEL or with --model")
+    start_chat(model_option or model, opts)
+
+
+def start_chat(model: str | None, opts: dict) -> None:
+    """Load MODEL and run the interactive chat (`lsd chat`, and `lsd run MODEL` on a tty)."""
+    check_grammar_source(opts)
+    with load_engine(model, opts) as engine:
+        constraint = engine.compile_grammar(opts["grammar"], opts["json_schema"])
+        if constraint is not None:  # a syntax error shows now, not after the first question
+            constraint.close()
+        session = ChatSession(engine, opts["system"], generation_kwargs(opts))
+        run_chat(session, show_drafts=opts["show_drafts"] and use_colour())

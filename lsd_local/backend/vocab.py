@@ -1,0 +1,87 @@
+"""A model's vocabulary: text <-> token ids and its special tokens (llama_vocab), apart from
+the context that evaluates them (model.py), as llama-cpp-python's _internals splits them."""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp as ll
+
+
+def utf8_bytes(text: str) -> bytes:
+    """Valid UTF-8 for any str: lone surrogates (undecodable command-line bytes, JSON's
+    '\\ud800') become U+FFFD (one per undecodable byte) instead of a UnicodeEncodeError, so
+    no user text can crash a tokenizer or the grammar parser."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    try:  # bytes Python could not decode (argv, file names) come back as those bytes
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # other lone surrogates
+        raw = text.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "replace").encode("utf-8")
+
+
+class Vocab:
+    """Tokenize and detokenize with one model's vocabulary. `vocab_p` (a llama_vocab pointer)
+    belongs to its llama_model: a Vocab lives no longer than the Model that made it."""
+
+    def __init__(self, vocab_p) -> None:
+        self.handle = vocab_p  # for llama.cpp calls that take the vocabulary (grammars)
+        self.n_tokens: int = ll.llama_vocab_n_tokens(vocab_p)
+        self._piece_cache: dict[int, bytes] = {}
+        self._piece_buf = ctypes.create_string_buffer(256)
+
+    def tokenize(self, text: str, add_special: bool = True,
+                 parse_special: bool = True) -> list[int]:
+        """Text -> token ids; `parse_special` turns '<|im_start|>' etc. into their ids."""
+        return self.tokenize_bytes(utf8_bytes(text), add_special, parse_special)
+
+    def token_bytes(self, token: int) -> bytes:
+        """The raw bytes a token stands for (control tokens render as empty)."""
+        piece = self._piece_cache.get(token)
+        if piece is None:
+            n = ll.llama_token_to_piece(self.handle, token, self._piece_buf, 256, 0, False)
+            piece = self._piece_buf.raw[:max(n, 0)]
+            self._piece_cache[token] = piece
+        return piece
+
+    def token_bytes_special(self, token: int) -> bytes:
+        """Like token_bytes, but control tokens render as their text ('<|im_start|>'), so that
+        another tokenizer can read the same conversation (cross-vocabulary drafting)."""
+        n = ll.llama_token_to_piece(self.handle, token, self._piece_buf, 256, 0, True)
+        return self._piece_buf.raw[:max(n, 0)]
+
+    def tokenize_bytes(self, data: bytes, add_special: bool = False,
+                       parse_special: bool = True) -> list[int]:
+        """UTF-8 bytes -> token ids (a cut multi-byte character is tokenized as raw bytes)."""
+        cap = len(data) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self.handle, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self.handle, data, len(data), buf, cap, add_special,
+                                  parse_special)
+        return list(buf[:n])
+
+    def token_text(self, token: int) -> bytes:
+        """The vocabulary's stored text for a token (used for compatibility checks)."""
+        return ll.llama_vocab_get_text(self.handle, token) or b""
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""
+        return bool(ll.llama_vocab_is_eog(self.handle, token))
+
+    @property
+    def bos_token(self) -> int:
+        return ll.llama_vocab_bos(self.handle)
+
+    @property
+    def eos_token(self) -> int:
+        return ll.llama_vocab_eos(self.handle)
+
+    @property
+    def add_bos(self) -> bool:
+        return bool(ll.llama_vocab_get_add_bos(self.handle))

@@ -1,0 +1,55 @@
+"""The `lsd` command line: parses options, calls the library, prints. One module per
+command (run, chat, models, bench); options.py holds what they share."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .. import __version__
+from ..errors import LsdError, ParameterError
+from .bench import bench
+from .chat import chat
+from .models import list_models, pull
+from .run import run, split_run_args
+
+__all__ = ["cli", "main", "split_run_args"]
+
+
+class LsdGroup(click.Group):
+    """Turns user errors from the library into click's one-line errors (no traceback)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except ParameterError as exc:
+            raise click.UsageError(str(exc), ctx) from None
+        except LsdError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("\nInterrupted.", err=True)
+            ctx.exit(130)
+
+
+@click.group(cls=LsdGroup)
+@click.version_option(__version__, prog_name="lsd")
+def cli() -> None:
+    """lsd: faster local generation with loose speculative decoding (llama.cpp, GGUF).
+
+    MODEL is a name from `lsd models` (downloaded on first use) or a path to a .gguf file.
+    """
+
+
+for _command in (run, chat, pull, list_models, bench):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """Console entry point."""
+    try:
+        cli()
+    except BrokenPipeError:  # `lsd run ... | head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

@@ -1,0 +1,37 @@
+"""`lsd models` and `lsd pull`: the registry and the downloads."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command()
+@click.argument("name")
+def pull(name: str) -> None:
+    """Download registry model NAME (and its default draft) into the Hugging Face cache."""
+    from ..hub import download
+    from ..registry import load_registry, lookup
+
+    registry = load_registry()
+    spec = lookup(name, registry)
+    specs = [spec] + ([lookup(spec.draft, registry)] if spec.draft else [])
+    for item in specs:
+        click.echo(f"pulling {item.name}: {item.file} from {item.repo}", err=True)
+        click.echo(download(item))
+
+
+@click.command(name="models")
+def list_models() -> None:
+    """List the model registry and what is downloaded."""
+    from ..hub import cached_file
+    from ..registry import load_registry
+
+    rows = [("NAME", "FILE", "QUANT", "DRAFT", "SIZE", "CACHED")]
+    for spec in load_registry().values():
+        path = cached_file(spec)
+        size = f"{path.stat().st_size / 1e9:.2f} GB" if path else "-"
+        rows.append((spec.name, spec.file, spec.quant, spec.draft or "-", size,
+                     "yes" if path else "no"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
