@@ -37,11 +37,12 @@ class Verifier:
             theta = c.theta if c.rule == "fly" else math.inf  # strict never reads entropy
             n, nxt, loose = speculative_sample(logits, draft.tokens, draft.probs, self.sampler,
                                                rng, theta=theta, window=window,
-                                               top_k=c.entropy_top_k,
+                                               entropy_top_k=c.entropy_top_k,
                                                normalized=c.entropy == "normalized")
             return Verdict(n, nxt, loose)
         if c.rule == "fly":
-            return fly(logits, draft.tokens, theta=c.theta, window=window, top_k=c.entropy_top_k,
+            return fly(logits, draft.tokens, theta=c.theta, window=window,
+                       entropy_top_k=c.entropy_top_k,
                        entropy=c.entropy)
         if c.rule == "asd":
             verdict = asd(logits, draft.tokens, spent=min(self.regret_spent, c.budget),

@@ -28,7 +28,7 @@ class RoundEvent:
     draft_seconds: float
     verify_seconds: float
     other_seconds: float
-    finish_reason: str | None = None  # set on the last event: "stop", "length", "eos"
+    finish_reason: str | None = None  # set on the last event: "stop" or "length"
     draft_source: str = "none"  # drafter whose tokens were verified ("none": no draft)
     constrain_seconds: float = 0.0  # grammar checks and masks (part of verify_seconds)
 

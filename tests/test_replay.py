@@ -12,6 +12,7 @@ from lsd_local.bench import replay as rp
 from lsd_local.drafters.auto import AutoDrafter
 from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.drafters.lookup import LookupDrafter
+from lsd_local.estimators import CostCurve
 
 ANSWER = list(range(100, 140))  # 40 tokens
 PROMPT = [1, 2, 3]
@@ -60,15 +61,15 @@ def test_a_wrong_token_ends_the_accepted_prefix():
 
 
 def test_cost_curve_interpolates_and_extrapolates():
-    curve = rp.CostCurve([1, 5, 9], [1.0, 3.0, 4.0])
+    curve = CostCurve([1, 5, 9], [1.0, 3.0, 4.0])
     assert curve(1) == 1.0 and curve(3) == pytest.approx(2.0) and curve(7) == pytest.approx(3.5)
     assert curve(13) == pytest.approx(5.0)  # last slope 0.25 per token
-    assert rp.nearest_curve({300: curve, 1500: rp.CostCurve([1], [9.0])}, 1000)(1) == 9.0
+    assert rp.nearest_curve({300: curve, 1500: CostCurve([1], [9.0])}, 1000)(1) == 9.0
 
 
 def test_save_and_load_round_trip(tmp_path):
     records = [rp.Recorded("chat/a", PROMPT, ANSWER)]
-    curves = {300: rp.CostCurve([1, 2], [0.03, 0.05])}
+    curves = {300: CostCurve([1, 2], [0.03, 0.05])}
     rp.save(tmp_path / "r.json", records, curves)
     loaded_records, loaded_curves = rp.load(tmp_path / "r.json")
     assert loaded_records == records and loaded_curves == curves
@@ -122,7 +123,7 @@ def test_replay_script_prints_a_table_per_set(tmp_path, capsys):
     copy_prompt = list(range(500, 560)) + ANSWER
     records = [rp.Recorded("humaneval/copy", copy_prompt, ANSWER),
                rp.Recorded("chat/new", PROMPT, ANSWER)]
-    curve = rp.CostCurve([1, 2, 9, 33], [linear(1), linear(2), linear(9), linear(33)])
+    curve = CostCurve([1, 2, 9, 33], [linear(1), linear(2), linear(9), linear(33)])
     rp.save(tmp_path / "rec.json", records, {300: curve})
     script.main(["run", str(tmp_path / "rec.json"), "--configs",
                  "plain,lookup:8,auto:lookup_prior=0.5"])

@@ -62,7 +62,8 @@ def test_fly_matches_reference(k, v, p_match, ties, entropy):
         theta = float(rng.choice([0.0, 0.05, 0.3, 0.6, math.inf]))
         window = int(rng.integers(1, k + 2))
         top_k = int(rng.integers(1, 5))
-        verdict = fly(logits, draft, theta=theta, window=window, top_k=top_k, entropy=entropy)
+        verdict = fly(logits, draft, theta=theta, window=window, entropy_top_k=top_k,
+                      entropy=entropy)
         n, nxt, loose = fly_reference(logits, draft, theta, window, top_k, entropy == "normalized")
         assert (verdict.n_accept, verdict.next_token) == (n, nxt)
         assert np.array_equal(verdict.loose[:n], loose[:n])
@@ -145,7 +146,7 @@ def test_kernels_agree_with_references_over_all_parameters(
     keep = rng.random(k) < p_match
     draft[keep] = targets[:-1][keep]
     entropy = "normalized" if normalized else "topk"
-    f = fly(logits, draft, theta=theta, window=window, top_k=top_k, entropy=entropy)
+    f = fly(logits, draft, theta=theta, window=window, entropy_top_k=top_k, entropy=entropy)
     n, nxt, loose = fly_reference(logits, draft, theta, window, top_k, normalized)
     assert (f.n_accept, f.next_token) == (n, nxt) and np.array_equal(f.loose, loose)
     spent = min(spent, budget)
@@ -271,7 +272,7 @@ def test_row_argmax_prob():
 @pytest.mark.parametrize("call,name", [
     (lambda lg, d: fly(lg, d, theta=-0.1), "theta"),
     (lambda lg, d: fly(lg, d, window=0), "window"),
-    (lambda lg, d: fly(lg, d, top_k=0), "top_k"),
+    (lambda lg, d: fly(lg, d, entropy_top_k=0), "top_k"),
     (lambda lg, d: fly(lg, d, entropy="bogus"), "entropy"),
     (lambda lg, d: asd(lg, d, budget=-1.0), "budget"),
     (lambda lg, d: asd(lg, d, gate=-1.0), "gate"),

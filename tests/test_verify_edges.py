@@ -60,7 +60,7 @@ def test_kernels_equal_references_on_masked_rows_nan_and_ties(
                                p_nan=p_nan)
     s = strict(logits, draft)
     assert (s.n_accept, s.next_token) == strict_reference(logits, draft)
-    f = fly(logits, draft, theta=theta, window=window, top_k=top_k,
+    f = fly(logits, draft, theta=theta, window=window, entropy_top_k=top_k,
             entropy="normalized" if normalized else "topk")
     n, nxt, loose = fly_reference(logits, draft, theta, window, top_k, normalized)
     assert (f.n_accept, f.next_token) == (n, nxt) and np.array_equal(f.loose, loose)
@@ -285,7 +285,8 @@ def test_speculative_sample_equals_its_reference(k, v, seed, sampler, sampled_dr
         assert np.allclose(sampling_probs(row, sampler), sampling_probs_reference(row, sampler),
                            atol=1e-12)
     fast = speculative_sample(logits, draft, draft_probs, sampler, np.random.default_rng(seed),
-                              theta=theta, window=window, top_k=3, normalized=normalized)
+                              theta=theta, window=window, entropy_top_k=3,
+                              normalized=normalized)
     ref = speculative_sample_reference(logits, draft, draft_probs, sampler,
                                        np.random.default_rng(seed), theta, window, 3,
                                        normalized)

@@ -8,63 +8,35 @@ achievable speedup is max over K of E(K) * t(1) / (t(K+1) + K*d).
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Sequence
 
 import numpy as np
 
+from ..estimators import best_k, expected_tokens, measure_decode_times
+
 BATCH_SIZES = (1, 2, 4, 8, 16)
-
-
-def time_decode(model, context: Sequence[int], n: int, repeats: int = 5) -> float:
-    """Median seconds for the model to score n tokens after `context` (n logit rows, as a
-    verification does), measured after a warm-up; the cache is rewound after each."""
-    context = np.asarray(context, np.int32)
-    model.truncate(0)
-    model.decode(context, 0, 0)
-    pos = len(context)
-    batch = np.resize(context, n)  # real tokens, so the kernels see ordinary input
-    times = []
-    for i in range(repeats + 1):
-        start = time.perf_counter()
-        model.decode(batch, pos, n)
-        elapsed = time.perf_counter() - start
-        model.truncate(pos)
-        if i:  # the first one warms caches and buffers up
-            times.append(elapsed)
-    model.truncate(0)
-    return statistics.median(times)
 
 
 def measure_costs(target, draft, context: Sequence[int],
                   sizes: Sequence[int] = BATCH_SIZES, repeats: int = 5) -> dict:
-    """{"target_s": {n: seconds}, "draft_token_s": seconds or None}."""
-    target_s = {n: time_decode(target, context, n, repeats) for n in sizes}
-    draft_s = time_decode(draft, context, 1, repeats) if draft is not None else None
-    return {"target_s": target_s, "draft_token_s": draft_s}
-
-
-def expected_tokens(acceptance: float, k: int) -> float:
-    """Tokens committed by a round drafting k tokens at per-token acceptance a."""
-    if acceptance >= 1.0:
-        return k + 1.0
-    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+    """{"target_s": {n: seconds}, "draft_token_s": seconds or None}, after `context`."""
+    curve = measure_decode_times(target, np.asarray(context, np.int32), sizes, repeats)
+    draft_s = None
+    if draft is not None:
+        draft_s = measure_decode_times(draft, np.asarray(context, np.int32), [1], repeats)(1)
+    return {"target_s": dict(zip(curve.sizes, curve.seconds, strict=True)),
+            "draft_token_s": draft_s}
 
 
 def best_speedup(target_s: dict[int, float], draft_token_s: float, acceptance: float
                  ) -> tuple[int, float]:
-    """(K, speedup) maximising E(K) t(1) / (t(K+1) + K d) over the measured batch sizes."""
-    t1 = target_s[1]
-    best = (0, 1.0)  # K = 0: plain decoding
-    for n, t_n in sorted(target_s.items()):
-        k = n - 1
-        if k < 1:
-            continue
-        speedup = expected_tokens(acceptance, k) * t1 / (t_n + k * draft_token_s)
-        if speedup > best[1]:
-            best = (k, speedup)
-    return best
+    """(K, speedup) maximising E(K) t(1) / (t(K+1) + K d) over the measured batch sizes
+    (K = 0, plain decoding, included): estimators.best_k on a geometric acceptance."""
+    ks = [0] + [n - 1 for n in sorted(target_s) if n > 1]
+    accepted = np.array([expected_tokens(acceptance, k) - 1.0 for k in ks])
+    seconds = np.array([target_s[k + 1] + k * draft_token_s for k in ks])
+    i, _ = best_k(accepted, seconds)
+    return ks[i], float((1.0 + accepted[i]) * target_s[1] / seconds[i])
 
 
 def cost_report(costs: dict, summaries: Sequence[dict], rows: Sequence[dict]) -> list[dict]:

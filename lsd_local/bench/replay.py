@@ -20,13 +20,13 @@ import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from time import perf_counter
 
 import numpy as np
 
 from ..config import RuleConfig
 from ..drafters.base import Drafter
 from ..drafters.lookup import LookupDrafter
+from ..estimators import CostCurve, measure_decode_times
 from ..loop import Request, TokenBuffer, draft_limit, step
 from ..rules import Verifier
 
@@ -38,21 +38,6 @@ class Recorded:
     key: str  # "set/id"
     prompt: list[int]
     answer: list[int]
-
-
-@dataclass
-class CostCurve:
-    """t(n) measured at some sizes, interpolated linearly, extrapolated with the last slope."""
-
-    sizes: list[int]
-    seconds: list[float]
-
-    def __call__(self, n: int) -> float:
-        sizes, seconds = self.sizes, self.seconds
-        if n <= sizes[-1] or len(sizes) == 1:
-            return float(np.interp(n, sizes, seconds))
-        slope = (seconds[-1] - seconds[-2]) / (sizes[-1] - sizes[-2])
-        return seconds[-1] + slope * (n - sizes[-1])
 
 
 @dataclass
@@ -154,21 +139,10 @@ def replay_set(records: list[Recorded], make_drafter: Callable[[], object],
 
 def measure_cost_curve(model, context: int, sizes: list[int], repeats: int = 5,
                        seed: int = 0) -> CostCurve:
-    """Median time of `model.decode` (backend Model) for each batch size, after `context`
-    cached positions of random tokens, asking for every row's logits as a verification does."""
+    """t(n) of `model` (backend Model) after `context` cached positions of random tokens."""
     rng = np.random.default_rng(seed)
-    tokens = rng.integers(100, min(model.n_vocab, 20_000), context + max(sizes)).astype(np.int32)
-    model.truncate(0)
-    model.decode(tokens[:context], 0, 1)
-    times: dict[int, list[float]] = {n: [] for n in sizes}
-    for _ in range(repeats):
-        for n in sizes:  # interleaved, so that drift hits every size alike
-            start = perf_counter()
-            model.decode(tokens[context:context + n], context, n)
-            times[n].append(perf_counter() - start)
-            model.truncate(context)
-    model.truncate(0)
-    return CostCurve(list(sizes), [float(np.median(times[n])) for n in sizes])
+    tokens = rng.integers(100, min(model.n_vocab, 20_000), context).astype(np.int32)
+    return measure_decode_times(model, tokens, sizes, repeats)
 
 
 def save(path: str | os.PathLike, records: list[Recorded], curves: dict[int, CostCurve]) -> None:

@@ -11,11 +11,9 @@ from pathlib import Path
 from ..config import MAX_TOKENS
 from ..errors import LsdError
 from . import cost as cost_mod
-from .prompts import PromptItem, load_set
+from .prompts import BUILTIN_SETS, PromptItem, load_set
 from .report import score_answers, summarize
 from .runner import BenchConfig, BenchModels, Progress, parse_config, run_bench
-
-DEFAULT_SETS = ("humaneval", "code-edit", "chat", "summarize")
 
 
 def default_configs(with_draft: bool) -> list[str]:
@@ -29,7 +27,7 @@ def default_configs(with_draft: bool) -> list[str]:
 class BenchOptions:
     """What to run and what to write."""
 
-    sets: Sequence[str] = DEFAULT_SETS
+    sets: Sequence[str] = BUILTIN_SETS
     split: str = "test"
     limit: int | None = 20
     max_tokens: int = MAX_TOKENS

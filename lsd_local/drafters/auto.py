@@ -1,6 +1,6 @@
 """The auto drafter: each round, prompt lookup, the draft model or no draft at all, and how
 many tokens, whichever maximises expected committed tokens per second under the online cost
-and acceptance models of lsd_local.controller."""
+and acceptance models of lsd_local.estimators."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from time import perf_counter
 import numpy as np
 
 from ..config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
-from ..controller import AcceptanceModel, CostModel, best_k
+from ..estimators import AcceptanceModel, CostModel, best_k
 from .base import EMPTY_DRAFT, Draft, Drafter
 from .lookup import LookupDrafter
 

@@ -79,7 +79,7 @@ def strict(logits: np.ndarray, draft: np.ndarray) -> Verdict:
 
 
 def fly(logits: np.ndarray, draft: np.ndarray, *, theta: float = FLY_THETA,
-        window: int | None = None, top_k: int = FLY_ENTROPY_TOP_K,
+        window: int | None = None, entropy_top_k: int = FLY_ENTROPY_TOP_K,
         entropy: str = FLY_ENTROPY) -> Verdict:
     """FLy: also keep a mismatch at draft position j (1-based) whose target entropy is >= theta
     when the `window` draft tokens after it (j+1..j+W, all inside the block: j + W <= K) match
@@ -88,13 +88,13 @@ def fly(logits: np.ndarray, draft: np.ndarray, *, theta: float = FLY_THETA,
     logits: float32[K+1, V], draft: int32[K]."""
     logits, draft = _as_block(logits, draft)
     window = default_window(len(draft)) if window is None else window
-    check_fly(theta, window, top_k, entropy)
+    check_fly(theta, window, entropy_top_k, entropy)
     if not kernels_ready():
-        return Verdict(*fly_reference(logits, draft, float(theta), int(window), int(top_k),
-                                      entropy == "normalized"))
+        return Verdict(*fly_reference(logits, draft, float(theta), int(window),
+                                      int(entropy_top_k), entropy == "normalized"))
     loose = np.zeros(len(draft), np.uint8)
-    n_accept, next_token = fly_kernel(logits, draft, float(theta), int(window), int(top_k),
-                                      entropy == "normalized", loose)
+    n_accept, next_token = fly_kernel(logits, draft, float(theta), int(window),
+                                      int(entropy_top_k), entropy == "normalized", loose)
     return Verdict(int(n_accept), int(next_token), loose)
 
 

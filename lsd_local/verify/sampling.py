@@ -75,7 +75,7 @@ def accept_tests(target_probs: np.ndarray, draft: np.ndarray, draft_probs: np.nd
 
 def speculative_sample(logits: np.ndarray, draft: np.ndarray, draft_probs: np.ndarray | None,
                        settings: SamplerSettings, rng: np.random.Generator, *,
-                       theta: float = np.inf, window: int = 1, top_k: int = 3,
+                       theta: float = np.inf, window: int = 1, entropy_top_k: int = 3,
                        normalized: bool = False) -> tuple[int, int, np.ndarray]:
     """logits float32[K+1, V], draft int32[K], draft_probs float64[K, V] or None.
     Returns (n_accept, next_token, loose uint8[K]); theta < inf turns FLy deferral on.
@@ -89,8 +89,8 @@ def speculative_sample(logits: np.ndarray, draft: np.ndarray, draft_probs: np.nd
         if accepted[j - 1]:
             n_accept = j
             continue
-        if not _may_defer(logits, target_probs, draft, accepted, j, theta, window, top_k,
-                          normalized):
+        if not _may_defer(logits, target_probs, draft, accepted, j, theta, window,
+                          entropy_top_k, normalized):
             break
         loose[j - 1] = 1
         n_accept = j
@@ -102,7 +102,7 @@ def speculative_sample(logits: np.ndarray, draft: np.ndarray, draft_probs: np.nd
 
 
 def _may_defer(logits: np.ndarray, target_probs: np.ndarray, draft: np.ndarray,
-               accepted: np.ndarray, j: int, theta: float, window: int, top_k: int,
+               accepted: np.ndarray, j: int, theta: float, window: int, entropy_top_k: int,
                normalized: bool) -> bool:  # logits float32[K+1, V], target_probs float64[K+1, V]
     """FLy under sampling: a rejected d[j] (1-based) is kept when the next `window` positions
     passed their tests, the target's sampler could produce d[j] (p_t > 0, as vLLM requires:
@@ -116,5 +116,5 @@ def _may_defer(logits: np.ndarray, target_probs: np.ndarray, draft: np.ndarray,
         return False
     row = logits[j - 1]
     if not kernels_ready():
-        return bool(row_entropy_reference(row, top_k, normalized) >= theta)
-    return bool(row_entropy(row, row[row_argmax(row)], top_k, normalized) >= theta)
+        return bool(row_entropy_reference(row, entropy_top_k, normalized) >= theta)
+    return bool(row_entropy(row, row[row_argmax(row)], entropy_top_k, normalized) >= theta)

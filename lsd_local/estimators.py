@@ -1,6 +1,7 @@
-"""Cost-aware speculation: online models of what verification and drafting cost on this
-machine and how often drafts are accepted, and the choice of K that maximises committed
-tokens per second.
+"""What speculation costs and yields: the one home of t(n), the target's time to score n
+tokens. `CostModel` learns it online (the auto drafter), `CostCurve` holds a measured one (the
+replay, the bench's cost report), `measure_decode_times` is the one timing harness; with
+`AcceptanceModel` and `best_k` they choose the K that maximises committed tokens per second.
 
 A round that drafts k tokens commits 1 + S(k) tokens on average, where S(k) = sum over j <= k
 of P(the first j draft tokens are accepted) = sum_j prod_{i <= j} p_i with p_i the acceptance
@@ -12,6 +13,10 @@ decoding step (1 token in T(1)). Pure numpy/python: no llama.cpp here.
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from time import perf_counter
 
 import numpy as np
 
@@ -121,3 +126,48 @@ def best_k(expected: np.ndarray, round_seconds: np.ndarray) -> tuple[int, float]
     rates = (1.0 + expected) / np.maximum(round_seconds, 1e-9)
     k = int(np.argmax(rates))
     return k, float(rates[k])
+
+
+def expected_tokens(acceptance: float, k: int) -> float:
+    """Tokens a round drafting k commits when each draft token is accepted with probability
+    `acceptance`, left to right: 1 + S(k) = (1 - a^(k+1)) / (1 - a)."""
+    if acceptance >= 1.0:
+        return k + 1.0
+    return (1.0 - acceptance ** (k + 1)) / (1.0 - acceptance)
+
+
+@dataclass
+class CostCurve:
+    """t(n) measured at some sizes, interpolated linearly, extrapolated with the last slope."""
+
+    sizes: list[int]
+    seconds: list[float]
+
+    def __call__(self, n: int) -> float:
+        sizes, seconds = self.sizes, self.seconds
+        if n <= sizes[-1] or len(sizes) == 1:
+            return float(np.interp(n, sizes, seconds))
+        slope = (seconds[-1] - seconds[-2]) / (sizes[-1] - sizes[-2])
+        return seconds[-1] + slope * (n - sizes[-1])
+
+
+def measure_decode_times(model, context: np.ndarray, sizes: Sequence[int],
+                         repeats: int = 5) -> CostCurve:
+    """Median seconds for `model` (a backend Model) to score n tokens with n logit rows, as a
+    verification does, after the int32 `context` is cached. One untimed pass first (caches
+    and buffers warm up), then the sizes interleaved `repeats` times, so that drift on a
+    shared machine hits every size alike. The model's cache is left empty."""
+    context = np.asarray(context, np.int32)
+    batch = np.resize(context, max(sizes)) if len(context) else np.ones(max(sizes), np.int32)
+    model.truncate(0)
+    model.decode(context, 0, 0)
+    times: dict[int, list[float]] = {n: [] for n in sizes}
+    for rep in range(repeats + 1):
+        for n in sizes:
+            start = perf_counter()
+            model.decode(batch[:n], len(context), n)
+            if rep:
+                times[n].append(perf_counter() - start)
+            model.truncate(len(context))
+    model.truncate(0)
+    return CostCurve(list(sizes), [float(statistics.median(times[n])) for n in sizes])
