@@ -31,10 +31,10 @@ from .drafters.factory import make_drafter
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
 from .grammars import grammar_text, load_schema
 from .loop import Request, TokenBuffer, run_rounds
-from .rules import Verifier
 from .stats import GenerationStats, RoundEvent
 from .templates import render_chat
 from .text import TextAssembler
+from .verify.verifier import Verifier
 from .warmup import process_warmup
 
 
@@ -136,11 +136,9 @@ class Engine:
         draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
                              else draft_n_gpu_layers)
         process_warmup().start()  # cached numba kernels load while the models load
-        target_model, draft_model = _load_models(target, draft, drafter, opts, draft_opts)
-        if not target_model.supports_truncate and drafter == "auto":
-            # auto chooses plain decoding for a model whose state cannot be cut, and says why
-            if draft_model is not None:
-                draft_model.close()
+        target_model, draft_model, speculate = _load_models(target, draft, drafter, opts,
+                                                            draft_opts)
+        if not speculate:  # auto on a model whose state cannot be cut: plain, and says why
             engine = cls(target_model, None, replace(dcfg, drafter="none", k=None), rcfg,
                          chat_template)
             engine.notices.append(f"{target_model.path.name} is a recurrent/hybrid model whose "
@@ -307,25 +305,36 @@ class Engine:
         self.close()
 
 
+def _speculation_allowed(target: Model, drafter: str) -> bool:
+    """The one place that decides what a recurrent/hybrid target (its state cannot drop
+    rejected tokens) allows: plain decoding under "auto" (False), an error for an explicit
+    drafter; any other target speculates (True)."""
+    if target.supports_truncate or drafter == "none":
+        return True
+    if drafter == "auto":
+        return False
+    raise IncompatibleModelsError(
+        f"{target.path.name} is a recurrent/hybrid model whose cache cannot drop rejected "
+        "tokens; use drafter='none'")
+
+
 def _load_models(target, draft, drafter: str, opts: LoadOptions,
-                 draft_opts: LoadOptions) -> tuple[Model, Model | None]:
-    """Load the target (and the draft when the drafter uses one); nothing stays loaded when
-    a load fails or a recurrent target meets an explicit drafter."""
+                 draft_opts: LoadOptions) -> tuple[Model, Model | None, bool]:
+    """Load the target (and the draft when the drafter uses one and may speculate); return
+    them and whether speculation is allowed. Nothing stays loaded when a load fails or a
+    recurrent target meets an explicit drafter."""
     target_model = Model.load(target, opts)
     draft_model = None
     try:
-        if draft is not None and drafter in ("model", "multilevel", "auto"):
+        speculate = _speculation_allowed(target_model, drafter)
+        if speculate and draft is not None and drafter in ("model", "multilevel", "auto"):
             draft_model = Model.load(draft, draft_opts)
-        if not target_model.supports_truncate and drafter not in ("none", "auto"):
-            raise IncompatibleModelsError(
-                f"{target_model.path.name} is a recurrent/hybrid model whose cache cannot "
-                "drop rejected tokens; use drafter='none'")
     except BaseException:
         target_model.close()
         if draft_model is not None:
             draft_model.close()
         raise
-    return target_model, draft_model
+    return target_model, draft_model, speculate
 
 
 def _pair_doubts(target: Model, draft: Model | None) -> list[str]:

@@ -17,12 +17,12 @@ from time import perf_counter
 import numpy as np
 
 from .config import SamplerSettings
-from .constrain import prepare_block
 from .drafters.base import EMPTY_DRAFT, Draft, Drafter
-from .rules import Verifier
 from .stats import Origin, RoundEvent
 from .text import TextAssembler
 from .verify import Verdict
+from .verify.constrain import prepare_block
+from .verify.verifier import Verifier
 
 
 class TokenBuffer:
@@ -154,12 +154,12 @@ def _verify(verifier: Verifier, req: Request, logits: np.ndarray,
     """Verify one block (logits float32[K+1, V]), grammar first when there is one; returns
     the draft actually verified and the seconds spent on the grammar."""
     if req.grammar is None:
-        return verifier.verify(logits, draft, req.rng), draft, 0.0
+        return verifier.verify(logits, draft.tokens, draft.probs, req.rng), draft, 0.0
     t0 = perf_counter()
     strict_greedy = req.sampler is None and verifier.config.rule == "strict"
     logits, draft = _grammar_block(req, logits, draft, strict_greedy)
     seconds = perf_counter() - t0
-    return verifier.verify(logits, draft, req.rng), draft, seconds
+    return verifier.verify(logits, draft.tokens, draft.probs, req.rng), draft, seconds
 
 
 def _advance_grammar(req: Request, tokens: list[int], eog: bool) -> None:

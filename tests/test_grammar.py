@@ -8,14 +8,14 @@ import pytest
 from fakes import EOS, FakeTarget, ScriptedDrafter, TableGrammar, V
 
 from lsd_local.config import RuleConfig, SamplerSettings
-from lsd_local.constrain import constrain_row, prepare_block
 from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.errors import GrammarError
 from lsd_local.loop import Request, TokenBuffer, run_rounds
-from lsd_local.rules import Verifier
 from lsd_local.text import TextAssembler
 from lsd_local.verify import asd, fly, strict
 from lsd_local.verify._rows import row_top, row_top_reference
+from lsd_local.verify.constrain import constrain_row, prepare_block
+from lsd_local.verify.verifier import Verifier
 
 
 def random_table(rng: np.random.Generator, period: int, v: int, density: float) -> np.ndarray:

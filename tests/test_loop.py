@@ -8,9 +8,9 @@ from fakes import EOS, FakeTarget, ScriptedDrafter
 
 from lsd_local.config import RuleConfig
 from lsd_local.loop import Request, TokenBuffer, run_rounds
-from lsd_local.rules import Verifier
 from lsd_local.stats import Origin
 from lsd_local.text import TextAssembler
+from lsd_local.verify.verifier import Verifier
 
 
 def run(target, drafter, prompt, k=4, max_tokens=40, rule="strict", stop=()):

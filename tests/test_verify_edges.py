@@ -13,15 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsd_local.config import RuleConfig, SamplerSettings
-from lsd_local.constrain import prepare_block
-from lsd_local.drafters.base import Draft
-from lsd_local.rules import Verifier
 from lsd_local.verify import asd, fly, strict
 from lsd_local.verify._rows import row_argmax, row_entropy, row_entropy_reference
 from lsd_local.verify.asd import asd_reference
+from lsd_local.verify.constrain import prepare_block
 from lsd_local.verify.fly import fly_reference
 from lsd_local.verify.sampling import sampling_probs, speculative_sample
 from lsd_local.verify.strict import strict_reference
+from lsd_local.verify.verifier import Verifier
 
 # --- inputs as they arrive ------------------------------------------------------------------
 
@@ -121,7 +120,7 @@ def test_grammar_masked_mismatch_is_not_kept_by_fly(theta, entropy):
     n = prepare_block(TableGrammar(table), block, draft, 3, False)
     assert n == 4 and block[0, 0] == -np.inf  # the grammar path really masked row 0
     verifier = Verifier(RuleConfig(rule="fly", theta=theta, window=2, entropy=entropy), None)
-    verdict = verifier.verify(block[:n + 1], Draft(draft[:n]), np.random.default_rng(0))
+    verdict = verifier.verify(block[:n + 1], draft[:n], None, np.random.default_rng(0))
     assert (verdict.n_accept, verdict.next_token) == (0, 1)
 
 
@@ -134,7 +133,7 @@ def test_strict_sampling_never_reads_entropy():
     assert sampling_probs(logits[0], sampler)[2] < 3e-9
     verifier = Verifier(RuleConfig(rule="strict", entropy="normalized", window=1), sampler)
     rng = np.random.default_rng(0)
-    kept = sum(verifier.verify(logits, Draft(draft), rng).n_accept > 0 for _ in range(2000))
+    kept = sum(verifier.verify(logits, draft, None, rng).n_accept > 0 for _ in range(2000))
     assert kept == 0
 
 
@@ -169,7 +168,7 @@ def test_spent_asd_budget_accepts_no_tie():
     for spent in (6.0, 7.5):
         verdict = Verifier(RuleConfig(rule="asd", budget=6.0), None)
         verdict.regret_spent = spent
-        got = verdict.verify(logits, Draft(draft), np.random.default_rng(0))
+        got = verdict.verify(logits, draft, None, np.random.default_rng(0))
         assert (got.n_accept, got.next_token) == strict_reference(logits, draft)
 
 

@@ -28,7 +28,7 @@ from ..drafters.base import Drafter
 from ..drafters.lookup import LookupDrafter
 from ..estimators import CostCurve, measure_decode_times
 from ..loop import Request, TokenBuffer, draft_limit, step
-from ..rules import Verifier
+from ..verify.verifier import Verifier
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import SamplerSettings
-from ..constrain import allowed_prefix
+from ..verify.constrain import allowed_prefix
 from .base import EMPTY_DRAFT, Draft, Drafter
 
 SPACE_PREFIXES = (b" ", "\u2581".encode())  # as a space piece, or a vocabulary without "▁"

@@ -7,9 +7,9 @@ import numpy as np
 from numba import njit
 
 from ..config import MAX_NGRAM, MIN_NGRAM, SamplerSettings
-from ..constrain import allowed_prefix
 from ..errors import check
 from ..jit import kernels_ready
+from ..verify.constrain import allowed_prefix
 from .base import EMPTY_DRAFT, Draft, Drafter
 
 

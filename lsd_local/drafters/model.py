@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import P_MIN, SamplerSettings
-from ..constrain import constrain_row
 from ..errors import check
 from ..jit import choose
 from ..verify._rows import row_argmax_prob, row_argmax_prob_reference
+from ..verify.constrain import constrain_row
 from ..verify.sampling import draw, sampling_probs
 from .base import EMPTY_DRAFT, Draft, Drafter
 

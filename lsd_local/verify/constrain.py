@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import GrammarError
-from .jit import choose
-from .verify._rows import row_argmax, row_top, row_top_reference
+from ..errors import GrammarError
+from ..jit import choose
+from ._rows import row_argmax, row_top, row_top_reference
 
 FIRST_CANDIDATES = 16  # one pass over the row finds these (argpartition costs ~1 ms on 151k)
 CANDIDATES = 256  # best-first checks before falling back to a full mask

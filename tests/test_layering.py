@@ -1,0 +1,84 @@
+"""The layering the design notes promise, read from the import statements: verify/ imports
+nothing above it and never the backend; drafters never import llama_cpp or the backend; the
+backend knows nothing above it; the library never imports the command line."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "lsd_local"
+LEAVES = {"lsd_local.config", "lsd_local.errors", "lsd_local.jit"}  # import nothing of lsd's
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module `path` imports, relative imports resolved, in functions too."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            base = base[:len(base) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            found.add(module)
+            found |= {f"{module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def lsd_imports(folder: str) -> dict[str, set[str]]:
+    root = PACKAGE / folder if folder else PACKAGE
+    return {module_name(p): {m for m in imports(p) if m.split(".")[0] in ("lsd_local",
+                                                                         "llama_cpp")}
+            for p in sorted(root.rglob("*.py"))}
+
+
+def within(module: str, allowed: tuple[str, ...]) -> bool:
+    return any(module == a or module.startswith(a + ".") for a in allowed)
+
+
+@pytest.mark.parametrize("folder,allowed", [
+    ("verify", ("lsd_local.verify",) + tuple(LEAVES)),
+    ("backend", ("lsd_local.backend", "llama_cpp") + tuple(LEAVES)),
+])
+def test_lower_layers_import_nothing_above_them(folder, allowed):
+    bad = {mod: sorted(m for m in found if not within(m, allowed))
+           for mod, found in lsd_imports(folder).items()}
+    assert not {mod: ms for mod, ms in bad.items() if ms}
+
+
+def test_drafters_use_only_the_verifiers_and_the_estimators():
+    """Never llama_cpp or the backend (the draft model is a Model handed in), never the loop,
+    the engine or anything above."""
+    allowed = ("lsd_local.drafters", "lsd_local.verify", "lsd_local.estimators") + tuple(LEAVES)
+    for mod, found in lsd_imports("drafters").items():
+        assert not [m for m in found if not within(m, allowed)], mod
+
+
+def test_leaves_import_no_other_lsd_module():
+    for leaf in LEAVES:
+        path = PACKAGE / (leaf.split(".")[-1] + ".py")
+        found = {m for m in imports(path) if m.startswith("lsd_local")}
+        assert found <= {"lsd_local.errors", "lsd_local.errors.ParameterError",
+                         "lsd_local.errors.check"}, leaf
+
+
+def test_the_library_never_imports_the_command_line():
+    for mod, found in lsd_imports("").items():
+        if not within(mod, ("lsd_local.cli", "lsd_local.__main__")):
+            assert not [m for m in found if within(m, ("lsd_local.cli",))], mod
+
+
+def test_the_import_reader_resolves_relative_imports():
+    """So that the tests above see what a module really imports (and can fail)."""
+    assert "lsd_local.verify._rows.row_argmax" in imports(PACKAGE / "verify" / "strict.py")
+    assert "lsd_local.jit.kernels_ready" in imports(PACKAGE / "verify" / "__init__.py")
