@@ -74,7 +74,7 @@ def load_registry() -> dict[str, ModelSpec]:
     return specs
 
 
-def lookup(name: str, registry: dict[str, ModelSpec]) -> ModelSpec:
+def find_spec(name: str, registry: dict[str, ModelSpec]) -> ModelSpec:
     """The entry for `name`, or an LsdError suggesting close names."""
     if name in registry:
         return registry[name]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from .embedded import DEMO_INSTALL, DEMO_NAME, embedded_model
 from .errors import LsdError
-from .registry import ModelSpec, is_hub_name, is_path, load_registry, lookup
+from .registry import ModelSpec, find_spec, is_hub_name, is_path, load_registry
 
 # Used when no model is named and it is already downloaded; else the embedded demo model.
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
@@ -33,7 +33,7 @@ def resolve_one(arg: str, registry: dict[str, ModelSpec],
                        "or use a name from `lsd models`")
     if is_path(arg):
         return Path(arg).expanduser(), None
-    spec = lookup(arg, registry)
+    spec = find_spec(arg, registry)
     return _fetch(spec, notify), spec
 
 

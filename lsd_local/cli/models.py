@@ -10,11 +10,11 @@ import click
 def pull(name: str) -> None:
     """Download registry model NAME (and its default draft) into the Hugging Face cache."""
     from ..hub import download
-    from ..registry import load_registry, lookup
+    from ..registry import find_spec, load_registry
 
     registry = load_registry()
-    spec = lookup(name, registry)
-    specs = [spec] + ([lookup(spec.draft, registry)] if spec.draft else [])
+    spec = find_spec(name, registry)
+    specs = [spec] + ([find_spec(spec.draft, registry)] if spec.draft else [])
     for item in specs:
         click.echo(f"pulling {item.name}: {item.file} from {item.repo}", err=True)
         click.echo(download(item))

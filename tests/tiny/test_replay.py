@@ -111,7 +111,7 @@ def load_script():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "replay_auto.py"
+    path = Path(__file__).resolve().parents[2] / "bench" / "replay_auto.py"
     spec = importlib.util.spec_from_file_location("replay_auto", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

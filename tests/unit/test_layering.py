@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "lsd_local"
+PACKAGE = Path(__file__).resolve().parents[2] / "lsd_local"
 LEAVES = {"lsd_local.config", "lsd_local.errors", "lsd_local.jit"}  # import nothing of lsd's
 
 

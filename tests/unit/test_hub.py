@@ -8,7 +8,7 @@ import pytest
 
 from lsd_local.errors import LsdError
 from lsd_local.hub import verify
-from lsd_local.registry import ModelSpec, _read, lookup
+from lsd_local.registry import ModelSpec, _read, find_spec
 
 
 def test_sha256_mismatch_deletes_the_file(tmp_path):
@@ -42,4 +42,4 @@ def test_shipped_registry_parses_and_drafts_exist():
     assert {"qwen2.5-coder-1.5b", "qwen2.5-coder-32b", "llama3.1-8b", "gemma3-4b"} <= set(registry)
     for spec in registry.values():
         if spec.draft:
-            assert lookup(spec.draft, registry).name == spec.draft
+            assert find_spec(spec.draft, registry).name == spec.draft
