@@ -15,6 +15,7 @@ from .errors import ParameterError, check
 
 # --- context and answer length -----------------------------------------------------------
 N_CTX = 4096  # context size when neither the user nor the registry gives one
+N_BATCH = 512  # tokens per llama_decode call (at least K + 1: a whole block in one pass)
 MAX_TOKENS = 256  # tokens per answer: the library and `lsd bench`
 CLI_MAX_TOKENS = 512  # tokens per answer: `lsd run` / `lsd chat`
 
@@ -50,7 +51,11 @@ MIN_NGRAM = 6  # prompt lookup: shortest n-gram matched
 
 
 class _Settings:
-    """Frozen settings that validate themselves; `with_changes` derives new ones."""
+    """Frozen settings that validate themselves when made (ParameterError names the bad
+    field); `with_changes` derives new ones."""
+
+    def __post_init__(self) -> None:
+        self.validate()
 
     def validate(self) -> None:
         raise NotImplementedError
@@ -60,9 +65,7 @@ class _Settings:
         unknown = set(changes) - {f.name for f in fields(self)}  # type: ignore[arg-type]
         if unknown:
             raise ParameterError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-        new = replace(self, **changes)
-        new.validate()
-        return new
+        return replace(self, **changes)  # validated by __post_init__
 
 
 @dataclass(frozen=True)
@@ -89,8 +92,7 @@ def sampler_settings(temperature: float = TEMPERATURE, top_k: int = TOP_K,
     """Validated sampler settings; None means greedy (temperature 0)."""
     check(math.isfinite(temperature) and temperature >= 0, "temperature",
           f"{temperature} (must be >= 0; 0 = greedy)")
-    settings = SamplerSettings(temperature or 1.0, top_k, top_p, min_p)
-    settings.validate()  # the other fields are checked for greedy requests too
+    settings = SamplerSettings(temperature or 1.0, top_k, top_p, min_p)  # checks the rest
     return None if temperature == 0 else settings
 
 

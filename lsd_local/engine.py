@@ -16,6 +16,7 @@ from .config import (
     MAX_TOKENS,
     MIN_NGRAM,
     MIN_P,
+    N_BATCH,
     N_CTX,
     P_MIN,
     TEMPERATURE,
@@ -51,12 +52,13 @@ class Generation:
         self._n_prompt = n_prompt
 
     def __iter__(self) -> Iterator[RoundEvent]:
-        # a wrapper that dies with the consumer's loop: a loop left early (break, Ctrl-C)
-        # closes it, and closing it ends the request (Engine._request's finally) at once
+        """The rounds. Leaving the loop early (break, an exception, Ctrl-C) ends the request
+        for good: this wrapper dies with the loop, and closing it closes the request, which
+        frees the engine at once. Iterating again then yields nothing more."""
         yield from self._rounds
 
     def close(self) -> None:
-        """End the request now (what a consumer that stops iterating does implicitly)."""
+        """End the request now, for good (what leaving the loop early does implicitly)."""
         self._rounds.close()
 
     def run(self) -> Generation:
@@ -128,7 +130,7 @@ class Engine:
         rcfg = RuleConfig().with_changes(rule=rule, **rule_params)
         if drafter in ("model", "multilevel") and draft is None:
             raise ParameterError(f"invalid drafter: {drafter!r} needs a draft model (draft=...)")
-        n_batch = max(512, dcfg.k_value + 1)
+        n_batch = max(N_BATCH, dcfg.k_value + 1)
         opts = LoadOptions(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
                            n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, split_mode=split_mode,
                            tensor_split=tuple(tensor_split) if tensor_split else None,
@@ -251,9 +253,9 @@ class Engine:
         record which tokens their caches hold (backend.Model.cached_tokens), and the next
         request's prefill keeps the longest common prefix and drops the rest, so a request cut
         mid-round leaves nothing to repair."""
-        self._busy = True
-        process_warmup().request_started()
         try:
+            self._busy = True
+            process_warmup().request_started()
             if self._drafter is not None:
                 self._drafter.begin()
             t0 = perf_counter()
@@ -269,10 +271,12 @@ class Engine:
                 yield event
         finally:
             stats.regret_spent = verifier.regret_spent
-            if request.grammar is not None:
-                request.grammar.close()
             self._busy = False
-            process_warmup().request_ended()
+            try:
+                if request.grammar is not None:
+                    request.grammar.close()
+            finally:
+                process_warmup().request_ended()
 
     def _prefill(self, prompt_ids: list[int], history: TokenBuffer) -> int:
         """Evaluate all but the last prompt token, reusing the cached common prefix; return

@@ -21,7 +21,7 @@ def kernels_loaded() -> None:
     """Every test in this process runs on the numba kernels: a test that compares a kernel
     with its numpy reference must not meet the reference on both sides (an Engine would
     otherwise switch this process to the references while the kernels warm up). The
-    references serve requests only on a cold cache, which tests/test_warmup.py checks in
+    references serve requests only on a cold cache, which tests/tiny/test_warmup.py checks in
     fresh processes."""
     from lsd_local.warmup import load_kernels_now
 

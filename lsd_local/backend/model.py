@@ -22,7 +22,7 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from ..config import N_CTX
+from ..config import N_BATCH, N_CTX
 from ..errors import (
     ContextOverflowError,
     IncompatibleModelsError,
@@ -87,7 +87,7 @@ class LoadOptions:
     """How to load one model: context, threads and GPU placement."""
 
     n_ctx: int = N_CTX
-    n_batch: int = 512
+    n_batch: int = N_BATCH
     n_threads: int | None = None  # None: physical cores
     n_gpu_layers: int = 0
     main_gpu: int = 0

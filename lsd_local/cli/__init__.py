@@ -10,10 +10,11 @@ import click
 
 from .. import __version__
 from ..errors import LsdError, ParameterError
-from .bench import bench
-from .chat import chat
+from .bench import bench as bench_command
+from .chat import chat as chat_command
 from .models import list_models, pull
-from .run import run, split_run_args
+from .run import run as run_command
+from .run import split_run_args
 
 __all__ = ["cli", "main", "split_run_args"]
 
@@ -42,7 +43,8 @@ def cli() -> None:
     """
 
 
-for _command in (run, chat, pull, list_models, bench):
+# imported under other names: lsd_local.cli.run, .chat and .bench stay the modules
+for _command in (run_command, chat_command, pull, list_models, bench_command):
     cli.add_command(_command)
 
 

@@ -9,7 +9,7 @@ import click
 
 from ..bench.prompts import BUILTIN_SETS, SPLITS
 from ..bench.tune import tune_grid
-from ..config import N_CTX
+from ..config import MAX_TOKENS, N_CTX
 from ..errors import ParameterError
 from .options import notify
 
@@ -37,7 +37,7 @@ LLAMA_CPP_COMMANDS = {
               help="Which prompts of each set (--tune always uses dev).")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
               help="First N prompts of each set.")
-@click.option("--max-tokens", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=MAX_TOKENS, show_default=True)
 @click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs per prompt and configuration (the speedup spread is over them).")
 @click.option("--configs", default=None, metavar="C1,C2,...",

@@ -1,4 +1,4 @@
-"""Options shared by `lsd run`, `lsd chat` and `lsd serve`, and the helpers that turn them
+"""Options shared by `lsd run` and `lsd chat`, and the helpers that turn them
 into an Engine."""
 
 from __future__ import annotations

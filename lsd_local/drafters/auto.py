@@ -14,14 +14,13 @@ from ..estimators import AcceptanceModel, CostModel, best_k
 from .base import EMPTY_DRAFT, Draft, Drafter
 from .lookup import LookupDrafter
 
-# Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram (12 tokens)
-# means a passage is being copied: on the bench sets (Qwen2.5-Coder answers) such proposals
-# were right for their first 8+ tokens 83-92 % of the time on the code sets (chat and
-# summaries rarely make one), shorter matches 8-91 % depending on the workload. The two are
-# learned apart, from these beliefs: a long match is drafted whole from the first round
-# (copying a function signature pays at once), a short one only once it has shown to be right.
-# Chosen by replaying recorded answers (bench/replay_auto.py) on the dev and test splits; their
-# scoring is free, so a wrong belief is corrected within a few proposals.
+# Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
+# passage is being copied, and such proposals are mostly right where shorter matches depend on
+# the workload (measured shares: README, "Cost-aware speculation"), so the two are learned
+# apart, from these beliefs: a long match is drafted whole from the first round (copying a
+# function signature pays at once), a short one only once it has shown to be right. Chosen by
+# replaying recorded answers (bench/replay_auto.py) on the dev and test splits; their scoring
+# is free, so a wrong belief is corrected within a few proposals.
 LOOKUP_PRIOR = 0.5
 LONG_LOOKUP_PRIOR = 0.98
 LONG_MATCH = 12  # n-gram length from which a match counts as a copy (with any max_ngram)
@@ -51,7 +50,8 @@ class AutoDrafter(Drafter):
 
     name = "auto"
 
-    def __init__(self, lookup: LookupDrafter | None, model: Drafter | None = None,
+    def __init__(self, lookup: LookupDrafter | None,
+                 model: Drafter | None = None,  # Model-, MultiLevel- or CrossVocabDrafter
                  fixed_k: int | None = None,
                  explore_every: int = EXPLORE_EVERY, clock=perf_counter,
                  lookup_prior: float = LOOKUP_PRIOR,
@@ -106,6 +106,9 @@ class AutoDrafter(Drafter):
         self.cost.observe(n_drafted + 1, verify_seconds)
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
             self.acceptance["model"].update(n_drafted, n_accept)
+        used = {"lookup": self.lookup, "model": self.model}.get(self._used_source)
+        if used is not None:  # the drafter whose tokens were verified hears the verdict
+            used.accept(n_drafted, n_accept, verify_seconds)
 
     def _lookup_key(self) -> str:
         """Which acceptance model describes the lookup proposal just made."""
@@ -201,6 +204,9 @@ class AutoDrafter(Drafter):
     def begin(self) -> None:
         """A new generation starts: a pending lookup proposal belongs to the old one."""
         self._shadows.clear()
+        for drafter in (self.lookup, self.model):
+            if drafter is not None:
+                drafter.begin()
 
     def reset(self) -> None:
         """A new conversation: keep what was learned about costs and acceptance."""

@@ -63,8 +63,6 @@ def lookup_any(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int,
     return len(found), size
 
 
-
-
 class LookupDrafter(Drafter):
     """Drafts from the context itself; no model, no probabilities (p_d is one-hot)."""
 

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..config import SamplerSettings
+from ..config import FLY_ENTROPY_TOP_K, SamplerSettings
 from ..jit import kernels_ready
 from ._rows import row_argmax, row_entropy, row_entropy_reference
 
@@ -75,7 +75,8 @@ def accept_tests(target_probs: np.ndarray, draft: np.ndarray, draft_probs: np.nd
 
 def speculative_sample(logits: np.ndarray, draft: np.ndarray, draft_probs: np.ndarray | None,
                        settings: SamplerSettings, rng: np.random.Generator, *,
-                       theta: float = np.inf, window: int = 1, entropy_top_k: int = 3,
+                       theta: float = np.inf, window: int = 1,
+                       entropy_top_k: int = FLY_ENTROPY_TOP_K,
                        normalized: bool = False) -> tuple[int, int, np.ndarray]:
     """logits float32[K+1, V], draft int32[K], draft_probs float64[K, V] or None.
     Returns (n_accept, next_token, loose uint8[K]); theta < inf turns FLy deferral on.

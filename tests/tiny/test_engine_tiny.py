@@ -193,3 +193,17 @@ def test_prefill_longer_than_a_batch_is_chunked(tiny_pair):
             model.close()
     np.testing.assert_allclose(rows[0], rows[1], rtol=1e-2, atol=1e-2)
     assert rows[0].shape == (2, 279)
+
+
+def test_closing_a_generation_ends_the_request_and_frees_the_engine(plain):
+    gen = plain.generate("the cat is", max_tokens=50)
+    first = next(iter(gen))
+    assert first.tokens
+    gen.close()
+    assert list(gen) == []  # ended for good
+    again = plain.generate("the cat is", max_tokens=5).run()  # not "already generating"
+    assert again.finish_reason == "length" and len(again.tokens) == 5
+    broken = plain.generate("the cat is", max_tokens=50)
+    for _ in broken:
+        break  # leaving the loop early ends the request too
+    assert plain.generate("a b", max_tokens=3).run().tokens

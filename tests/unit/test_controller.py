@@ -1,4 +1,4 @@
-"""The cost-aware controller: online cost and acceptance models, and the auto drafter driven
+"""The cost-aware auto drafter and its estimators (online cost and acceptance models), driven
 by a simulated machine whose costs and acceptance are scripted (no llama.cpp)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lsd_local.drafters.auto import MODEL_CAP, AutoDrafter
-from lsd_local.drafters.base import Draft
+from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.estimators import AcceptanceModel, CostModel, best_k
 
 # --- the models ----------------------------------------------------------------------------
@@ -96,7 +96,7 @@ class World:
         return tokens
 
 
-class FakeLookup:
+class FakeLookup(Drafter):
     last_match = 6  # LookupDrafter's: the n-gram behind the proposal (a short match here)
 
     def __init__(self, world):
@@ -106,7 +106,7 @@ class FakeLookup:
         return Draft(self.world.proposal("lookup", len(history), k))
 
 
-class FakeModel:
+class FakeModel(Drafter):
     def __init__(self, world):
         self.world = world
         self.n_forward = 0
@@ -230,7 +230,7 @@ def test_shadow_proposals_teach_lookup_acceptance_without_verifying():
     assert drafter.acceptance["lookup"].probabilities()[0] > 0.9
 
 
-class FakeMatchLookup:
+class FakeMatchLookup(Drafter):
     """Lookup whose proposals come from a 12-gram match (right with p_long per position) or a
     shorter one (p_short), at random; says which through last_match like LookupDrafter."""
 
@@ -267,7 +267,7 @@ def test_long_and_short_matches_are_learned_apart():
     assert np.mean(ks[12]) > 8 and np.mean(ks[6]) < 1  # copy long passages, skip the rest
 
 
-class ScriptedLookup:
+class ScriptedLookup(Drafter):
     """Returns scripted (tokens, n-gram) proposals in order, then nothing."""
 
     def __init__(self, proposals):
