@@ -10,15 +10,11 @@ from ..conversation import ChatSession
 from ..errors import LsdError
 from ..stats import Origin
 from .options import (
-    ENGINE_OPTIONS,
-    MODEL_OPTION,
-    SAMPLING_OPTIONS,
-    SHOW_DRAFTS_OPTION,
     check_grammar_source,
     generation_kwargs,
+    generation_options,
     load_engine,
     use_colour,
-    with_options,
 )
 
 COLOURS = {Origin.DRAFT_EXACT: "green", Origin.DRAFT_LOOSE: "yellow", Origin.TARGET: None}
@@ -123,9 +119,7 @@ def run_chat(session: ChatSession, show_drafts: bool) -> None:
 
 @click.command()
 @click.argument("model", required=False)
-@MODEL_OPTION
-@with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
-@SHOW_DRAFTS_OPTION
+@generation_options
 def chat(model: str | None, model_option: str | None, **opts) -> None:
     """Chat with MODEL in the terminal (/help lists the commands). Without MODEL: the default
     model if downloaded, else the embedded demo model (lsd-local[demo])."""

@@ -212,3 +212,10 @@ SHOW_DRAFTS_OPTION = click.option(
 def use_colour() -> bool:
     """Colours only on a terminal and when NO_COLOR is unset."""
     return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def generation_options(func):
+    """The options every command that loads models and answers takes (run, chat): the model,
+    the engine's, the sampler's and --show-drafts."""
+    return with_options([MODEL_OPTION] + ENGINE_OPTIONS + SAMPLING_OPTIONS
+                        + [SHOW_DRAFTS_OPTION])(func)

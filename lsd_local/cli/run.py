@@ -9,24 +9,18 @@ import click
 
 from .chat import render_spans, start_chat
 from .options import (
-    ENGINE_OPTIONS,
-    MODEL_OPTION,
-    SAMPLING_OPTIONS,
-    SHOW_DRAFTS_OPTION,
     check_grammar_source,
     generation_kwargs,
+    generation_options,
     load_engine,
     use_colour,
-    with_options,
 )
 
 
 @click.command()
 @click.argument("args", nargs=-1, metavar="[MODEL] [PROMPT]")
-@MODEL_OPTION
-@with_options(ENGINE_OPTIONS + SAMPLING_OPTIONS)
+@generation_options
 @click.option("--raw", is_flag=True, help="Send PROMPT as is, without the chat template.")
-@SHOW_DRAFTS_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with stats.")
 def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
     """Answer PROMPT (or standard input) once and exit.

@@ -29,29 +29,20 @@ class Terminal:
 
     def read_until(self, marker: bytes, timeout: float = 60.0, since: int = 0) -> bytes:
         """Read until `marker` appears after offset `since` of the output."""
-        deadline = time.monotonic() + timeout
-        while marker not in self.output[since:]:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"{marker!r} not seen in {self.output[-500:]!r}")
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if ready:
-                try:
-                    chunk = os.read(self.fd, 4096)
-                except OSError:  # the child closed the terminal
-                    chunk = b""
-                if not chunk:
-                    raise AssertionError(f"exited before {marker!r}: {self.output[-500:]!r}")
-                self.output += chunk
-        return self.output
+        return self._read_while(lambda: marker not in self.output[since:], timeout,
+                                f"{marker!r}")
 
     def read_bytes(self, n: int, since: int, timeout: float = 120.0) -> bytes:
         """Read until at least n bytes arrived after offset `since`."""
+        return self._read_while(lambda: len(self.output) - since < n, timeout, f"{n} bytes")
+
+    def _read_while(self, waiting, timeout: float, what: str) -> bytes:
+        """Read the terminal while `waiting()` holds; fail at the deadline or at its end."""
         deadline = time.monotonic() + timeout
-        while len(self.output) - since < n:
+        while waiting():
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"only {len(self.output) - since} bytes arrived")
+                raise AssertionError(f"{what} not seen in {self.output[-500:]!r}")
             ready, _, _ = select.select([self.fd], [], [], left)
             if ready:
                 try:
@@ -59,7 +50,7 @@ class Terminal:
                 except OSError:  # the child closed the terminal
                     chunk = b""
                 if not chunk:
-                    raise AssertionError(f"exited early: {self.output[-500:]!r}")
+                    raise AssertionError(f"exited before {what}: {self.output[-500:]!r}")
                 self.output += chunk
         return self.output
 
