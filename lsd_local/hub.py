@@ -6,6 +6,9 @@ import hashlib
 import os
 import re
 import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,18 +117,18 @@ def _check_space(folder: Path, needed: int, where: str) -> None:
 
 def _fetch(url: str, partial: Path, size: int | None, where: str) -> None:
     """Append the rest of the file to `partial` (HTTP Range from its current size)."""
-    import urllib.error
-    import urllib.request
-
     from huggingface_hub.utils import build_hf_headers
 
     start = partial.stat().st_size if partial.exists() else 0
-    headers = {**build_hf_headers(), "Accept-Encoding": "identity"}
+    headers = {"Accept-Encoding": "identity"}
+    if same_origin(url, _endpoint()):  # the token is the Hub's business, not a CDN's
+        headers.update(build_hf_headers())
     if start:
         headers["Range"] = f"bytes={start}-"
     request = urllib.request.Request(url, headers=headers)
+    opener = urllib.request.build_opener(_TokenStaysHome)
     try:
-        response = urllib.request.urlopen(request, timeout=60)
+        response = opener.open(request, timeout=60)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and size is not None and start == size:
             return  # already complete
@@ -137,6 +140,23 @@ def _fetch(url: str, partial: Path, size: int | None, where: str) -> None:
             while chunk := response.read1(CHUNK):  # what has arrived, not a full MiB
                 out.write(chunk)
                 bar.update(len(chunk))
+
+
+def same_origin(url: str, other: str) -> bool:
+    """Same scheme, host and port (where a credential may go)."""
+    a, b = urllib.parse.urlsplit(url), urllib.parse.urlsplit(other)
+    return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+
+
+class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
+    """Follows redirects like urllib, but drops Authorization when one leaves the origin
+    (the Hub sends LFS downloads to a CDN with a signed URL), as huggingface_hub does."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        new = super().redirect_request(req, fp, code, msg, headers, newurl)
+        if new is not None and not same_origin(newurl, req.full_url):
+            new.remove_header("Authorization")
+        return new
 
 
 def _progress(where: str, total: int | None, done: int):

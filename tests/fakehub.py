@@ -18,20 +18,26 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 class FakeHub:
     """files: {"org/name/file.gguf": bytes}."""
 
-    def __init__(self, files: dict[str, bytes]) -> None:
+    def __init__(self, files: dict[str, bytes], host: str = "127.0.0.1") -> None:
         self.files = files
+        # base URL of another server (a CDN): HEAD answers 302 there with the Hub's X-Linked-*
+        # headers, as the Hub does for LFS files; with redirect_gets_only, only GETs do
+        self.redirect_to: str | None = None
+        self.redirect_gets_only = False
+        self.auth: list[tuple[str, str | None]] = []  # (method, Authorization header)
         self.drop_after: int | None = None  # first GET: close after this many body bytes
         self.ignore_range = False
         self.delay = 0.0  # seconds between 64 KiB chunks
         self.hook: tuple[int, object] | None = None  # (bytes, callable): run once when sent
         self.hold = threading.Event()  # after the hook: send nothing more until it is set
         self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server = ThreadingHTTPServer((host, 0), self._handler())
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
 
     def __enter__(self) -> FakeHub:
         self.thread.start()
@@ -73,19 +79,34 @@ class FakeHub:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
+            def _redirect(self, data: bytes) -> None:
+                self.send_response(302)
+                self.send_header("Location", hub.redirect_to + self.path)
+                self.send_header("X-Repo-Commit", COMMIT)
+                self.send_header("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"')
+                self.send_header("X-Linked-Size", str(len(data)))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
             def do_HEAD(self) -> None:
                 hub.requests.append(("HEAD", self.path, None))
+                hub.auth.append(("HEAD", self.headers.get("Authorization")))
                 data = self._file()
                 if data is None:
                     return self._missing()
+                if hub.redirect_to and not hub.redirect_gets_only:
+                    return self._redirect(data)
                 self._headers(data, 200, len(data))
 
             def do_GET(self) -> None:
                 wanted = self.headers.get("Range")
                 hub.requests.append(("GET", self.path, wanted))
+                hub.auth.append(("GET", self.headers.get("Authorization")))
                 data = self._file()
                 if data is None:
                     return self._missing()
+                if hub.redirect_to:
+                    return self._redirect(data)
                 start = 0
                 if wanted and not hub.ignore_range:
                     start = int(re.fullmatch(r"bytes=(\d+)-", wanted)[1])

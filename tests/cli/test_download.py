@@ -152,3 +152,17 @@ def test_offline_and_unreachable_hub_are_one_line_errors(fake_hub, monkeypatch):
 def test_unknown_file_is_named(fake_hub):
     with pytest.raises(LsdError, match="nothing.gguf not found in lsd-test/tiny-GGUF"):
         hub.download(ModelSpec("x", REPO, "nothing.gguf"))
+
+
+@pytest.mark.parametrize("gets_only", [False, True])
+def test_the_token_never_leaves_the_hub_host(fake_hub, monkeypatch, gets_only):
+    """The Hub redirects LFS downloads to a CDN with a signed URL: the user's token goes to
+    the Hub only (as huggingface_hub does), whether the redirect comes with the metadata
+    (HEAD) or with the download itself (GET)."""
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_token")
+    with FakeHub({f"{REPO}/{FILE}": DATA}, host="127.0.0.2") as cdn:
+        fake_hub.redirect_to, fake_hub.redirect_gets_only = cdn.endpoint, gets_only
+        path = hub.download(spec(hashlib.sha256(DATA).hexdigest()))
+    assert path.read_bytes() == DATA
+    assert ("HEAD", "Bearer hf_secret_token") in fake_hub.auth  # the Hub got the token
+    assert cdn.auth and all(token is None for _, token in cdn.auth), cdn.auth
