@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SHIPPED = ("pyproject.toml", "README.md", "models.toml", "lsd_local", "grammars", "bench")
+SHIPPED = ("pyproject.toml", "README.md", "LICENSE", "models.toml", "lsd_local", "grammars",
+           "bench")
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,16 @@ def run_there(target: Path, *args: str) -> subprocess.CompletedProcess:
            "HF_HUB_OFFLINE": "1", "XDG_CONFIG_HOME": str(target.parent / "config")}
     return subprocess.run([sys.executable, *args], cwd=target.parent, env=env,
                           capture_output=True, text=True, timeout=300)
+
+
+def test_wheel_metadata_license_version_and_types(target_install):
+    import lsd_local
+
+    [info] = target_install.glob("lsd_local-*.dist-info")
+    metadata = (info / "METADATA").read_text()
+    assert f"\nVersion: {lsd_local.__version__}\n" in metadata  # one source for the version
+    assert "\nLicense-Expression: MIT\n" in metadata
+    assert list(info.rglob("LICENSE")) and (target_install / "lsd_local" / "py.typed").exists()
 
 
 def test_wheel_ships_registry_grammars_and_prompt_sets(target_install, tiny_pair):
