@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 import shutil
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import replace
 from pathlib import Path
+
+from filelock import FileLock
 
 from .errors import LsdError
 from .registry import ModelSpec
@@ -61,6 +65,17 @@ def verify(spec: ModelSpec, path: Path) -> None:
 
 PARTIAL_SUFFIX = ".lsd-partial"  # next to the blob; kept on failure so the next run resumes
 CHUNK = 1 << 20
+RETRIES = 4  # resumed attempts after a dropped connection, within one run
+RETRY_PAUSE_S = 1.0  # before the first retry; doubled for each next one
+
+
+def download_timeout() -> float:
+    """Seconds a connection may stay silent: HF_HUB_DOWNLOAD_TIMEOUT (huggingface_hub's own
+    variable), else 60."""
+    try:
+        return float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT", "60"))
+    except ValueError:
+        return 60.0
 
 
 def _endpoint() -> str:
@@ -128,7 +143,7 @@ def _fetch(url: str, partial: Path, size: int | None, where: str) -> None:
     request = urllib.request.Request(url, headers=headers)
     opener = urllib.request.build_opener(_TokenStaysHome)
     try:
-        response = opener.open(request, timeout=60)
+        response = opener.open(request, timeout=download_timeout())
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and size is not None and start == size:
             return  # already complete
@@ -184,7 +199,8 @@ def _install(spec: ModelSpec, folder: Path, meta, blob: Path) -> Path:
 
 def download(spec: ModelSpec) -> Path:
     """Fetch spec.file from spec.repo into the Hub cache; resumes a partial download left by
-    an interrupted run (Ctrl-C, lost connection, full disk) and checks size and sha256."""
+    an interrupted run (Ctrl-C, lost connection, full disk), retries a dropped connection
+    within the run, and checks size and sha256."""
     where = f"{spec.file} from {spec.repo}"
     found = cached_file(spec)
     if offline() or found is not None:
@@ -197,32 +213,53 @@ def download(spec: ModelSpec) -> Path:
     (folder / "blobs").mkdir(parents=True, exist_ok=True)
     blob = folder / "blobs" / meta.etag
     partial = blob.with_name(blob.name + PARTIAL_SUFFIX)
-    if not blob.exists():
-        have = partial.stat().st_size if partial.exists() else 0
-        if meta.size is not None:
-            _check_space(folder / "blobs", meta.size - have, where)
-        try:
-            _fetch(meta.location, partial, meta.size, where)
-        except OSError as exc:  # URLError, reset connections, write errors (disk full)
-            kept = partial.stat().st_size if partial.exists() else 0
-            raise LsdError(f"download of {where} failed: {exc.strerror or exc}; "
-                           f"{kept / 2**20:.0f} MiB kept, the same command resumes") from None
-        except Exception as exc:  # noqa: BLE001 - http.client's IncompleteRead and friends
-            kept = partial.stat().st_size if partial.exists() else 0
-            raise LsdError(f"download of {where} interrupted: {_short(exc)}; "
-                           f"{kept / 2**20:.0f} MiB kept, the same command resumes") from None
-        got = partial.stat().st_size
-        if meta.size is not None and got < meta.size:  # the connection ended early
-            raise LsdError(f"download of {where} interrupted at {got / 2**20:.1f} of "
-                           f"{meta.size / 2**20:.1f} MiB (connection closed); "
-                           f"{got / 2**20:.0f} MiB kept, the same command resumes")
-        if meta.size is not None and got > meta.size:
-            partial.unlink()
-            raise LsdError(f"download of {where} has {got} bytes, the Hub says {meta.size}; "
-                           "the partial file was deleted, run the same command again")
-        os.replace(partial, blob)
+    # one writer per blob: a second `lsd pull` of the same file waits here, then finds the
+    # blob complete, instead of appending to the same bytes. huggingface_hub's own lock file
+    # for this blob, so that `hf download` and lsd take turns too.
+    lock = folder.parent / ".locks" / folder.name / f"{meta.etag}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(lock)):
+        if not blob.exists():
+            _fetch_blob(meta, folder, partial, where)
+            os.replace(partial, blob)
     path = _install(spec, folder, meta, blob)
     # The Hub's etag of an LFS file is its sha256: check it when the registry gives none.
     lfs_sha = meta.etag if re.fullmatch(r"[0-9a-f]{64}", meta.etag) else None
     verify(replace(spec, sha256=spec.sha256 or lfs_sha), path)
     return path
+
+
+def _fetch_blob(meta, folder: Path, partial: Path, where: str) -> None:
+    """Bring `partial` to the Hub's size: a dropped connection is resumed (HTTP Range) up to
+    RETRIES times with a growing pause; then an LsdError says what was kept."""
+    for attempt in range(RETRIES + 1):
+        have = partial.stat().st_size if partial.exists() else 0
+        if meta.size is not None:
+            _check_space(folder / "blobs", meta.size - have, where)
+        try:
+            _fetch(meta.location, partial, meta.size, where)
+            failure = None
+        except OSError as exc:  # URLError, reset connections, write errors (disk full)
+            failure, retry = f"failed: {exc.strerror or exc}", not _disk_error(exc)
+        except Exception as exc:  # noqa: BLE001 - http.client's IncompleteRead and friends
+            failure, retry = f"interrupted: {_short(exc)}", True
+        got = partial.stat().st_size if partial.exists() else 0
+        if failure is None and meta.size is not None and got < meta.size:
+            failure, retry = (f"interrupted at {got / 2**20:.1f} of {meta.size / 2**20:.1f} "
+                              "MiB (connection closed)"), True
+        if failure is None:
+            break
+        if not retry or attempt == RETRIES:
+            raise LsdError(f"download of {where} {failure}; {got / 2**20:.0f} MiB kept, the "
+                           "same command resumes")
+        time.sleep(RETRY_PAUSE_S * 2 ** attempt)
+    got = partial.stat().st_size
+    if meta.size is not None and got > meta.size:
+        partial.unlink()
+        raise LsdError(f"download of {where} has {got} bytes, the Hub says {meta.size}; "
+                       "the partial file was deleted, run the same command again")
+
+
+def _disk_error(exc: OSError) -> bool:
+    """A local write failure (full disk, read-only folder): retrying cannot help."""
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES)

@@ -25,7 +25,8 @@ class FakeHub:
         self.redirect_to: str | None = None
         self.redirect_gets_only = False
         self.auth: list[tuple[str, str | None]] = []  # (method, Authorization header)
-        self.drop_after: int | None = None  # first GET: close after this many body bytes
+        self.drop_after: int | None = None  # GETs: close after this many body bytes ...
+        self.drop_count = 1  # ... for this many GETs
         self.ignore_range = False
         self.delay = 0.0  # seconds between 64 KiB chunks
         self.hook: tuple[int, object] | None = None  # (bytes, callable): run once when sent
@@ -117,7 +118,9 @@ class FakeHub:
                     body = data
                     self._headers(data, 200, len(body))
                 limit = hub.drop_after if hub.drop_after is not None else len(body)
-                hub.drop_after = None
+                hub.drop_count -= 1
+                if hub.drop_count <= 0:
+                    hub.drop_after = None
                 sent = 0
                 while sent < min(limit, len(body)):
                     chunk = body[sent:min(sent + 65536, limit)]

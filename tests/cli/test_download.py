@@ -32,6 +32,7 @@ def fake_hub(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(hub, "RETRY_PAUSE_S", 0.0)  # retries without waiting
     with FakeHub({f"{REPO}/{FILE}": DATA}) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
         yield server
@@ -54,16 +55,61 @@ def test_download_lands_in_the_hub_cache_layout(fake_hub, tmp_path):
     assert hub.download(spec()) == path and len(fake_hub.requests) == n  # no network again
 
 
-def test_lost_connection_keeps_the_partial_file_and_the_next_run_resumes(fake_hub, tmp_path):
-    fake_hub.drop_after = 400_000
+def test_a_dropped_connection_is_resumed_within_the_run(fake_hub, tmp_path):
+    fake_hub.drop_after, fake_hub.drop_count = 400_000, 2
+    path = hub.download(spec(hashlib.sha256(DATA).hexdigest()))
+    assert path.read_bytes() == DATA and not partials(tmp_path)
+    assert fake_hub.gets() == [None, "bytes=400000-", "bytes=800000-"]
+
+
+def test_a_lost_connection_keeps_the_partial_file_and_the_next_run_resumes(fake_hub,
+                                                                           tmp_path):
+    fake_hub.drop_after, fake_hub.drop_count = 100_000, hub.RETRIES + 1  # every try fails
     with pytest.raises(LsdError, match="interrupted.*MiB kept, the same command resumes"):
         hub.download(spec())
     [partial] = partials(tmp_path)
-    assert partial.stat().st_size == 400_000
+    kept = (hub.RETRIES + 1) * 100_000
+    assert partial.stat().st_size == kept
     assert hub.cached_file(spec()) is None  # no half-written model where a model goes
     path = hub.download(spec(hashlib.sha256(DATA).hexdigest()))
     assert path.read_bytes() == DATA and not partials(tmp_path)
-    assert fake_hub.gets() == [None, "bytes=400000-"]
+    assert fake_hub.gets()[-1] == f"bytes={kept}-"
+
+
+def test_two_downloads_of_one_file_take_turns(fake_hub, tmp_path, monkeypatch):
+    """Two `lsd pull`s at once: the second waits for the first at the partial file's lock
+    and finds the blob complete (before, both appended to the same partial file and the
+    checksum then deleted it)."""
+    at_lock = threading.Event()
+    lock = hub.FileLock
+
+    def announced_lock(path):  # the second download is about to take the lock
+        if threading.current_thread().name == "second":
+            at_lock.set()
+        return lock(path)
+
+    monkeypatch.setattr(hub, "FileLock", announced_lock)
+    fake_hub.hook = (300_000, lambda: None)  # the first download stops mid-file ...
+    results: dict[str, Path] = {}
+    first = threading.Thread(target=lambda: results.update(a=hub.download(spec())))
+    second = threading.Thread(target=lambda: results.update(b=hub.download(spec())),
+                              name="second")
+    first.start()
+    wait_for(lambda: len(fake_hub.gets()) == 1)
+    second.start()
+    assert at_lock.wait(60)
+    fake_hub.hold.set()  # ... and goes on once the second one waits at the lock
+    first.join(60)
+    second.join(60)
+    assert results["a"] == results["b"] and results["a"].read_bytes() == DATA
+    assert fake_hub.gets() == [None]  # one download, not two appending to one file
+
+
+def wait_for(condition, limit: float = 60.0) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        time.sleep(0.01)  # polling a condition, not waiting a guessed time
 
 
 def test_ctrl_c_during_a_download_then_resume_through_lsd_pull(fake_hub, tmp_path, monkeypatch):
@@ -96,12 +142,10 @@ def test_ctrl_c_during_a_download_then_resume_through_lsd_pull(fake_hub, tmp_pat
 
 
 def test_server_ignoring_range_restarts_cleanly(fake_hub, tmp_path):
-    fake_hub.drop_after = 300_000
-    with pytest.raises(LsdError):
-        hub.download(spec())
-    fake_hub.ignore_range = True
+    fake_hub.drop_after, fake_hub.ignore_range = 300_000, True
     path = hub.download(spec())
     assert path.read_bytes() == DATA  # not 300 kB of it twice
+    assert fake_hub.gets() == [None, "bytes=300000-"]  # asked to resume, got it all again
 
 
 def test_checksum_mismatch_deletes_the_download(fake_hub, tmp_path):
