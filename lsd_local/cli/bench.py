@@ -11,7 +11,7 @@ from ..bench.prompts import BUILTIN_SETS, SPLITS
 from ..bench.tune import tune_grid
 from ..config import MAX_TOKENS, N_CTX
 from ..errors import ParameterError
-from .options import notify
+from .options import complete_model, notify
 
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
@@ -26,7 +26,7 @@ LLAMA_CPP_COMMANDS = {
 
 
 @click.command()
-@click.argument("model", required=False)
+@click.argument("model", required=False, shell_complete=complete_model)
 @click.option("--draft", default=None, metavar="MODEL|none",
               help="Draft model for the model/multilevel configurations. Default: the "
                    "registry's draft for MODEL when it is downloaded.")

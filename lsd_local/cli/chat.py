@@ -11,6 +11,7 @@ from ..errors import LsdError
 from ..stats import Origin
 from .options import (
     check_grammar_source,
+    complete_model,
     generation_kwargs,
     generation_options,
     load_engine,
@@ -118,7 +119,7 @@ def run_chat(session: ChatSession, show_drafts: bool) -> None:
 
 
 @click.command()
-@click.argument("model", required=False)
+@click.argument("model", required=False, shell_complete=complete_model)
 @generation_options
 def chat(model: str | None, model_option: str | None, **opts) -> None:
     """Chat with MODEL in the terminal (/help lists the commands). Without MODEL: the default

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import click
 
+from .options import complete_model
+
 
 @click.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_model)
 def pull(name: str) -> None:
     """Download registry model NAME (and its default draft) into the Hugging Face cache."""
     from ..hub import download

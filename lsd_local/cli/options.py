@@ -201,6 +201,7 @@ def notify(message: str) -> None:
 
 MODEL_OPTION = click.option(
     "-m", "--model", "model_option", default=None, metavar="MODEL",
+    shell_complete=lambda ctx, param, incomplete: complete_model(ctx, param, incomplete),
     help="The model: a name from `lsd models`, a Hub name or a .gguf path (scripts should use "
          "it: then no argument is ever taken for a model).")
 SHOW_DRAFTS_OPTION = click.option(
@@ -219,3 +220,17 @@ def generation_options(func):
     the engine's, the sampler's and --show-drafts."""
     return with_options([MODEL_OPTION] + ENGINE_OPTIONS + SAMPLING_OPTIONS
                         + [SHOW_DRAFTS_OPTION])(func)
+
+
+def complete_model(ctx, param, incomplete: str) -> list:
+    """Shell completion of MODEL: registry names, then files (the shell completes paths)."""
+    from click.shell_completion import CompletionItem
+
+    from ..registry import load_registry
+
+    try:
+        names = sorted(load_registry())
+    except Exception:  # noqa: BLE001 - a broken user registry must not break completion
+        names = []
+    return ([CompletionItem(name) for name in names if name.startswith(incomplete)]
+            + [CompletionItem(incomplete, type="file")])

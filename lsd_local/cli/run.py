@@ -10,6 +10,7 @@ import click
 from .chat import render_spans, start_chat
 from .options import (
     check_grammar_source,
+    complete_model,
     generation_kwargs,
     generation_options,
     load_engine,
@@ -18,7 +19,9 @@ from .options import (
 
 
 @click.command()
-@click.argument("args", nargs=-1, metavar="[MODEL] [PROMPT]")
+@click.argument("args", nargs=-1, metavar="[MODEL] [PROMPT]",
+                shell_complete=lambda ctx, param, incomplete: [] if ctx.params.get("args")
+                else complete_model(ctx, param, incomplete))
 @generation_options
 @click.option("--raw", is_flag=True, help="Send PROMPT as is, without the chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with stats.")

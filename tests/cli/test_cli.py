@@ -332,3 +332,30 @@ def test_chat_drops_oldest_turns_when_the_context_is_full(tiny_pair):
         with pytest.raises(ContextOverflowError):
             session.ask("the cat is " * 200)  # too long even alone
         assert session.messages[-1]["role"] == "assistant"
+
+
+def test_every_option_can_come_from_the_environment(tiny_pair):
+    base = ["run", tiny_pair[0], "--raw", "the cat is", "--json"]
+    result = invoke(*base, env={"LSD_RUN_MAX_TOKENS": "3", "LSD_RUN_DRAFTER": "none"})
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.stdout)["stats"]
+    assert stats["generated_tokens"] == 3 and stats["drafted"] == 0
+    overridden = invoke(*base, "--max-tokens", "5", env={"LSD_RUN_MAX_TOKENS": "3"})
+    assert json.loads(overridden.stdout)["stats"]["generated_tokens"] == 5  # flags win
+
+
+def test_shell_completion_offers_registry_models():
+    from click.shell_completion import ShellComplete
+
+    complete = ShellComplete(cli, {}, "lsd", "_LSD_COMPLETE")
+
+    def names(args, incomplete):
+        return [item.value for item in complete.get_completions(args, incomplete)
+                if item.type == "plain"]
+
+    assert "qwen2.5-coder-1.5b" in names(["run"], "qwen2.5-coder-1")
+    assert names(["run"], "qwen2.5-coder-1") == sorted(names(["run"], "qwen2.5-coder-1"))
+    assert names(["run", "qwen2.5-coder-1.5b"], "wri") == []  # the second argument: a prompt
+    assert "qwen2.5-coder-0.5b" in names(["chat", "-m"], "qwen2.5-coder-0")
+    assert "qwen2.5-coder-1.5b" in names(["pull"], "qwen")
+    assert "--max-tokens" in names(["run"], "--max-t")
