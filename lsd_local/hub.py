@@ -209,6 +209,7 @@ def download(spec: ModelSpec) -> Path:
                            "forbids downloading it; fetch it elsewhere, or pass a .gguf path")
         return found
     meta = _metadata(spec)
+    _check_pinned(spec, meta, where)
     folder = _repo_folder(spec)
     (folder / "blobs").mkdir(parents=True, exist_ok=True)
     blob = folder / "blobs" / meta.etag
@@ -227,6 +228,17 @@ def download(spec: ModelSpec) -> Path:
     lfs_sha = meta.etag if re.fullmatch(r"[0-9a-f]{64}", meta.etag) else None
     verify(replace(spec, sha256=spec.sha256 or lfs_sha), path)
     return path
+
+
+def _check_pinned(spec: ModelSpec, meta, where: str) -> None:
+    """A registry sha256 that the Hub's file no longer has (re-uploaded under the same name):
+    say so before downloading, instead of downloading and deleting it every time."""
+    hub_sha = meta.etag if re.fullmatch(r"[0-9a-f]{64}", meta.etag) else None
+    if spec.sha256 and hub_sha and hub_sha != spec.sha256.lower():
+        raise LsdError(f"{where} changed on the Hub since the registry pinned it (sha256 "
+                       f"{spec.sha256[:12]}..., the Hub's file now {hub_sha[:12]}...): nothing "
+                       "was downloaded; update the entry's sha256 in your models.toml if you "
+                       "trust the new file")
 
 
 def _fetch_blob(meta, folder: Path, partial: Path, where: str) -> None:
@@ -263,3 +275,24 @@ def _fetch_blob(meta, folder: Path, partial: Path, where: str) -> None:
 def _disk_error(exc: OSError) -> bool:
     """A local write failure (full disk, read-only folder): retrying cannot help."""
     return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES)
+
+
+def remove_cached(spec: ModelSpec) -> str:
+    """Delete the cached revision(s) holding spec.file with huggingface_hub's deletion
+    strategy (blobs no other revision uses go too); return the space freed, as text. Refused
+    when those revisions hold other files, which deleting them would take along."""
+    from huggingface_hub import scan_cache_dir
+
+    if cached_file(spec) is None:
+        raise LsdError(f"{spec.name} is not downloaded ({spec.file} from {spec.repo})")
+    info = scan_cache_dir(cache_dir())
+    revisions = [rev for repo in info.repos if repo.repo_id == spec.repo
+                 and repo.repo_type == "model" for rev in repo.revisions
+                 if any(f.file_name == spec.file for f in rev.files)]
+    others = sorted({f.file_name for rev in revisions for f in rev.files} - {spec.file})
+    if others:
+        raise LsdError(f"the cached {spec.repo} also holds {', '.join(others)}, which removing "
+                       f"{spec.file} would delete too; use `hf cache delete` to choose")
+    strategy = info.delete_revisions(*(rev.commit_hash for rev in revisions))
+    strategy.execute()
+    return strategy.expected_freed_size_str

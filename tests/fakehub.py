@@ -28,6 +28,7 @@ class FakeHub:
         self.drop_after: int | None = None  # GETs: close after this many body bytes ...
         self.drop_count = 1  # ... for this many GETs
         self.ignore_range = False
+        self.damage_body = False  # GETs send one byte changed (the etag stays the true one)
         self.delay = 0.0  # seconds between 64 KiB chunks
         self.hook: tuple[int, object] | None = None  # (bytes, callable): run once when sent
         self.hold = threading.Event()  # after the hook: send nothing more until it is set
@@ -108,14 +109,15 @@ class FakeHub:
                     return self._missing()
                 if hub.redirect_to:
                     return self._redirect(data)
+                sent_data = data[:-1] + bytes([data[-1] ^ 1]) if hub.damage_body else data
                 start = 0
                 if wanted and not hub.ignore_range:
                     start = int(re.fullmatch(r"bytes=(\d+)-", wanted)[1])
-                    body = data[start:]
+                    body = sent_data[start:]
                     self._headers(data, 206, len(body),
                                   [("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")])
                 else:
-                    body = data
+                    body = sent_data
                     self._headers(data, 200, len(body))
                 limit = hub.drop_after if hub.drop_after is not None else len(body)
                 hub.drop_count -= 1

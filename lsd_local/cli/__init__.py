@@ -12,7 +12,7 @@ from .. import __version__
 from ..errors import LsdError, ParameterError
 from .bench import bench as bench_command
 from .chat import chat as chat_command
-from .models import list_models, pull
+from .models import list_models, pull, remove
 from .run import run as run_command
 from .run import split_run_args
 
@@ -45,7 +45,7 @@ def cli() -> None:
 
 
 # imported under other names: lsd_local.cli.run, .chat and .bench stay the modules
-for _command in (run_command, chat_command, pull, list_models, bench_command):
+for _command in (run_command, chat_command, pull, list_models, remove, bench_command):
     cli.add_command(_command)
 
 

@@ -24,16 +24,29 @@ def pull(name: str) -> None:
 
 @click.command(name="models")
 def list_models() -> None:
-    """List the model registry and what is downloaded."""
+    """List the model registry: sizes, and what is downloaded."""
     from ..hub import cached_file
     from ..registry import load_registry
 
     rows = [("NAME", "FILE", "QUANT", "DRAFT", "SIZE", "CACHED")]
     for spec in load_registry().values():
         path = cached_file(spec)
-        size = f"{path.stat().st_size / 1e9:.2f} GB" if path else "-"
-        rows.append((spec.name, spec.file, spec.quant, spec.draft or "-", size,
-                     "yes" if path else "no"))
+        size = path.stat().st_size if path else spec.size
+        rows.append((spec.name, spec.file, spec.quant, spec.draft or "-",
+                     "?" if size is None else f"{size / 1e9:.2f} GB", "yes" if path else "no"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@click.command(name="rm")
+@click.argument("name", shell_complete=complete_model)
+def remove(name: str) -> None:
+    """Delete downloaded model NAME from the Hugging Face cache (its draft stays), through
+    huggingface_hub's cache scan and deletion strategy."""
+    from ..hub import remove_cached
+    from ..registry import find_spec, load_registry
+
+    spec = find_spec(name, load_registry())
+    freed = remove_cached(spec)
+    click.echo(f"removed {spec.name} ({spec.file}, {freed})")

@@ -148,9 +148,18 @@ def test_server_ignoring_range_restarts_cleanly(fake_hub, tmp_path):
     assert fake_hub.gets() == [None, "bytes=300000-"]  # asked to resume, got it all again
 
 
-def test_checksum_mismatch_deletes_the_download(fake_hub, tmp_path):
-    with pytest.raises(LsdError, match="sha256 mismatch .* deleted"):
+def test_a_hub_file_that_changed_since_it_was_pinned_is_named_before_downloading(fake_hub,
+                                                                                 tmp_path):
+    with pytest.raises(LsdError, match="changed on the Hub since the registry pinned it"):
         hub.download(spec("0" * 64))
+    assert fake_hub.gets() == [] and hub.cached_file(spec()) is None  # nothing downloaded
+
+
+def test_checksum_mismatch_deletes_the_download(fake_hub, tmp_path):
+    """Bytes that arrive damaged (the Hub's etag is right, what came is not)."""
+    fake_hub.damage_body = True
+    with pytest.raises(LsdError, match="sha256 mismatch .* deleted"):
+        hub.download(spec(hashlib.sha256(DATA).hexdigest()))
     assert not list((tmp_path / "cache").rglob("blobs/*")) and hub.cached_file(spec()) is None
 
 
@@ -210,3 +219,26 @@ def test_the_token_never_leaves_the_hub_host(fake_hub, monkeypatch, gets_only):
     assert path.read_bytes() == DATA
     assert ("HEAD", "Bearer hf_secret_token") in fake_hub.auth  # the Hub got the token
     assert cdn.auth and all(token is None for _, token in cdn.auth), cdn.auth
+
+
+def test_lsd_rm_removes_a_downloaded_model_through_the_cache_api(fake_hub, tmp_path,
+                                                                  monkeypatch):
+    config = tmp_path / "config" / "lsd"
+    config.mkdir(parents=True)
+    size = len(DATA)
+    (config / "models.toml").write_text(
+        f'[tiny]\nrepo = "{REPO}"\nfile = "{FILE}"\nsize = {size}\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    listed = CliRunner().invoke(cli, ["models"])
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("tiny "))
+    assert "0.00 GB" in row and row.rstrip().endswith("no")  # the registry's size, not cached
+    assert CliRunner().invoke(cli, ["pull", "tiny"]).exit_code == 0
+    assert CliRunner().invoke(cli, ["models"]).stdout.count(" yes") >= 1
+    removed = CliRunner().invoke(cli, ["rm", "tiny"])
+    assert removed.exit_code == 0, removed.output
+    assert "removed tiny" in removed.stdout and "1.0M" in removed.stdout
+    assert hub.cached_file(spec()) is None
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()
+                and not p.name.endswith(".lock")]  # blob and snapshot gone
+    again = CliRunner().invoke(cli, ["rm", "tiny"])
+    assert again.exit_code == 1 and "tiny is not downloaded" in again.output
