@@ -27,10 +27,11 @@ def _fetch(spec: ModelSpec, notify: Callable[[str], None]) -> Path:
 def resolve_one(arg: str, registry: dict[str, ModelSpec],
                 notify: Callable[[str], None]) -> tuple[Path, ModelSpec | None]:
     """A path is used as is (the loader checks it); a name is found in the cache or fetched."""
-    if arg not in registry and is_hub_name(arg):
-        raise LsdError(f"{arg!r} looks like a Hugging Face repository (owner/repo[:QUANT]), "
-                       "which lsd cannot pull yet: download its .gguf file and give the path, "
-                       "or use a name from `lsd models`")
+    if arg not in registry and is_hub_name(arg):  # owner/repo[:QUANT]: any GGUF on the Hub
+        from .hubnames import hub_specs
+
+        paths = [_fetch(spec, notify) for spec in hub_specs(arg)]
+        return paths[0], None  # a split model loads from its first part
     if is_path(arg):
         return Path(arg).expanduser(), None
     spec = find_spec(arg, registry)

@@ -7,6 +7,7 @@ the internet."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import threading
 import time
@@ -75,9 +76,9 @@ class FakeHub:
                     self.send_header(key, value)
                 self.end_headers()
 
-            def _missing(self) -> None:
+            def _missing(self, code: str = "EntryNotFound") -> None:
                 self.send_response(404)
-                self.send_header("X-Error-Code", "EntryNotFound")
+                self.send_header("X-Error-Code", code)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -100,7 +101,30 @@ class FakeHub:
                     return self._redirect(data)
                 self._headers(data, 200, len(data))
 
+            def _model_info(self) -> bool:
+                """GET /api/models/{org}/{name}: the repo's files (huggingface_hub's
+                model_info), for resolving owner/repo[:QUANT] names."""
+                match = re.fullmatch(r"/api/models/([^/]+/[^/?]+)(?:/revision/main)?(\?.*)?",
+                                     self.path)
+                if not match:
+                    return False
+                files = {k.split("/", 2)[2]: v for k, v in hub.files.items()
+                         if k.startswith(match[1] + "/")}
+                if not files:
+                    self._missing("RepoNotFound")
+                    return True
+                body = json.dumps({"id": match[1], "sha": COMMIT, "siblings": [
+                    {"rfilename": name, "size": len(data)} for name, data in files.items()]})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body.encode())
+                return True
+
             def do_GET(self) -> None:
+                if self._model_info():
+                    return
                 wanted = self.headers.get("Range")
                 hub.requests.append(("GET", self.path, wanted))
                 hub.auth.append(("GET", self.headers.get("Authorization")))

@@ -10,13 +10,19 @@ from .options import complete_model
 @click.command()
 @click.argument("name", shell_complete=complete_model)
 def pull(name: str) -> None:
-    """Download registry model NAME (and its default draft) into the Hugging Face cache."""
+    """Download model NAME into the Hugging Face cache: a registry name (with its default
+    draft) or any GGUF on the Hub as owner/repo[:QUANT] (hf.co/ optional; QUANT as in the
+    file names, default Q4_K_M; a split model comes whole)."""
     from ..hub import download
-    from ..registry import find_spec, load_registry
+    from ..hubnames import hub_specs
+    from ..registry import find_spec, is_hub_name, load_registry
 
     registry = load_registry()
-    spec = find_spec(name, registry)
-    specs = [spec] + ([find_spec(spec.draft, registry)] if spec.draft else [])
+    if name not in registry and is_hub_name(name):
+        specs = hub_specs(name)
+    else:
+        spec = find_spec(name, registry)
+        specs = [spec] + ([find_spec(spec.draft, registry)] if spec.draft else [])
     for item in specs:
         click.echo(f"pulling {item.name}: {item.file} from {item.repo}", err=True)
         click.echo(download(item))

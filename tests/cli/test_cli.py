@@ -281,7 +281,8 @@ def test_run_model_option_takes_the_argument_as_prompt(tiny_pair):
 def test_hub_name_is_a_model_with_a_clear_error(hub_env):
     result = invoke("run", "someone/some-model-GGUF:Q4_K_M", env=hub_env, input="hi")
     assert result.exit_code == 1
-    assert "looks like a Hugging Face repository" in result.output
+    assert ("someone/some-model-GGUF is not in the Hugging Face cache and HF_HUB_OFFLINE=1"
+            in result.output)
     assert "Traceback" not in result.output
     typo = invoke("run", "-m", "models/missing.GGUF", "hi", env=hub_env)
     assert typo.exit_code == 1 and "model file not found" in typo.output

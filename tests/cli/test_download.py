@@ -4,6 +4,7 @@ Ctrl-C, checksums, a server that ignores Range, full disk, offline, unreachable 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -242,3 +243,61 @@ def test_lsd_rm_removes_a_downloaded_model_through_the_cache_api(fake_hub, tmp_p
                 and not p.name.endswith(".lock")]  # blob and snapshot gone
     again = CliRunner().invoke(cli, ["rm", "tiny"])
     assert again.exit_code == 1 and "tiny is not downloaded" in again.output
+
+
+HUB_REPO = "org/m-GGUF"
+HUB_FILES = ["m-Q4_K_M.gguf", "m-Q8_0.gguf", "m-Q2_K-00001-of-00002.gguf",
+             "m-Q2_K-00002-of-00002.gguf", "mmproj-m-f16.gguf", "README.md"]
+
+
+@pytest.fixture()
+def hub_repo(fake_hub):
+    for name in HUB_FILES:
+        fake_hub.files[f"{HUB_REPO}/{name}"] = name.encode() * 1000
+    return fake_hub
+
+
+@pytest.mark.parametrize("name,expected", [
+    (HUB_REPO, ["m-Q4_K_M.gguf"]),  # the default tag
+    (f"hf.co/{HUB_REPO}:q8_0", ["m-Q8_0.gguf"]),  # tags match case-insensitively
+    (f"{HUB_REPO}:Q2_K", ["m-Q2_K-00001-of-00002.gguf", "m-Q2_K-00002-of-00002.gguf"]),
+])
+def test_lsd_pull_any_hub_gguf_by_name(hub_repo, name, expected):
+    result = CliRunner().invoke(cli, ["pull", name])
+    assert result.exit_code == 0, result.output
+    paths = [Path(line) for line in result.stdout.split()]
+    assert [p.name for p in paths] == expected
+    assert all(p.read_bytes() == p.name.encode() * 1000 for p in paths)
+
+
+@pytest.mark.parametrize("name,message", [
+    (f"{HUB_REPO}:Q5_K_M", "no Q5_K_M file in org/m-GGUF; it has: m-Q2_K.gguf, m-Q4_K_M.gguf"),
+    ("org/missing-GGUF", "repository org/missing-GGUF not found"),
+])
+def test_hub_names_that_do_not_resolve_are_one_line_errors(hub_repo, name, message):
+    result = CliRunner().invoke(cli, ["pull", name])
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_several_files_for_one_tag_are_listed(hub_repo):
+    hub_repo.files[f"{HUB_REPO}/m-imat-Q4_K_M.gguf"] = b"x"
+    result = CliRunner().invoke(cli, ["pull", HUB_REPO])
+    assert result.exit_code == 1
+    assert "several files in org/m-GGUF match Q4_K_M: m-Q4_K_M.gguf, m-imat-Q4_K_M.gguf" in (
+        result.output)
+
+
+def test_lsd_run_a_hub_name_then_offline(fake_hub, tiny_pair, monkeypatch):
+    """End to end with a real (tiny) GGUF behind a Hub name; once pulled, the same name works
+    with HF_HUB_OFFLINE=1 (resolved from the cache)."""
+    fake_hub.files["org/tiny-GGUF/tiny-Q4_K_M.gguf"] = tiny_pair[0].read_bytes()
+    args = ["run", "org/tiny-GGUF:Q4_K_M", "--raw", "the cat", "--max-tokens", "4", "--json"]
+    online = CliRunner().invoke(cli, args)
+    assert online.exit_code == 0, online.output
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    n_requests = len(fake_hub.requests)
+    offline = CliRunner().invoke(cli, args)
+    assert offline.exit_code == 0, offline.output
+    assert json.loads(offline.stdout)["text"] == json.loads(online.stdout)["text"]
+    assert len(fake_hub.requests) == n_requests  # nothing asked of the Hub
