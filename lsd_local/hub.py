@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -11,6 +12,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -197,7 +199,7 @@ def _install(spec: ModelSpec, folder: Path, meta, blob: Path) -> Path:
     return snapshot
 
 
-def download(spec: ModelSpec) -> Path:
+def download(spec: ModelSpec, notify: Callable[[str], None] | None = None) -> Path:
     """Fetch spec.file from spec.repo into the Hub cache; resumes a partial download left by
     an interrupted run (Ctrl-C, lost connection, full disk), retries a dropped connection
     within the run, and checks size and sha256."""
@@ -210,6 +212,10 @@ def download(spec: ModelSpec) -> Path:
         return found
     meta = _metadata(spec)
     _check_pinned(spec, meta, where)
+    if notify is not None and _xet_backed(meta):
+        notify(f"{where} is stored with Xet; lsd fetches it over HTTP from the Hub's bridge, "
+               "resumable across runs (hf_xet's own transfer keeps no partial file when a run "
+               "ends)")
     folder = _repo_folder(spec)
     (folder / "blobs").mkdir(parents=True, exist_ok=True)
     blob = folder / "blobs" / meta.etag
@@ -228,6 +234,13 @@ def download(spec: ModelSpec) -> Path:
     lfs_sha = meta.etag if re.fullmatch(r"[0-9a-f]{64}", meta.etag) else None
     verify(replace(spec, sha256=spec.sha256 or lfs_sha), path)
     return path
+
+
+def _xet_backed(meta) -> bool:
+    """The Hub says the file is Xet-backed and the hf_xet client is installed (then a user
+    may wonder why lsd does not use it)."""
+    return (getattr(meta, "xet_file_data", None) is not None
+            and importlib.util.find_spec("hf_xet") is not None)
 
 
 def _check_pinned(spec: ModelSpec, meta, where: str) -> None:

@@ -20,7 +20,7 @@ def _fetch(spec: ModelSpec, notify: Callable[[str], None]) -> Path:
     path = cached_file(spec)
     if path is None:
         notify(f"downloading {spec.name}: {spec.file} from {spec.repo}")
-        path = download(spec)
+        path = download(spec, notify)
     return path
 
 

@@ -30,6 +30,7 @@ class FakeHub:
         self.drop_count = 1  # ... for this many GETs
         self.ignore_range = False
         self.damage_body = False  # GETs send one byte changed (the etag stays the true one)
+        self.xet = False  # HEAD says the file is Xet-backed (X-Xet-Hash, refresh route)
         self.delay = 0.0  # seconds between 64 KiB chunks
         self.hook: tuple[int, object] | None = None  # (bytes, callable): run once when sent
         self.hold = threading.Event()  # after the hook: send nothing more until it is set
@@ -99,7 +100,9 @@ class FakeHub:
                     return self._missing()
                 if hub.redirect_to and not hub.redirect_gets_only:
                     return self._redirect(data)
-                self._headers(data, 200, len(data))
+                xet = [("X-Xet-Hash", "ab" * 32), ("X-Xet-Refresh-Route",
+                                                    f"{hub.endpoint}/api/xet-token")]
+                self._headers(data, 200, len(data), xet if hub.xet else ())
 
             def _model_info(self) -> bool:
                 """GET /api/models/{org}/{name}: the repo's files (huggingface_hub's

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .options import complete_model
+from .options import complete_model, notify
 
 
 @click.command()
@@ -25,7 +25,7 @@ def pull(name: str) -> None:
         specs = [spec] + ([find_spec(spec.draft, registry)] if spec.draft else [])
     for item in specs:
         click.echo(f"pulling {item.name}: {item.file} from {item.repo}", err=True)
-        click.echo(download(item))
+        click.echo(download(item, notify))
 
 
 @click.command(name="models")

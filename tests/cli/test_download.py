@@ -301,3 +301,15 @@ def test_lsd_run_a_hub_name_then_offline(fake_hub, tiny_pair, monkeypatch):
     assert offline.exit_code == 0, offline.output
     assert json.loads(offline.stdout)["text"] == json.loads(online.stdout)["text"]
     assert len(fake_hub.requests) == n_requests  # nothing asked of the Hub
+
+
+def test_a_xet_backed_file_says_which_path_is_used(fake_hub, tmp_path):
+    pytest.importorskip("hf_xet")
+    notices: list[str] = []
+    hub.download(spec(), notices.append)
+    assert notices == []  # a plain LFS file: nothing to explain
+    fake_hub.xet = True
+    other = ModelSpec("tiny", REPO, "other.gguf")
+    fake_hub.files[f"{REPO}/other.gguf"] = DATA[:1000]
+    assert hub.download(other, notices.append).read_bytes() == DATA[:1000]
+    assert len(notices) == 1 and "stored with Xet; lsd fetches it over HTTP" in notices[0]
