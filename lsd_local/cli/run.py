@@ -7,22 +7,15 @@ import sys
 
 import click
 
+from . import options as shared  # the options and helpers run shares with chat
 from .chat import render_spans, start_chat
-from .options import (
-    check_grammar_source,
-    complete_model,
-    generation_kwargs,
-    generation_options,
-    load_engine,
-    use_colour,
-)
 
 
 @click.command()
 @click.argument("args", nargs=-1, metavar="[MODEL] [PROMPT]",
                 shell_complete=lambda ctx, param, incomplete: [] if ctx.params.get("args")
-                else complete_model(ctx, param, incomplete))
-@generation_options
+                else shared.complete_model(ctx, param, incomplete))
+@shared.generation_options
 @click.option("--raw", is_flag=True, help="Send PROMPT as is, without the chat template.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with stats.")
 def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
@@ -42,10 +35,10 @@ def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
         prompt = read_stdin()
     messages = [] if opts["system"] is None else [{"role": "system", "content": opts["system"]}]
     request = prompt if opts["raw"] else messages + [{"role": "user", "content": prompt}]
-    colour = opts["show_drafts"] and use_colour()
-    check_grammar_source(opts)
-    with load_engine(model, opts) as engine:
-        gen = engine.generate(request, **generation_kwargs(opts))
+    colour = opts["show_drafts"] and shared.use_colour()
+    shared.check_grammar_source(opts)
+    with shared.load_engine(model, opts) as engine:
+        gen = engine.generate(request, **shared.generation_kwargs(opts))
         for event in gen:
             if not opts["as_json"]:
                 click.echo(render_spans(event.spans, colour), nl=False)
