@@ -13,7 +13,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from filelock import FileLock
@@ -50,19 +49,6 @@ def sha256_of(path: Path, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             digest.update(block)
     return digest.hexdigest()
-
-
-def verify(spec: ModelSpec, path: Path) -> None:
-    """Check the sha256 from the registry; a mismatching file is deleted (it is corrupt)."""
-    if not spec.sha256:
-        return
-    got = sha256_of(path)
-    if got != spec.sha256.lower():
-        real = path.resolve()
-        for p in {path, real}:
-            p.unlink(missing_ok=True)
-        raise LsdError(f"{spec.file}: sha256 mismatch (expected {spec.sha256}, got {got}); "
-                       "the corrupt download was deleted, run `lsd pull` again")
 
 
 PARTIAL_SUFFIX = ".lsd-partial"  # next to the blob; kept on failure so the next run resumes
@@ -149,6 +135,9 @@ def _fetch(url: str, partial: Path, size: int | None, where: str) -> None:
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and size is not None and start == size:
             return  # already complete
+        if exc.code == 416:  # a partial file the server cannot continue: start over
+            partial.unlink(missing_ok=True)
+            raise ConnectionResetError("the server refused to resume (HTTP 416)") from None
         raise
     with response:
         resumed = start and response.status == 206  # 200: the server sent it all again
@@ -161,8 +150,12 @@ def _fetch(url: str, partial: Path, size: int | None, where: str) -> None:
 
 def same_origin(url: str, other: str) -> bool:
     """Same scheme, host and port (where a credential may go)."""
-    a, b = urllib.parse.urlsplit(url), urllib.parse.urlsplit(other)
-    return (a.scheme, a.hostname, a.port) == (b.scheme, b.hostname, b.port)
+    def origin(text: str) -> tuple:
+        part = urllib.parse.urlsplit(text)
+        return part.scheme, part.hostname, part.port or {"http": 80, "https": 443}.get(
+            part.scheme)
+
+    return origin(url) == origin(other)
 
 
 class _TokenStaysHome(urllib.request.HTTPRedirectHandler):
@@ -227,13 +220,24 @@ def download(spec: ModelSpec, notify: Callable[[str], None] | None = None) -> Pa
     lock.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock)):
         if not blob.exists():
-            _fetch_blob(meta, folder, partial, where)
+            _fetch_blob(spec, meta, folder, partial, where)
+            _verify_partial(spec, meta, partial)  # a blob, once there, was checked
             os.replace(partial, blob)
-    path = _install(spec, folder, meta, blob)
-    # The Hub's etag of an LFS file is its sha256: check it when the registry gives none.
+    return _install(spec, folder, meta, blob)
+
+
+def _verify_partial(spec: ModelSpec, meta, partial: Path) -> None:
+    """sha256 of the finished download against the registry's, else the Hub's LFS etag (the
+    sha256 of an LFS file); a mismatch deletes it (it is damaged)."""
     lfs_sha = meta.etag if re.fullmatch(r"[0-9a-f]{64}", meta.etag) else None
-    verify(replace(spec, sha256=spec.sha256 or lfs_sha), path)
-    return path
+    expected = (spec.sha256 or lfs_sha or "").lower()
+    if not expected:
+        return
+    got = sha256_of(partial)
+    if got != expected:
+        partial.unlink()
+        raise LsdError(f"{spec.file}: sha256 mismatch (expected {expected}, got {got}); the "
+                       "download was deleted, run the same command again")
 
 
 def _xet_backed(meta) -> bool:
@@ -254,35 +258,49 @@ def _check_pinned(spec: ModelSpec, meta, where: str) -> None:
                        "trust the new file")
 
 
-def _fetch_blob(meta, folder: Path, partial: Path, where: str) -> None:
-    """Bring `partial` to the Hub's size: a dropped connection is resumed (HTTP Range) up to
-    RETRIES times with a growing pause; then an LsdError says what was kept."""
-    for attempt in range(RETRIES + 1):
+def _fetch_blob(spec: ModelSpec, meta, folder: Path, partial: Path, where: str) -> None:
+    """Bring `partial` to the Hub's size. A failed attempt is resumed (HTTP Range) after a
+    growing pause, with a fresh download URL (signed ones expire); RETRIES attempts in a row
+    that bring nothing end it with an LsdError that says what was kept."""
+    location, failures = meta.location, 0
+    while True:
         have = partial.stat().st_size if partial.exists() else 0
+        if meta.size is not None and have > meta.size:  # not this file's bytes: start over
+            partial.unlink()
+            have = 0
         if meta.size is not None:
             _check_space(folder / "blobs", meta.size - have, where)
-        try:
-            _fetch(meta.location, partial, meta.size, where)
-            failure = None
-        except OSError as exc:  # URLError, reset connections, write errors (disk full)
-            failure, retry = f"failed: {exc.strerror or exc}", not _disk_error(exc)
-        except Exception as exc:  # noqa: BLE001 - http.client's IncompleteRead and friends
-            failure, retry = f"interrupted: {_short(exc)}", True
+        failure, retry = _attempt(location, partial, meta.size, where)
         got = partial.stat().st_size if partial.exists() else 0
-        if failure is None and meta.size is not None and got < meta.size:
-            failure, retry = (f"interrupted at {got / 2**20:.1f} of {meta.size / 2**20:.1f} "
-                              "MiB (connection closed)"), True
         if failure is None:
-            break
-        if not retry or attempt == RETRIES:
+            return
+        failures = 0 if got > have else failures + 1  # progress: keep going
+        if not retry or failures > RETRIES:
             raise LsdError(f"download of {where} {failure}; {got / 2**20:.0f} MiB kept, the "
                            "same command resumes")
-        time.sleep(RETRY_PAUSE_S * 2 ** attempt)
-    got = partial.stat().st_size
-    if meta.size is not None and got > meta.size:
-        partial.unlink()
-        raise LsdError(f"download of {where} has {got} bytes, the Hub says {meta.size}; "
-                       "the partial file was deleted, run the same command again")
+        time.sleep(RETRY_PAUSE_S * 2 ** max(0, failures - 1))
+        fresh = _metadata(spec)
+        if fresh.etag != meta.etag:
+            raise LsdError(f"{where} changed on the Hub during the download; run the same "
+                           "command again")
+        location = fresh.location
+
+
+def _attempt(url: str, partial: Path, size: int | None, where: str) -> tuple[str | None, bool]:
+    """One fetch: (None, _) when the file is complete, else (what failed, worth a retry)."""
+    try:
+        _fetch(url, partial, size, where)
+    except urllib.error.HTTPError as exc:  # 403: an expired signed URL; 408, 429, 5xx: later
+        return f"failed: HTTP {exc.code}", exc.code in (403, 408, 429) or exc.code >= 500
+    except OSError as exc:  # URLError, reset connections, write errors (disk full)
+        return f"failed: {exc.strerror or exc}", not _disk_error(exc)
+    except Exception as exc:  # noqa: BLE001 - http.client's IncompleteRead and friends
+        return f"interrupted: {_short(exc)}", True
+    got = partial.stat().st_size if partial.exists() else 0
+    if size is not None and got < size:
+        return (f"interrupted at {got / 2**20:.1f} of {size / 2**20:.1f} MiB (connection "
+                "closed)"), True
+    return None, False
 
 
 def _disk_error(exc: OSError) -> bool:
@@ -290,22 +308,29 @@ def _disk_error(exc: OSError) -> bool:
     return exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES)
 
 
-def remove_cached(spec: ModelSpec) -> str:
-    """Delete the cached revision(s) holding spec.file with huggingface_hub's deletion
-    strategy (blobs no other revision uses go too); return the space freed, as text. Refused
-    when those revisions hold other files, which deleting them would take along."""
+def remove_cached(repo: str, files: list[str], name: str) -> str:
+    """Delete the cached revision(s) holding `files` of `repo` (paths in the repo) with
+    huggingface_hub's deletion strategy (blobs no other revision uses go too); return the
+    space freed, as text. Refused when those revisions hold other files, which deleting them
+    would take along."""
     from huggingface_hub import scan_cache_dir
 
-    if cached_file(spec) is None:
-        raise LsdError(f"{spec.name} is not downloaded ({spec.file} from {spec.repo})")
     info = scan_cache_dir(cache_dir())
-    revisions = [rev for repo in info.repos if repo.repo_id == spec.repo
-                 and repo.repo_type == "model" for rev in repo.revisions
-                 if any(f.file_name == spec.file for f in rev.files)]
-    others = sorted({f.file_name for rev in revisions for f in rev.files} - {spec.file})
+    revisions = [rev for cached in info.repos if cached.repo_id == repo
+                 and cached.repo_type == "model" for rev in cached.revisions
+                 if set(files) & _snapshot_files(rev)]
+    if not revisions:
+        raise LsdError(f"{name} is not downloaded ({', '.join(files)} from {repo})")
+    others = sorted(set().union(*(_snapshot_files(rev) for rev in revisions)) - set(files))
     if others:
-        raise LsdError(f"the cached {spec.repo} also holds {', '.join(others)}, which removing "
-                       f"{spec.file} would delete too; use `hf cache delete` to choose")
+        raise LsdError(f"the cached {repo} also holds {', '.join(others)}, which removing "
+                       f"{name} would delete too; use `hf cache delete` to choose")
     strategy = info.delete_revisions(*(rev.commit_hash for rev in revisions))
     strategy.execute()
     return strategy.expected_freed_size_str
+
+
+def _snapshot_files(revision) -> set[str]:
+    """Paths in the repo of a cached revision's files (file_name is only the base name)."""
+    return {f.file_path.relative_to(revision.snapshot_path).as_posix()
+            for f in revision.files}

@@ -6,7 +6,6 @@ names case-insensitively (default Q4_K_M, or the repo's only model); a model spl
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from .errors import LsdError
 from .hub import _endpoint, _repo_folder, _short, offline
@@ -31,6 +30,13 @@ def hub_specs(name: str) -> list[ModelSpec]:
     return [ModelSpec(name=name, repo=repo, file=f) for f in choose_gguf(files, quant, repo)]
 
 
+def cached_hub_specs(name: str) -> list[ModelSpec]:
+    """What `name` stands for among the files already in the cache (no network)."""
+    repo, quant = parse_hub_name(name)
+    return [ModelSpec(name=name, repo=repo, file=f)
+            for f in choose_gguf(_cached_files(repo, offline_error=False), quant, repo)]
+
+
 def choose_gguf(files: list[str], quant: str | None, repo: str) -> list[str]:
     """The .gguf file (or the parts of one split model) among `files` for `quant`."""
     models = _group(f for f in files if f.lower().endswith(".gguf")
@@ -40,12 +46,12 @@ def choose_gguf(files: list[str], quant: str | None, repo: str) -> list[str]:
     if quant is None and len(models) == 1:
         return next(iter(models.values()))
     tag = (quant or DEFAULT_QUANT).lower()
-    pattern = re.compile(rf"(?<![a-z0-9]){re.escape(tag)}(?![a-z0-9])")
-    found = {key: parts for key, parts in models.items()
-             if pattern.search(Path(key).name.lower())}
+    # the tag whole: Q6_K is not Q6_K_L, Q4_0 not Q4_0_4_4, Q4 not IQ4 (folders count too)
+    pattern = re.compile(rf"(?<![a-z0-9]){re.escape(tag)}(?![a-z0-9_])")
+    found = {key: parts for key, parts in models.items() if pattern.search(key.lower())}
     if len(found) == 1:
         return next(iter(found.values()))
-    choices = ", ".join(sorted(Path(key).name for key in (found or models)))
+    choices = ", ".join(sorted(found or models))
     if found:
         raise LsdError(f"several files in {repo} match {tag.upper()}: {choices}; name one "
                        "with a longer tag (owner/repo:TAG)")
@@ -53,10 +59,11 @@ def choose_gguf(files: list[str], quant: str | None, repo: str) -> list[str]:
 
 
 def _group(files) -> dict[str, list[str]]:
-    """model key -> its files, split parts in order (the key drops the part suffix)."""
+    """model key -> its files, split parts in order (the key names the parts' first one)."""
     groups: dict[str, list[str]] = {}
     for name in sorted(files):
-        groups.setdefault(SPLIT_PART.sub(".gguf", name), []).append(name)
+        key = SPLIT_PART.sub(lambda m: f"-NNNNN-of-{m[2]}.gguf", name)
+        groups.setdefault(key, []).append(name)
     return groups
 
 
@@ -80,12 +87,15 @@ def _hub_files(repo: str) -> list[str]:
     return [s.rfilename for s in info.siblings or []]
 
 
-def _cached_files(repo: str, required: bool = True) -> list[str]:
+def _cached_files(repo: str, required: bool = True,
+                  offline_error: bool = True) -> list[str]:
     """Files of `repo` in the Hub cache (its snapshots), relative to a snapshot."""
     snapshots = _repo_folder(ModelSpec(name=repo, repo=repo, file="")) / "snapshots"
-    found = sorted({str(p.relative_to(snap)) for snap in snapshots.glob("*")
-                    for p in snap.rglob("*.gguf")}) if snapshots.is_dir() else []
+    found = sorted({p.relative_to(snap).as_posix() for snap in snapshots.glob("*")
+                    for p in snap.rglob("*") if p.name.lower().endswith(".gguf")}
+                   ) if snapshots.is_dir() else []
     if required and not found:
-        raise LsdError(f"{repo} is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids "
-                       "asking the Hub for its files")
+        raise LsdError(f"{repo} is not in the Hugging Face cache" + (
+            " and HF_HUB_OFFLINE=1 forbids asking the Hub for its files" if offline_error
+            else ""))
     return found

@@ -62,6 +62,12 @@ def _read(path: Path) -> dict[str, ModelSpec]:
         if unknown:
             raise LsdError(f"{path}: entry [{name}] has unknown field(s) "
                            f"{', '.join(sorted(unknown))}")
+        for field in ("size", "ctx"):
+            value = entry.get(field)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
+                                      or value <= 0):
+                raise LsdError(f"{path}: entry [{name}] has {field} = {value!r} (a positive "
+                               "whole number)")
         specs[name] = ModelSpec(name=name, **entry)
     return specs
 

@@ -16,6 +16,14 @@ def models_dir() -> Path:
     return Path(os.environ.get("LSD_MODELS_DIR", "~/.cache/lsd/models")).expanduser()
 
 
+@pytest.fixture(autouse=True)
+def no_lsd_environment(monkeypatch) -> None:
+    """Every CLI option reads LSD_<COMMAND>_<OPTION>: a developer's own settings must not
+    change what the tests see (LSD_MODELS_DIR only says where the slow tests' models are)."""
+    for name in [n for n in os.environ if n.startswith("LSD_") and n != "LSD_MODELS_DIR"]:
+        monkeypatch.delenv(name)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def kernels_loaded() -> None:
     """Every test in this process runs on the numba kernels: a test that compares a kernel

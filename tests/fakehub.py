@@ -1,8 +1,8 @@
 """A local HTTP server that answers like the Hugging Face Hub's `resolve` endpoint (HEAD with
-commit/etag/size headers, GET with Range), with faults on demand: drop the connection after N
-bytes, ignore Range, send slowly, run a hook mid-file and hold the rest back. huggingface_hub
-and lsd's downloader talk to it through HF_ENDPOINT, so downloads are tested end to end without
-the internet."""
+commit/etag/size headers, GET with Range) and its model listing, with faults on demand: drop the
+connection after N bytes (per GET), ignore Range, damage bytes, redirect to a CDN, run a hook
+mid-file and hold the rest back. huggingface_hub and lsd's downloader talk to it through
+HF_ENDPOINT, so downloads are tested end to end without the internet."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ class FakeHub:
         self.redirect_to: str | None = None
         self.redirect_gets_only = False
         self.auth: list[tuple[str, str | None]] = []  # (method, Authorization header)
-        self.drop_after: int | None = None  # GETs: close after this many body bytes ...
-        self.drop_count = 1  # ... for this many GETs
+        self.drops: list[int] = []  # each GET takes the next: close after that many bytes
+        self.refusals: list[int] = []  # each GET takes the next: answer with that status
         self.ignore_range = False
         self.damage_body = False  # GETs send one byte changed (the etag stays the true one)
         self.xet = False  # HEAD says the file is Xet-backed (X-Xet-Hash, refresh route)
@@ -75,6 +75,11 @@ class FakeHub:
                 self.send_header("Content-Length", str(length))
                 for key, value in extra:
                     self.send_header(key, value)
+                self.end_headers()
+
+            def _status(self, status: int) -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
 
             def _missing(self, code: str = "EntryNotFound") -> None:
@@ -137,19 +142,20 @@ class FakeHub:
                 if hub.redirect_to:
                     return self._redirect(data)
                 sent_data = data[:-1] + bytes([data[-1] ^ 1]) if hub.damage_body else data
+                if hub.refusals:  # e.g. 403: an expired signed URL
+                    return self._status(hub.refusals.pop(0))
                 start = 0
                 if wanted and not hub.ignore_range:
                     start = int(re.fullmatch(r"bytes=(\d+)-", wanted)[1])
+                    if start >= len(data):
+                        return self._status(416)
                     body = sent_data[start:]
                     self._headers(data, 206, len(body),
                                   [("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")])
                 else:
                     body = sent_data
                     self._headers(data, 200, len(body))
-                limit = hub.drop_after if hub.drop_after is not None else len(body)
-                hub.drop_count -= 1
-                if hub.drop_count <= 0:
-                    hub.drop_after = None
+                limit = hub.drops.pop(0) if hub.drops else len(body)
                 sent = 0
                 while sent < min(limit, len(body)):
                     chunk = body[sent:min(sent + 65536, limit)]

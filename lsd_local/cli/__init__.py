@@ -36,7 +36,7 @@ class LsdGroup(click.Group):
 
 # every option can come from the environment: LSD_<COMMAND>_<OPTION>, e.g. LSD_RUN_MAX_TOKENS
 @click.group(cls=LsdGroup, context_settings={"auto_envvar_prefix": "LSD"})
-@click.version_option(__version__, prog_name="lsd")
+@click.version_option(__version__, prog_name="lsd", allow_from_autoenv=False)
 def cli() -> None:
     """lsd: faster local generation with loose speculative decoding (llama.cpp, GGUF).
 

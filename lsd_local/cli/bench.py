@@ -47,7 +47,7 @@ LLAMA_CPP_COMMANDS = {
 @click.option("--grammar", default=None, metavar="NAME|PATH",
               help="Constrain plain and rule configurations without their own "
                    "':grammar=NAME' to this grammar (shipped name or .gbnf file).")
-@click.option("--external", multiple=True, metavar="NAME=COMMAND",
+@click.option("--external", multiple=True, metavar="NAME=COMMAND", allow_from_autoenv=False,
               help="Also time a command on each prompt; placeholders {prompt_file} "
                    "{max_tokens} {threads} {target} {draft} {ctx}; tok/s is read from its "
                    "output.")
@@ -63,6 +63,7 @@ LLAMA_CPP_COMMANDS = {
 @click.option("--threads", type=click.IntRange(min=1), default=None)
 @click.option("--ctx", type=click.IntRange(min=64), default=N_CTX, show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lsd-bench.json",
+              envvar="LSD_BENCH_JSON",
               show_default=True, help="Every per-prompt measurement and the summaries.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="PNG plot (needs matplotlib). Default: next to the JSON when matplotlib "

@@ -48,11 +48,16 @@ def list_models() -> None:
 @click.command(name="rm")
 @click.argument("name", shell_complete=complete_model)
 def remove(name: str) -> None:
-    """Delete downloaded model NAME from the Hugging Face cache (its draft stays), through
-    huggingface_hub's cache scan and deletion strategy."""
+    """Delete downloaded model NAME (a registry name or owner/repo[:QUANT]) from the Hugging
+    Face cache, all parts of a split model, through huggingface_hub's cache scan and deletion
+    strategy. A registry model's draft stays."""
     from ..hub import remove_cached
-    from ..registry import find_spec, load_registry
+    from ..hubnames import cached_hub_specs
+    from ..registry import find_spec, is_hub_name, load_registry
 
-    spec = find_spec(name, load_registry())
-    freed = remove_cached(spec)
-    click.echo(f"removed {spec.name} ({spec.file}, {freed})")
+    registry = load_registry()
+    specs = (cached_hub_specs(name) if name not in registry and is_hub_name(name)
+             else [find_spec(name, registry)])
+    files = [spec.file for spec in specs]
+    freed = remove_cached(specs[0].repo, files, name)
+    click.echo(f"removed {name} ({', '.join(files)}, {freed})")

@@ -121,7 +121,7 @@ SAMPLING_OPTIONS = [
     click.option("--min-p", type=click.FloatRange(0, 1), default=MIN_P, show_default=True,
                  help="Sampling: drop tokens below min-p times the top probability."),
     click.option("--seed", type=int, default=None, help="Sampling seed (reproducible)."),
-    click.option("--stop", multiple=True, metavar="TEXT",
+    click.option("--stop", multiple=True, metavar="TEXT", allow_from_autoenv=False,
                  help="End the answer where TEXT appears (not shown); repeatable."),
     click.option("--system", default=None, help="System message for the chat template."),
     click.option("--grammar", default=None, metavar="NAME|PATH",
@@ -200,7 +200,7 @@ def notify(message: str) -> None:
 
 
 MODEL_OPTION = click.option(
-    "-m", "--model", "model_option", default=None, metavar="MODEL",
+    "-m", "--model", "model_option", default=None, metavar="MODEL", envvar="LSD_MODEL",
     shell_complete=lambda ctx, param, incomplete: complete_model(ctx, param, incomplete),
     help="The model: a name from `lsd models`, a Hub name or a .gguf path (scripts should use "
          "it: then no argument is ever taken for a model).")

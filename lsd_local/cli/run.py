@@ -17,7 +17,8 @@ from .chat import render_spans, start_chat
                 else shared.complete_model(ctx, param, incomplete))
 @shared.generation_options
 @click.option("--raw", is_flag=True, help="Send PROMPT as is, without the chat template.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with stats.")
+@click.option("--json", "as_json", is_flag=True, envvar="LSD_RUN_JSON",
+              help="Print one JSON object with stats.")
 def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
     """Answer PROMPT (or standard input) once and exit.
 

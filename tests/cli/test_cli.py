@@ -360,3 +360,17 @@ def test_shell_completion_offers_registry_models():
     assert "qwen2.5-coder-0.5b" in names(["chat", "-m"], "qwen2.5-coder-0")
     assert "qwen2.5-coder-1.5b" in names(["pull"], "qwen")
     assert "--max-tokens" in names(["run"], "--max-t")
+
+
+def test_environment_variables_that_must_not_act(tiny_pair):
+    """LSD_VERSION (a build script's) must not hijack --version; a stop string with a space
+    from the environment is not split into two (such options read no environment)."""
+    result = invoke("models", env={"LSD_VERSION": "0.3.0"})
+    assert result.exit_code == 0 and "NAME" in result.stdout, result.output
+    run = invoke("run", "-m", tiny_pair[0], "--raw", "the cat", "--max-tokens", "3",
+                 env={"LSD_RUN_STOP": "the cat", "LSD_RUN_JSON": "1"})
+    assert run.exit_code == 0, run.output
+    assert json.loads(run.stdout)["stats"]["generated_tokens"] == 3  # no stop from the env
+    named = invoke("run", "--raw", "the cat", "--max-tokens", "2", "--json",
+                   env={"LSD_MODEL": str(tiny_pair[0])})
+    assert named.exit_code == 0 and json.loads(named.stdout)["stats"]["generated_tokens"] == 2

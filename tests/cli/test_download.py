@@ -57,7 +57,7 @@ def test_download_lands_in_the_hub_cache_layout(fake_hub, tmp_path):
 
 
 def test_a_dropped_connection_is_resumed_within_the_run(fake_hub, tmp_path):
-    fake_hub.drop_after, fake_hub.drop_count = 400_000, 2
+    fake_hub.drops = [400_000, 400_000]
     path = hub.download(spec(hashlib.sha256(DATA).hexdigest()))
     assert path.read_bytes() == DATA and not partials(tmp_path)
     assert fake_hub.gets() == [None, "bytes=400000-", "bytes=800000-"]
@@ -65,11 +65,13 @@ def test_a_dropped_connection_is_resumed_within_the_run(fake_hub, tmp_path):
 
 def test_a_lost_connection_keeps_the_partial_file_and_the_next_run_resumes(fake_hub,
                                                                            tmp_path):
-    fake_hub.drop_after, fake_hub.drop_count = 100_000, hub.RETRIES + 1  # every try fails
+    # some progress, then RETRIES + 1 attempts in a row that bring nothing
+    fake_hub.drops = [100_000] + [0] * (hub.RETRIES + 1)
     with pytest.raises(LsdError, match="interrupted.*MiB kept, the same command resumes"):
         hub.download(spec())
     [partial] = partials(tmp_path)
-    kept = (hub.RETRIES + 1) * 100_000
+    kept = 100_000
+    assert len(fake_hub.gets()) == hub.RETRIES + 2
     assert partial.stat().st_size == kept
     assert hub.cached_file(spec()) is None  # no half-written model where a model goes
     path = hub.download(spec(hashlib.sha256(DATA).hexdigest()))
@@ -143,7 +145,7 @@ def test_ctrl_c_during_a_download_then_resume_through_lsd_pull(fake_hub, tmp_pat
 
 
 def test_server_ignoring_range_restarts_cleanly(fake_hub, tmp_path):
-    fake_hub.drop_after, fake_hub.ignore_range = 300_000, True
+    fake_hub.drops, fake_hub.ignore_range = [300_000], True
     path = hub.download(spec())
     assert path.read_bytes() == DATA  # not 300 kB of it twice
     assert fake_hub.gets() == [None, "bytes=300000-"]  # asked to resume, got it all again
@@ -219,6 +221,8 @@ def test_the_token_never_leaves_the_hub_host(fake_hub, monkeypatch, gets_only):
         path = hub.download(spec(hashlib.sha256(DATA).hexdigest()))
     assert path.read_bytes() == DATA
     assert ("HEAD", "Bearer hf_secret_token") in fake_hub.auth  # the Hub got the token
+    if gets_only:  # the Hub's own GET too, before its redirect
+        assert ("GET", "Bearer hf_secret_token") in fake_hub.auth
     assert cdn.auth and all(token is None for _, token in cdn.auth), cdn.auth
 
 
@@ -271,7 +275,8 @@ def test_lsd_pull_any_hub_gguf_by_name(hub_repo, name, expected):
 
 
 @pytest.mark.parametrize("name,message", [
-    (f"{HUB_REPO}:Q5_K_M", "no Q5_K_M file in org/m-GGUF; it has: m-Q2_K.gguf, m-Q4_K_M.gguf"),
+    (f"{HUB_REPO}:Q5_K_M", "no Q5_K_M file in org/m-GGUF; it has: m-Q2_K-NNNNN-of-00002.gguf, "
+                           "m-Q4_K_M.gguf, m-Q8_0.gguf"),
     ("org/missing-GGUF", "repository org/missing-GGUF not found"),
 ])
 def test_hub_names_that_do_not_resolve_are_one_line_errors(hub_repo, name, message):
@@ -313,3 +318,38 @@ def test_a_xet_backed_file_says_which_path_is_used(fake_hub, tmp_path):
     fake_hub.files[f"{REPO}/other.gguf"] = DATA[:1000]
     assert hub.download(other, notices.append).read_bytes() == DATA[:1000]
     assert len(notices) == 1 and "stored with Xet; lsd fetches it over HTTP" in notices[0]
+
+
+def blob_partial(tmp_path: Path) -> Path:
+    blobs = tmp_path / "cache" / f"models--{REPO.replace('/', '--')}" / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+    return blobs / (hashlib.sha256(DATA).hexdigest() + hub.PARTIAL_SUFFIX)
+
+
+def test_a_partial_file_longer_than_the_model_starts_over(fake_hub, tmp_path):
+    blob_partial(tmp_path).write_bytes(DATA + b"appended twice")
+    assert hub.download(spec()).read_bytes() == DATA
+    assert fake_hub.gets() == [None]
+
+
+def test_a_complete_partial_file_is_finished_without_a_body(fake_hub, tmp_path):
+    """A run killed between the last byte and the rename: the server answers 416."""
+    blob_partial(tmp_path).write_bytes(DATA)
+    assert hub.download(spec()).read_bytes() == DATA
+    assert fake_hub.gets() == [f"bytes={len(DATA)}-"]
+
+
+def test_an_expired_download_url_is_asked_for_again(fake_hub):
+    fake_hub.refusals = [403]
+    assert hub.download(spec()).read_bytes() == DATA
+    heads = [r for r in fake_hub.requests if r[0] == "HEAD"]
+    assert len(heads) == 2 and len(fake_hub.gets()) == 2  # fresh metadata before the retry
+
+
+def test_lsd_rm_a_split_hub_model_removes_all_its_parts(hub_repo, tmp_path):
+    name = f"{HUB_REPO}:Q2_K"
+    assert CliRunner().invoke(cli, ["pull", name]).exit_code == 0
+    removed = CliRunner().invoke(cli, ["rm", name])
+    assert removed.exit_code == 0, removed.output
+    assert "m-Q2_K-00001-of-00002.gguf, m-Q2_K-00002-of-00002.gguf" in removed.stdout
+    assert not list((tmp_path / "cache").rglob("*.gguf"))

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import hashlib
+from types import SimpleNamespace
 
 import pytest
 
 from lsd_local.errors import LsdError
-from lsd_local.hub import verify
+from lsd_local.hub import _verify_partial
 from lsd_local.registry import ModelSpec, _read, find_spec
 
 
 def test_sha256_mismatch_deletes_the_file(tmp_path):
-    path = tmp_path / "model.gguf"
+    """The registry's sha256 if it has one, else the Hub's LFS etag (an LFS file's sha256)."""
+    path = tmp_path / "model.gguf.lsd-partial"
     path.write_bytes(b"GGUF not really a model")
     good = hashlib.sha256(path.read_bytes()).hexdigest()
-    verify(ModelSpec("m", "org/repo", "model.gguf", sha256=good), path)
+    plain_etag, lfs_etag = SimpleNamespace(etag="abc123"), SimpleNamespace(etag=good)
+    _verify_partial(ModelSpec("m", "org/repo", "model.gguf", sha256=good), plain_etag, path)
+    _verify_partial(ModelSpec("m", "org/repo", "model.gguf"), lfs_etag, path)
     assert path.exists()
     with pytest.raises(LsdError, match="sha256 mismatch .* deleted"):
-        verify(ModelSpec("m", "org/repo", "model.gguf", sha256="0" * 64), path)
+        _verify_partial(ModelSpec("m", "org/repo", "model.gguf"), SimpleNamespace(etag="0" * 64),
+                        path)
     assert not path.exists()
 
 
@@ -26,6 +31,9 @@ def test_registry_entries_are_checked(tmp_path):
     path = tmp_path / "models.toml"
     path.write_text('["a.b"]\nrepo = "r"\nfile = "f.gguf"\nsizee = 3\n')
     with pytest.raises(LsdError, match="unknown field"):
+        _read(path)
+    path.write_text('["a.b"]\nrepo = "r"\nfile = "f.gguf"\nsize = "1GB"\n')
+    with pytest.raises(LsdError, match="size = '1GB'"):
         _read(path)
     path.write_text('["a.b"]\nrepo = "r"\n')
     with pytest.raises(LsdError, match="needs 'repo' and 'file'"):
@@ -43,3 +51,17 @@ def test_shipped_registry_parses_and_drafts_exist():
     for spec in registry.values():
         if spec.draft:
             assert find_spec(spec.draft, registry).name == spec.draft
+
+
+@pytest.mark.parametrize("quant,expected", [
+    ("Q6_K", ["m-Q6_K.gguf"]), ("q6_k_l", ["m-Q6_K_L.gguf"]), ("Q4_0", ["m-Q4_0.gguf"]),
+    ("IQ4_XS", ["sub/m-IQ4_XS.gguf"]),
+    ("Q2_K", ["Q2_K/m-00001-of-00002.gguf", "Q2_K/m-00002-of-00002.gguf"]),
+])
+def test_a_quant_tag_picks_the_file_with_that_whole_tag(quant, expected):
+    from lsd_local.hubnames import choose_gguf
+
+    files = ["m-Q6_K.gguf", "m-Q6_K_L.gguf", "m-Q4_0.gguf", "m-Q4_0_4_4.gguf",
+             "sub/m-IQ4_XS.gguf", "Q2_K/m-00001-of-00002.gguf", "Q2_K/m-00002-of-00002.gguf",
+             "mmproj-Q6_K.gguf", "README.md"]
+    assert choose_gguf(files, quant, "org/m") == expected
