@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
+from huggingface_hub.utils import WeakFileLock
 
 from .errors import LsdError
 from .registry import ModelSpec
@@ -214,11 +214,11 @@ def download(spec: ModelSpec, notify: Callable[[str], None] | None = None) -> Pa
     blob = folder / "blobs" / meta.etag
     partial = blob.with_name(blob.name + PARTIAL_SUFFIX)
     # one writer per blob: a second `lsd pull` of the same file waits here, then finds the
-    # blob complete, instead of appending to the same bytes. huggingface_hub's own lock file
-    # for this blob, so that `hf download` and lsd take turns too.
+    # blob complete, instead of appending to the same bytes. huggingface_hub's own lock (file,
+    # permissions, fallback where flock is missing), so `hf download` and lsd take turns too.
     lock = folder.parent / ".locks" / folder.name / f"{meta.etag}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock)):
+    with WeakFileLock(lock):
         if not blob.exists():
             _fetch_blob(spec, meta, folder, partial, where)
             _verify_partial(spec, meta, partial)  # a blob, once there, was checked

@@ -84,14 +84,14 @@ def test_two_downloads_of_one_file_take_turns(fake_hub, tmp_path, monkeypatch):
     and finds the blob complete (before, both appended to the same partial file and the
     checksum then deleted it)."""
     at_lock = threading.Event()
-    lock = hub.FileLock
+    lock = hub.WeakFileLock
 
     def announced_lock(path):  # the second download is about to take the lock
         if threading.current_thread().name == "second":
             at_lock.set()
         return lock(path)
 
-    monkeypatch.setattr(hub, "FileLock", announced_lock)
+    monkeypatch.setattr(hub, "WeakFileLock", announced_lock)
     fake_hub.hook = (300_000, lambda: None)  # the first download stops mid-file ...
     results: dict[str, Path] = {}
     first = threading.Thread(target=lambda: results.update(a=hub.download(spec())))
