@@ -27,19 +27,16 @@ def test_sha256_mismatch_deletes_the_file(tmp_path):
     assert not path.exists()
 
 
-def test_registry_entries_are_checked(tmp_path):
+@pytest.mark.parametrize("text,message", [
+    ('["a.b"]\nrepo = "r"\nfile = "f.gguf"\nsizee = 3\n', "unknown field"),
+    ('["a.b"]\nrepo = "r"\nfile = "f.gguf"\nsize = "1GB"\n', "size = '1GB'"),
+    ('["a.b"]\nrepo = "r"\n', "needs 'repo' and 'file'"),
+    ('["a.b"\n', "not valid TOML"),
+])
+def test_registry_entries_are_checked(tmp_path, text, message):
     path = tmp_path / "models.toml"
-    path.write_text('["a.b"]\nrepo = "r"\nfile = "f.gguf"\nsizee = 3\n')
-    with pytest.raises(LsdError, match="unknown field"):
-        _read(path)
-    path.write_text('["a.b"]\nrepo = "r"\nfile = "f.gguf"\nsize = "1GB"\n')
-    with pytest.raises(LsdError, match="size = '1GB'"):
-        _read(path)
-    path.write_text('["a.b"]\nrepo = "r"\n')
-    with pytest.raises(LsdError, match="needs 'repo' and 'file'"):
-        _read(path)
-    path.write_text('["a.b"\n')
-    with pytest.raises(LsdError, match="not valid TOML"):
+    path.write_text(text)
+    with pytest.raises(LsdError, match=message):
         _read(path)
 
 
