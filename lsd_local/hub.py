@@ -39,7 +39,8 @@ def cached_file(spec: ModelSpec) -> Path | None:
     """Path of the spec's file in the Hub cache, or None when it is not downloaded."""
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(spec.repo, spec.file, cache_dir=cache_dir())
+    found = try_to_load_from_cache(spec.repo, spec.file, cache_dir=cache_dir(),
+                                   revision=spec.revision)
     return Path(found) if isinstance(found, str) and Path(found).is_file() else None
 
 
@@ -83,7 +84,8 @@ def _metadata(spec: ModelSpec):
     where = f"{spec.file} from {spec.repo}"
     endpoint = _endpoint()
     try:
-        meta = get_hf_file_metadata(hf_hub_url(spec.repo, spec.file, endpoint=endpoint),
+        meta = get_hf_file_metadata(hf_hub_url(spec.repo, spec.file, revision=spec.revision,
+                                               endpoint=endpoint),
                                     endpoint=endpoint)
     except GatedRepoError:
         raise LsdError(f"{spec.repo} is gated: accept its license on the Hub and log in "
@@ -187,9 +189,15 @@ def _install(spec: ModelSpec, folder: Path, meta, blob: Path) -> Path:
         except OSError:  # no symlinks on this filesystem: a hard link (no copy)
             os.link(blob, tmp)
         os.replace(tmp, snapshot)
-    (folder / "refs").mkdir(exist_ok=True)
-    (folder / "refs" / "main").write_text(meta.commit_hash)
+    if spec.revision is None:  # a pinned commit does not move what main points at
+        (folder / "refs").mkdir(exist_ok=True)
+        (folder / "refs" / "main").write_text(meta.commit_hash)
     return snapshot
+
+
+def snapshot_commit(path: Path, file: str) -> str:
+    """The commit of the cache snapshot that holds `path` (.../snapshots/<commit>/<file>)."""
+    return path.parents[len(Path(file).parts) - 1].name
 
 
 def download(spec: ModelSpec, notify: Callable[[str], None] | None = None) -> Path:

@@ -18,7 +18,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-FIELDS = {"repo", "file", "quant", "sha256", "size", "ctx", "draft", "chat_template"}
+FIELDS = {"repo", "file", "revision", "quant", "sha256", "size", "ctx", "draft",
+          "chat_template"}
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ModelSpec:
     quant: str = ""
     sha256: str | None = None
     size: int | None = None  # bytes, when known: shown by `lsd models` before a download
+    revision: str | None = None  # a commit to fetch instead of main (pinned: main may move)
     ctx: int = N_CTX
     draft: str | None = None  # registry name of the default draft model
     chat_template: str | None = None

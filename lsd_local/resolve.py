@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .embedded import DEMO_INSTALL, DEMO_NAME, embedded_model
 from .errors import LsdError
+from .hub import snapshot_commit
 from .registry import ModelSpec, find_spec, is_hub_name, is_path, load_registry
 
 # Used when no model is named and it is already downloaded; else the embedded demo model.
@@ -30,8 +31,12 @@ def resolve_one(arg: str, registry: dict[str, ModelSpec],
     if arg not in registry and is_hub_name(arg):  # owner/repo[:QUANT]: any GGUF on the Hub
         from .hubnames import hub_specs
 
-        paths = [_fetch(spec, notify) for spec in hub_specs(arg)]
-        return paths[0], None  # a split model loads from its first part
+        first, *rest = hub_specs(arg)
+        path = _fetch(first, notify)  # a split model loads from its first part; the others
+        commit = snapshot_commit(path, first.file)  # come from the same commit, beside it
+        for part in rest:
+            _fetch(replace(part, revision=commit), notify)
+        return path, None
     if is_path(arg):
         return Path(arg).expanduser(), None
     spec = find_spec(arg, registry)

@@ -31,6 +31,7 @@ class FakeHub:
         self.ignore_range = False
         self.damage_body = False  # GETs send one byte changed (the etag stays the true one)
         self.xet = False  # HEAD says the file is Xet-backed (X-Xet-Hash, refresh route)
+        self.commit = COMMIT  # what main points at (a request for a commit gets that one)
         self.delay = 0.0  # seconds between 64 KiB chunks
         self.hook: tuple[int, object] | None = None  # (bytes, callable): run once when sent
         self.hold = threading.Event()  # after the hook: send nothing more until it is set
@@ -69,7 +70,8 @@ class FakeHub:
 
             def _headers(self, data: bytes, status: int, length: int, extra=()) -> None:
                 self.send_response(status)
-                self.send_header("X-Repo-Commit", COMMIT)
+                wanted = re.search(r"/resolve/([0-9a-f]{40})/", self.path)
+                self.send_header("X-Repo-Commit", wanted[1] if wanted else hub.commit)
                 self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(length))

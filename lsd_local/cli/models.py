@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import click
 
 from .options import complete_model, notify
@@ -13,7 +15,7 @@ def pull(name: str) -> None:
     """Download model NAME into the Hugging Face cache: a registry name (with its default
     draft) or any GGUF on the Hub as owner/repo[:QUANT] (hf.co/ optional; QUANT as in the
     file names, default Q4_K_M; a split model comes whole)."""
-    from ..hub import download
+    from ..hub import download, snapshot_commit
     from ..hubnames import hub_specs
     from ..registry import find_spec, is_hub_name, load_registry
 
@@ -23,9 +25,14 @@ def pull(name: str) -> None:
     else:
         spec = find_spec(name, registry)
         specs = [spec] + ([find_spec(spec.draft, registry)] if spec.draft else [])
+    commit = None  # the parts of a split model all come from the first one's commit
     for item in specs:
         click.echo(f"pulling {item.name}: {item.file} from {item.repo}", err=True)
-        click.echo(download(item, notify))
+        if commit is not None and item.repo == specs[0].repo and item.name == specs[0].name:
+            item = replace(item, revision=commit)
+        path = download(item, notify)
+        commit = snapshot_commit(path, item.file) if commit is None else commit
+        click.echo(path)
 
 
 @click.command(name="models")

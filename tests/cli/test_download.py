@@ -353,3 +353,23 @@ def test_lsd_rm_a_split_hub_model_removes_all_its_parts(hub_repo, tmp_path):
     assert removed.exit_code == 0, removed.output
     assert "m-Q2_K-00001-of-00002.gguf, m-Q2_K-00002-of-00002.gguf" in removed.stdout
     assert not list((tmp_path / "cache").rglob("*.gguf"))
+
+
+def test_the_parts_of_a_split_model_come_from_one_commit(hub_repo):
+    """main moves to a new commit while part 1 downloads: part 2 still comes from part 1's
+    commit, into the same snapshot folder, where llama.cpp looks for it."""
+    hub_repo.hold.set()  # the hook below must not hold the download back
+    hub_repo.hook = (1, lambda: setattr(hub_repo, "commit", "c" * 40))
+    result = CliRunner().invoke(cli, ["pull", f"{HUB_REPO}:Q2_K"])
+    assert result.exit_code == 0, result.output
+    first, second = (Path(line) for line in result.stdout.split())
+    assert first.parent == second.parent and first.parent.name == COMMIT
+    assert hub_repo.commit == "c" * 40  # main did move
+
+
+def test_a_registry_entry_may_pin_a_revision(fake_hub, tmp_path):
+    pinned = ModelSpec("tiny", REPO, FILE, revision="d" * 40)
+    path = hub.download(pinned)
+    assert path.parent.name == "d" * 40 and path.read_bytes() == DATA
+    assert hub.cached_file(pinned) == path
+    assert hub.cached_file(spec()) is None  # main was not moved to the pinned commit
