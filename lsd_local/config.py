@@ -3,7 +3,7 @@ rule and the drafter, as frozen dataclasses that validate themselves.
 
 A leaf module: it imports nothing from lsd but `errors`, so that every layer (the pure
 verifiers and the backend included) takes its defaults from here. Measured reasons for the
-values live in the README (sections named below), not in comments that go stale.
+values live in docs/ (pages named below), not in comments that go stale.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ TOP_K = 40  # 0 = off
 TOP_P = 0.95  # 1 = off
 MIN_P = 0.05  # 0 = off
 
-# --- verification rules (README "Tuning the loose rules": `lsd bench --tune`, dev split) ----
+# --- verification rules (docs/how-it-works.md, tuning: `lsd bench --tune`, dev split) -----
 RULES = ("strict", "fly", "asd")
 ENTROPY_MODES = ("topk", "normalized")
 FLY_THETA = 0.6  # FLy entropy threshold; inf = strict
@@ -38,7 +38,7 @@ ASD_GATE = 2.0  # ASD local gate g on regret / tokens left in the block
 ASD_MAX_EXCEPTIONS = 2  # ASD per-block exception cap M
 ASD_BUDGET = 6.0  # ASD per-request regret budget B
 
-# --- drafters (README "Speed on this machine" and "Cost-aware speculation") -----------------
+# --- drafters (docs/benchmarks.md and docs/auto.md) -----------------------------------------
 DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
 DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 32, "none": 0}  # fixed K per drafter
 LOOKUP_CAP = 32  # longest lookup draft auto considers

@@ -16,7 +16,7 @@ from .lookup import LookupDrafter
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
 # passage is being copied, and such proposals are mostly right where shorter matches depend on
-# the workload (measured shares: README, "Cost-aware speculation"), so the two are learned
+# the workload (measured shares: docs/auto.md), so the two are learned
 # apart, from these beliefs: a long match is drafted whole from the first round (copying a
 # function signature pays at once), a short one only once it has shown to be right. Chosen by
 # replaying recorded answers (bench/replay_auto.py) on the dev and test splits; their scoring
