@@ -102,6 +102,14 @@ def _metadata(spec: ModelSpec):
     return meta
 
 
+def hub_size(spec: ModelSpec) -> int | None:
+    """The Hub's size of spec.file (one HEAD request), or None when it cannot say."""
+    try:
+        return _metadata(spec).size
+    except LsdError:
+        return None
+
+
 def _short(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
 

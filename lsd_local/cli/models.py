@@ -36,15 +36,19 @@ def pull(name: str) -> None:
 
 
 @click.command(name="models")
-def list_models() -> None:
+@click.option("--hub-sizes", is_flag=True,
+              help="Ask the Hub for the size of entries the registry gives none (network).")
+def list_models(hub_sizes: bool) -> None:
     """List the model registry: sizes, and what is downloaded."""
-    from ..hub import cached_file
+    from ..hub import cached_file, hub_size
     from ..registry import load_registry
 
     rows = [("NAME", "FILE", "QUANT", "DRAFT", "SIZE", "CACHED")]
     for spec in load_registry().values():
         path = cached_file(spec)
         size = path.stat().st_size if path else spec.size
+        if size is None and hub_sizes:
+            size = hub_size(spec)
         rows.append((spec.name, spec.file, spec.quant, spec.draft or "-",
                      "?" if size is None else f"{size / 1e9:.2f} GB", "yes" if path else "no"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

@@ -373,3 +373,21 @@ def test_a_registry_entry_may_pin_a_revision(fake_hub, tmp_path):
     assert path.parent.name == "d" * 40 and path.read_bytes() == DATA
     assert hub.cached_file(pinned) == path
     assert hub.cached_file(spec()) is None  # main was not moved to the pinned commit
+
+
+def test_lsd_models_asks_the_hub_for_sizes_it_lacks(fake_hub, tmp_path, monkeypatch):
+    config = tmp_path / "config" / "lsd"
+    config.mkdir(parents=True)
+    (config / "models.toml").write_text(
+        f'[tiny]\nrepo = "{REPO}"\nfile = "{FILE}"\n\n[gone]\nrepo = "{REPO}"\nfile = "x.gguf"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+    def row(output: str, name: str) -> str:
+        return next(line for line in output.splitlines() if line.startswith(name + " "))
+
+    plain = CliRunner().invoke(cli, ["models"]).stdout
+    assert " ? " in row(plain, "tiny") and not fake_hub.requests  # no network by default
+    sized = CliRunner().invoke(cli, ["models", "--hub-sizes"])
+    assert sized.exit_code == 0, sized.output
+    assert f"{len(DATA) / 1e9:.2f} GB" in row(sized.stdout, "tiny")
+    assert " ? " in row(sized.stdout, "gone")  # the Hub has no such file: still unknown
