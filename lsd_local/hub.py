@@ -99,6 +99,9 @@ def _metadata(spec: ModelSpec):
                        f"{_short(exc)}; retry with network, or pass a local .gguf path") from None
     if not meta.commit_hash or not meta.etag:
         raise LsdError(f"the Hub gave no commit/etag for {where}; cannot cache it")
+    if not re.fullmatch(r"[\w.-]+", meta.etag + meta.commit_hash) or ".." in meta.etag:
+        raise LsdError(f"the Hub gave an etag or commit for {where} that is no file name; "
+                       "refusing to write it into the cache")  # they become paths
     return meta
 
 

@@ -32,6 +32,7 @@ class FakeHub:
         self.damage_body = False  # GETs send one byte changed (the etag stays the true one)
         self.xet = False  # HEAD says the file is Xet-backed (X-Xet-Hash, refresh route)
         self.commit = COMMIT  # what main points at (a request for a commit gets that one)
+        self.etag: str | None = None  # an ETag to send instead of the file's sha256
         self.delay = 0.0  # seconds between 64 KiB chunks
         self.hook: tuple[int, object] | None = None  # (bytes, callable): run once when sent
         self.hold = threading.Event()  # after the hook: send nothing more until it is set
@@ -72,7 +73,7 @@ class FakeHub:
                 self.send_response(status)
                 wanted = re.search(r"/resolve/([0-9a-f]{40})/", self.path)
                 self.send_header("X-Repo-Commit", wanted[1] if wanted else hub.commit)
-                self.send_header("ETag", f'"{hashlib.sha256(data).hexdigest()}"')
+                self.send_header("ETag", f'"{hub.etag or hashlib.sha256(data).hexdigest()}"')
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(length))
                 for key, value in extra:

@@ -391,3 +391,11 @@ def test_lsd_models_asks_the_hub_for_sizes_it_lacks(fake_hub, tmp_path, monkeypa
     assert sized.exit_code == 0, sized.output
     assert f"{len(DATA) / 1e9:.2f} GB" in row(sized.stdout, "tiny")
     assert " ? " in row(sized.stdout, "gone")  # the Hub has no such file: still unknown
+
+
+def test_an_etag_that_is_no_file_name_is_refused(fake_hub, tmp_path):
+    """The etag becomes a path in the cache: a hostile endpoint must not walk out of it."""
+    fake_hub.etag = "../../../outside"
+    with pytest.raises(LsdError, match="no file name"):
+        hub.download(spec())
+    assert fake_hub.gets() == [] and not (tmp_path / "outside").exists()
