@@ -15,15 +15,16 @@ import numpy as np
 
 from ..config import FLY_ENTROPY_TOP_K, SamplerSettings
 from ..jit import kernels_ready
-from ._rows import row_argmax, row_entropy, row_entropy_reference
+from ._rows import row_argmax, row_entropy, row_entropy_reference, row_top_reference
 
 
 def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:
     """row: float32[V] logits -> float64[V] probabilities after the sampler chain."""
     logits = row.astype(np.float64)
     v = logits.shape[0]
-    keep = np.arange(v) if not 0 < s.top_k < v else _top_k_ids(logits, s.top_k)
-    keep = keep[np.argsort(-logits[keep], kind="stable")]
+    # descending, ties by id (as a stable sort): the same top-k set whatever the tie
+    keep = (row_top_reference(logits, s.top_k) if 0 < s.top_k < v
+            else np.argsort(-logits, kind="stable"))
     kept = logits[keep]
     p = np.exp(kept - kept[0])
     p /= p.sum()
@@ -37,15 +38,6 @@ def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:
     out = np.zeros(v, np.float64)
     out[keep[:n_keep]] = q / q.sum()
     return out
-
-
-def _top_k_ids(logits: np.ndarray, top_k: int) -> np.ndarray:
-    """Ids of the top_k largest of logits (float64[V]); a tie at the cut keeps the lowest ids,
-    as a stable sort would (argpartition alone picks an arbitrary one of the tied)."""
-    kth = np.partition(logits, len(logits) - top_k)[len(logits) - top_k]
-    above = np.flatnonzero(logits > kth)
-    tied = np.flatnonzero(logits == kth)[:top_k - len(above)]
-    return np.concatenate([above, tied])
 
 
 def draw(p: np.ndarray, rng: np.random.Generator) -> int:
