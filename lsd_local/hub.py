@@ -75,11 +75,7 @@ def _endpoint() -> str:
 def _metadata(spec: ModelSpec):
     """What the Hub says about the file (commit, etag, size, download URL); LsdError else."""
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
-    from huggingface_hub.errors import (
-        EntryNotFoundError,
-        GatedRepoError,
-        RepositoryNotFoundError,
-    )
+    from huggingface_hub.errors import EntryNotFoundError
 
     where = f"{spec.file} from {spec.repo}"
     endpoint = _endpoint()
@@ -87,16 +83,12 @@ def _metadata(spec: ModelSpec):
         meta = get_hf_file_metadata(hf_hub_url(spec.repo, spec.file, revision=spec.revision,
                                                endpoint=endpoint),
                                     endpoint=endpoint)
-    except GatedRepoError:
-        raise LsdError(f"{spec.repo} is gated: accept its license on the Hub and log in "
-                       "(`hf auth login`), then retry") from None
-    except RepositoryNotFoundError:
-        raise LsdError(f"repository {spec.repo} not found on the Hub") from None
     except EntryNotFoundError:
         raise LsdError(f"{spec.file} not found in {spec.repo}") from None
     except Exception as exc:  # noqa: BLE001 - OSError, HfHubHTTPError, httpx's own errors
-        raise LsdError(f"cannot reach the Hugging Face Hub to fetch {where} (offline?): "
-                       f"{_short(exc)}; retry with network, or pass a local .gguf path") from None
+        raise repo_error(exc, spec.repo) or LsdError(
+            f"cannot reach the Hugging Face Hub to fetch {where} (offline?): "
+            f"{_short(exc)}; retry with network, or pass a local .gguf path") from None
     if not meta.commit_hash or not meta.etag:
         raise LsdError(f"the Hub gave no commit/etag for {where}; cannot cache it")
     if not re.fullmatch(r"[\w.-]+", meta.etag + meta.commit_hash) or ".." in meta.etag:
@@ -111,6 +103,18 @@ def hub_size(spec: ModelSpec) -> int | None:
         return _metadata(spec).size
     except LsdError:
         return None
+
+
+def repo_error(exc: BaseException, repo: str) -> LsdError | None:
+    """The user's error a Hub exception about `repo` stands for (gated, missing), or None."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
+
+    if isinstance(exc, GatedRepoError):  # a subclass of RepositoryNotFoundError: first
+        return LsdError(f"{repo} is gated: accept its license on the Hub and log in "
+                        "(`hf auth login`), then retry")
+    if isinstance(exc, RepositoryNotFoundError):
+        return LsdError(f"repository {repo} not found on the Hub")
+    return None
 
 
 def _short(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from .errors import LsdError
-from .hub import _endpoint, _repo_folder, _short, offline
+from .hub import _endpoint, _repo_folder, _short, offline, repo_error
 from .registry import ModelSpec
 
 DEFAULT_QUANT = "Q4_K_M"  # llama.cpp's -hf default too
@@ -69,16 +69,13 @@ def _group(files) -> dict[str, list[str]]:
 
 def _hub_files(repo: str) -> list[str]:
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
     try:
         info = HfApi(endpoint=_endpoint()).model_info(repo)
-    except GatedRepoError:
-        raise LsdError(f"{repo} is gated: accept its license on the Hub and log in "
-                       "(`hf auth login`), then retry") from None
-    except RepositoryNotFoundError:
-        raise LsdError(f"repository {repo} not found on the Hub") from None
     except Exception as exc:  # noqa: BLE001 - OSError, HTTP errors of either client
+        known = repo_error(exc, repo)
+        if known is not None:
+            raise known from None
         cached = _cached_files(repo, required=False)
         if cached:
             return cached
