@@ -9,9 +9,9 @@ compiles them all into the cache on idle CPU time only (Linux SCHED_IDLE, Window
 class, else nice 19), and once it has succeeded and no request is running, a thread loads
 them. Compiling during a request cost too much on a 2-core CPU: in-process it held the GIL
 (the old first run decoded at a quarter of its warm speed), and even a niced process stalls
-llama.cpp's threads, which wait for each other at every layer (a 50-token prompt took 2.2 s
-instead of 0.1). The compiling process outlives a short `lsd run`, so the next run finds the
-cache. `python -m lsd_local.warmup` is that process.
+llama.cpp's threads, which wait for each other at every layer (the demo's 57-token prompt took
+2.2 s instead of 0.16-0.18). The compiling process outlives a short `lsd run`, so the next run
+finds the cache. `python -m lsd_local.warmup` is that process.
 """
 
 from __future__ import annotations
