@@ -18,6 +18,21 @@ N_CTX = 4096  # context size when neither the user nor the registry gives one
 N_BATCH = 512  # tokens per llama_decode call (at least K + 1: a whole block in one pass)
 MAX_TOKENS = 256  # tokens per answer: the library and `lsd bench`
 CLI_MAX_TOKENS = 512  # tokens per answer: `lsd run` / `lsd chat`
+# `lsd serve` answers until EOS, a stop string or a full context unless told (llama-server's
+# n_predict = -1, OpenAI's "no max_tokens")
+
+# --- conversations kept in RAM (statecache.py; `lsd serve --state-cache`) ------------------
+STATE_CACHE = 4  # saved conversations
+STATE_CACHE_MAX_BYTES = 4 << 30  # at most this much RAM for them in all
+STATE_CACHE_MIN_TOKENS = 16  # a shorter history is cheaper to evaluate again than to copy
+
+# --- `lsd serve` (docs/server.md) ----------------------------------------------------------
+SERVE_HOST = "127.0.0.1"  # loopback: anything wider is the user's explicit choice
+SERVE_PORT = 8080  # llama-server's
+SERVE_MAX_QUEUE = 16  # requests waiting for the engine; more get 503 + Retry-After
+SERVE_MAX_BODY = 8 << 20  # bytes of one request body; more get 413
+SERVE_SHUTDOWN_GRACE = 30.0  # seconds in-flight answers get to finish on SIGTERM / Ctrl-C
+SERVE_RETRY_AFTER = 1  # seconds a client told "queue full" should wait
 
 # --- sampler (llama.cpp's defaults; temperature 0 = greedy) -------------------------------
 TEMPERATURE = 0.0

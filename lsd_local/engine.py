@@ -19,6 +19,7 @@ from .config import (
     N_BATCH,
     N_CTX,
     P_MIN,
+    STATE_CACHE_MAX_BYTES,
     TEMPERATURE,
     TOP_K,
     TOP_P,
@@ -32,6 +33,7 @@ from .drafters.factory import make_drafter
 from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
 from .grammars import grammar_text, load_schema
 from .loop import Request, TokenBuffer, run_rounds
+from .statecache import StateCache
 from .stats import GenerationStats, RoundEvent
 from .templates import render_chat
 from .text import TextAssembler
@@ -102,7 +104,11 @@ class Engine:
         self.drafter_config = drafter
         self.rule_config = rule
         self._drafter = make_drafter(drafter, draft, target if cross_vocab else None)
+        self._drafters = {drafter: self._drafter}  # by settings: each keeps what it learned
         self._busy = False
+        # conversations set aside in RAM (None: only the live cache is reused); see
+        # `keep_conversations`
+        self.state_cache: StateCache | None = None
 
     @classmethod
     def load(cls, target: str | os.PathLike, draft: str | os.PathLike | None = None, *,
@@ -129,7 +135,8 @@ class Engine:
                                             max_ngram=max_ngram, min_ngram=min_ngram)
         rcfg = RuleConfig().with_changes(rule=rule, **rule_params)
         if drafter in ("model", "multilevel") and draft is None:
-            raise ParameterError(f"invalid drafter: {drafter!r} needs a draft model (draft=...)")
+            raise ParameterError(f"invalid drafter: {drafter!r} needs a draft model (draft=...)",
+                                 param="drafter")
         n_batch = max(N_BATCH, dcfg.k_value + 1)
         opts = LoadOptions(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
                            n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, split_mode=split_mode,
@@ -165,17 +172,29 @@ class Engine:
         if drafter is not None and k is None:
             changes["k"] = None
         dcfg = self.drafter_config.with_changes(**changes)
-        if dcfg.uses_draft_model and self.draft_model is None:
-            raise ParameterError(f"invalid drafter: {dcfg.drafter!r} needs a draft model, and "
-                                 "this engine was loaded without one")
-        check(dcfg.k_value + 1 <= self.target.n_batch, "k",
-              f"{dcfg.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
         rcfg = self.rule_config.with_changes(**({"rule": rule} if rule else {}), **rule_params)
-        if dcfg != self.drafter_config or fresh_drafter:
-            self._drafter = make_drafter(dcfg, self.draft_model,
-                                         self.target if self.cross_vocab else None)
-        self.drafter_config = dcfg
-        self.rule_config = rcfg
+        self.set_config(dcfg, rcfg, fresh_drafter=fresh_drafter)
+
+    def set_config(self, drafter: DrafterConfig, rule: RuleConfig, *,
+                   fresh_drafter: bool = False) -> None:
+        """Use these drafter and rule settings from the next generation on (a server's
+        per-request settings). A drafter used before with the same settings comes back with
+        what it learned (auto's costs and acceptance), unless `fresh_drafter`."""
+        self.check_config(drafter)
+        if fresh_drafter or drafter not in self._drafters:
+            self._drafters[drafter] = make_drafter(drafter, self.draft_model,
+                                                   self.target if self.cross_vocab else None)
+        self._drafter = self._drafters[drafter]
+        self.drafter_config = drafter
+        self.rule_config = rule
+
+    def check_config(self, drafter: DrafterConfig) -> None:
+        """ParameterError when these drafter settings cannot run on the loaded models."""
+        if drafter.uses_draft_model and self.draft_model is None:
+            raise ParameterError(f"invalid drafter: {drafter.drafter!r} needs a draft model, "
+                                 "and this engine was loaded without one", param="drafter")
+        check(drafter.k_value + 1 <= self.target.n_batch, "k",
+              f"{drafter.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
 
     @property
     def drafter(self) -> Drafter | None:
@@ -213,7 +232,7 @@ class Engine:
             raise RuntimeError("this Engine is already generating; finish that generation first")
         prompt_ids = self.prompt_tokens(prompt)
         if not prompt_ids:
-            raise ParameterError("invalid prompt: it is empty (no tokens)")
+            raise ParameterError("invalid prompt: it is empty (no tokens)", param="prompt")
         if len(prompt_ids) + 1 > self.target.n_ctx:
             raise ContextOverflowError(
                 f"the prompt has {len(prompt_ids)} tokens but the context holds "
@@ -233,7 +252,8 @@ class Engine:
         """The grammar state for a request (None without a constraint); GrammarError with the
         line and column when the grammar or schema is invalid."""
         if grammar is not None and json_schema is not None:
-            raise ParameterError("invalid grammar: give a grammar or a JSON schema, not both")
+            raise ParameterError("invalid grammar: give a grammar or a JSON schema, not both",
+                                 param="grammar")
         if json_schema is not None:
             schema, label = load_schema(json_schema)
             return Grammar.compile(self.target, schema_to_gbnf(schema, label), source=label)
@@ -282,17 +302,26 @@ class Engine:
         """Evaluate all but the last prompt token, reusing the cached common prefix; return
         how many prompt tokens the cache already held."""
         prompt = np.asarray(prompt_ids, np.int32)
+        if self.state_cache is not None:  # another conversation's cache may serve it better
+            self.state_cache.switch_to(self.target, self.draft_model, prompt)
         keep = self.target.reuse_prefix(prompt, len(prompt) - 1)
         history.set(prompt)
         self.target.decode(prompt[keep:-1], keep, 0)
         return keep
 
+    def keep_conversations(self, count: int, max_bytes: int = STATE_CACHE_MAX_BYTES) -> None:
+        """Keep the KV state of up to `count` other conversations in RAM (at most `max_bytes`
+        in all): a prompt that continues one of them is then prefilled from where it
+        stopped, even after other prompts (a server's alternating clients). 0 turns it off."""
+        self.state_cache = StateCache(count, max_bytes) if count > 0 else None
+
     def reset(self) -> None:
         """Forget every cached token (the next prompt is evaluated from scratch); the drafter
         forgets what it built from them (not what it learned about costs)."""
         self.target.truncate(0)
-        if self._drafter is not None:
-            self._drafter.reset()
+        for drafter in self._drafters.values():
+            if drafter is not None:
+                drafter.reset()
         if self.draft_model is not None:
             self.draft_model.truncate(0)
 

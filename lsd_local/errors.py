@@ -24,13 +24,18 @@ class ModelOutputError(LsdError):
 
 
 class ParameterError(LsdError, ValueError):
-    """An invalid parameter value; the message names the parameter."""
+    """An invalid parameter value; the message names the parameter (and `param` holds its
+    name when one parameter is at fault, e.g. for the server's error objects)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 def check(condition: bool, name: str, message: str) -> None:
     """Raise ParameterError naming `name` unless `condition` holds."""
     if not condition:
-        raise ParameterError(f"invalid {name}: {message}")
+        raise ParameterError(f"invalid {name}: {message}", param=name)
 
 
 class GrammarError(LsdError, ValueError):

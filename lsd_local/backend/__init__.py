@@ -2,9 +2,16 @@
 models and their caches (model.py), GBNF grammars (grammar.py), the bench's peer (peer.py)."""
 
 from .grammar import Grammar, schema_to_gbnf
-from .model import LoadOptions, Model, check_vocab_compatible, physical_cores, vocab_compatible
+from .model import (
+    LoadOptions,
+    Model,
+    SeqState,
+    check_vocab_compatible,
+    physical_cores,
+    vocab_compatible,
+)
 from .peer import PeerLlama
 from .vocab import Vocab
 
-__all__ = ["Grammar", "LoadOptions", "Model", "PeerLlama", "check_vocab_compatible",
+__all__ = ["Grammar", "LoadOptions", "Model", "PeerLlama", "SeqState", "check_vocab_compatible",
            "Vocab", "physical_cores", "schema_to_gbnf", "vocab_compatible"]

@@ -103,6 +103,18 @@ class LoadOptions:
               f"{self.split_mode!r} (choose one of {', '.join(SPLIT_MODES)})")
 
 
+@dataclass(frozen=True)
+class SeqState:
+    """A saved cache: the tokens it held (int32[n]) and llama.cpp's bytes (uint8[size])."""
+
+    tokens: np.ndarray
+    data: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes + self.tokens.nbytes)
+
+
 def _check_gguf_file(path: Path) -> None:
     if not path.exists():
         raise ModelLoadError(f"model file not found: {path}")
@@ -247,6 +259,31 @@ class Model:
                 f"{self.path.name}: the KV cache cannot drop positions {n}.. (recurrent or "
                 "hybrid model); speculation needs a transformer model")
         self.n_cached = min(self.n_cached, n)
+
+    def save_state(self) -> SeqState:
+        """A copy of the cache (keys and values of every cached position, sequence 0) and of
+        the tokens it holds, for `restore_state`: a conversation set aside in RAM."""
+        size = ll.llama_state_seq_get_size(self._ctx, 0)
+        data = np.empty(size, np.uint8)
+        written = ll.llama_state_seq_get_data(
+            self._ctx, data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), size, 0)
+        if written != size:
+            raise RuntimeError(f"{self.path.name}: llama.cpp saved {written} of {size} bytes")
+        return SeqState(self.cached_tokens.copy(), data)
+
+    def restore_state(self, state: SeqState) -> None:
+        """Replace the cache with one `save_state` took from this model (llama.cpp drops the
+        sequence's old cells first)."""
+        data = state.data
+        read = ll.llama_state_seq_set_data(
+            self._ctx, data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), len(data), 0)
+        if read != len(data):
+            self.truncate(0)  # what a failed read leaves is nothing to rely on
+            raise RuntimeError(f"{self.path.name}: llama.cpp restored {read} of {len(data)} "
+                               "bytes of a saved state")
+        n = len(state.tokens)
+        self._cached_tokens[:n] = state.tokens
+        self.n_cached = n
 
     def close(self) -> None:
         """Free the context, batch and model (idempotent)."""

@@ -1,5 +1,5 @@
 """The `lsd` command line: parses options, calls the library, prints. One module per
-command (run, chat, models, bench); options.py holds what they share."""
+command (run, chat, serve, models, bench); options.py holds what they share."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from .chat import chat as chat_command
 from .models import list_models, pull, remove
 from .run import run as run_command
 from .run import split_run_args
+from .serve import serve as serve_command
 
 __all__ = ["cli", "main", "split_run_args"]
 
@@ -45,7 +46,8 @@ def cli() -> None:
 
 
 # imported under other names: lsd_local.cli.run, .chat and .bench stay the modules
-for _command in (run_command, chat_command, pull, list_models, remove, bench_command):
+for _command in (run_command, chat_command, serve_command, pull, list_models, remove,
+                 bench_command):
     cli.add_command(_command)
 
 

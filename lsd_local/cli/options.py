@@ -106,10 +106,10 @@ ENGINE_OPTIONS = [
     click.option("--verbose", is_flag=True, help="Show llama.cpp's log."),
 ]
 
-SAMPLING_OPTIONS = [
-    click.option("--max-tokens", type=click.IntRange(min=0), default=CLI_MAX_TOKENS,
-                 show_default=True,
-                 help="Most tokens per answer."),
+MAX_TOKENS_OPTION = click.option("--max-tokens", type=click.IntRange(min=0),
+                                 default=CLI_MAX_TOKENS, show_default=True,
+                                 help="Most tokens per answer.")
+SAMPLER_OPTIONS = [
     click.option("--temperature", type=click.FloatRange(min=0), default=TEMPERATURE,
                  show_default=True,
                  help="0 = greedy. Above 0, speculative sampling keeps the target's "
@@ -131,6 +131,7 @@ SAMPLING_OPTIONS = [
     click.option("--json-schema", type=click.Path(dir_okay=False), default=None,
                  metavar="FILE", help="Constrain the answer to JSON matching this schema."),
 ]
+SAMPLING_OPTIONS = [MAX_TOKENS_OPTION] + SAMPLER_OPTIONS
 
 
 def with_options(options):
@@ -159,26 +160,33 @@ def check_grammar_source(opts: dict) -> None:
         load_schema(opts["json_schema"])
 
 
-def load_engine(model: str | None, opts: dict):
-    """Resolve MODEL/--draft (names, paths, downloads) and build an Engine."""
-    from ..engine import Engine
+def engine_arguments(model: str | None, opts: dict) -> dict:
+    """Resolve MODEL/--draft (names, paths, downloads) into Engine.load's keyword arguments
+    (plain values: `lsd serve` hands them to its engine process)."""
     from ..resolve import resolve_models
 
     found = resolve_models(model, opts["draft"], opts["drafter"], opts["n_gpu_layers"],
                            notify=notify)
-    tensor_split = _tensor_split(opts["tensor_split"])
-    rule = opts["rule"] or found.rule or "strict"
+    return dict(
+        target=found.target, draft=found.draft, drafter=found.drafter,
+        rule=opts["rule"] or found.rule or "strict", k=opts["k"],
+        chat_template=found.chat_template, n_ctx=opts["ctx"] or found.ctx or N_CTX,
+        n_threads=opts["threads"], n_gpu_layers=opts["n_gpu_layers"],
+        draft_n_gpu_layers=opts["draft_n_gpu_layers"], main_gpu=opts["main_gpu"],
+        split_mode=opts["split_mode"], tensor_split=_tensor_split(opts["tensor_split"]),
+        p_min=opts["p_min"], verbose=opts["verbose"], theta=opts["theta"],
+        window=opts["window"], entropy_top_k=opts["entropy_top_k"], entropy=opts["entropy"],
+        gate=opts["gate"], max_exceptions=opts["max_exceptions"], budget=opts["budget"])
+
+
+def load_engine(model: str | None, opts: dict):
+    """Resolve MODEL/--draft (names, paths, downloads) and build an Engine."""
+    from ..engine import Engine
+
+    arguments = engine_arguments(model, opts)
     with warnings.catch_warnings():  # the engine's notices are printed below, once
         warnings.simplefilter("ignore")
-        engine = Engine.load(
-            found.target, found.draft, drafter=found.drafter, rule=rule, k=opts["k"],
-            chat_template=found.chat_template, n_ctx=opts["ctx"] or found.ctx or N_CTX,
-            n_threads=opts["threads"], n_gpu_layers=opts["n_gpu_layers"],
-            draft_n_gpu_layers=opts["draft_n_gpu_layers"], main_gpu=opts["main_gpu"],
-            split_mode=opts["split_mode"], tensor_split=tensor_split, p_min=opts["p_min"],
-            verbose=opts["verbose"], theta=opts["theta"], window=opts["window"],
-            entropy_top_k=opts["entropy_top_k"], entropy=opts["entropy"], gate=opts["gate"],
-            max_exceptions=opts["max_exceptions"], budget=opts["budget"])
+        engine = Engine.load(**arguments)
     for notice in engine.notices:
         notify(notice)
     return engine

@@ -23,7 +23,8 @@ class Verifier:
         config.validate()
         if sampler is not None and config.rule == "asd":
             raise ParameterError("invalid rule: ASD is defined for greedy decoding only; use "
-                                 "temperature 0, or rule 'strict'/'fly' for sampling")
+                                 "temperature 0, or rule 'strict'/'fly' for sampling",
+                                 param="rule")
         self.config = config
         self.sampler = sampler
         self.regret_spent = 0.0

@@ -1,0 +1,133 @@
+"""`lsd serve`: the OpenAI-compatible HTTP server (lsd_local/server)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import click
+
+from ..config import (
+    SERVE_HOST,
+    SERVE_MAX_BODY,
+    SERVE_MAX_QUEUE,
+    SERVE_PORT,
+    SERVE_SHUTDOWN_GRACE,
+    STATE_CACHE,
+    STATE_CACHE_MAX_BYTES,
+    DrafterConfig,
+    RuleConfig,
+)
+from . import options as shared
+
+# `lsd run`'s options, but an answer runs until EOS, a stop string or a full context unless
+# --max-tokens (or the request) says otherwise, as in llama-server and OpenAI's API
+SERVE_SAMPLING_OPTIONS = [
+    click.option("--max-tokens", type=click.IntRange(min=0), default=None,
+                 help="Most tokens per answer when a request does not say (default: until "
+                      "the context is full).")
+] + shared.SAMPLER_OPTIONS
+
+
+def _serve_options(func):
+    return shared.with_options([
+        click.option("--host", default=SERVE_HOST, show_default=True,
+                     help="Address to listen on. Anything but loopback should have an API key."),
+        click.option("--port", type=click.IntRange(0, 65535), default=SERVE_PORT,
+                     show_default=True, help="Port to listen on (0: any free port)."),
+        click.option("--api-key", default=None, envvar="LSD_API_KEY", metavar="KEY",
+                     help="Require `Authorization: Bearer KEY` on every endpoint but /health "
+                          "(also from LSD_API_KEY)."),
+        click.option("--alias", default=None, metavar="NAME",
+                     help="Model name in /v1/models and responses (default: MODEL)."),
+        click.option("--max-queue", type=click.IntRange(min=0), default=SERVE_MAX_QUEUE,
+                     show_default=True,
+                     help="Requests that may wait for the engine; more get 503 + Retry-After."),
+        click.option("--max-body", type=click.IntRange(min=1024), default=SERVE_MAX_BODY,
+                     show_default=True, help="Largest request body in bytes (413 above)."),
+        click.option("--state-cache", type=click.IntRange(min=0), default=STATE_CACHE,
+                     show_default=True,
+                     help="Conversations whose KV state stays in RAM, so that alternating "
+                          "clients are not prefilled again (0: off)."),
+        click.option("--state-cache-mib", type=click.IntRange(min=0),
+                     default=STATE_CACHE_MAX_BYTES >> 20, show_default=True,
+                     help="RAM those saved states may take in all, in MiB."),
+        click.option("--shutdown-grace", type=click.FloatRange(min=0),
+                     default=SERVE_SHUTDOWN_GRACE, show_default=True, metavar="SECONDS",
+                     help="On SIGTERM / Ctrl-C, how long in-flight answers may take to finish "
+                          "before they end with an error."),
+        click.option("--cors-origin", multiple=True, metavar="ORIGIN",
+                     help="Allow browser pages from ORIGIN (repeatable; '*' for any). "
+                          "Default: no CORS."),
+    ])(func)
+
+
+@click.command()
+@click.argument("model", required=False, metavar="[MODEL]",
+                shell_complete=lambda ctx, param, incomplete: shared.complete_model(
+                    ctx, param, incomplete))
+@shared.with_options([shared.MODEL_OPTION] + shared.ENGINE_OPTIONS + SERVE_SAMPLING_OPTIONS)
+@_serve_options
+def serve(model: str | None, model_option: str | None, **opts) -> None:
+    """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions,
+    /v1/completions, /v1/models; /health, /metrics).
+
+    Takes `lsd run`'s model, speculation and sampling options as the defaults of every
+    request; a request may override them with extra body fields (temperature, top_k, rule,
+    drafter, k, theta, ...). Listens on 127.0.0.1:8080 unless told otherwise.
+
+    \b
+      lsd serve qwen2.5-coder-1.5b --port 8080
+      curl localhost:8080/v1/chat/completions -H 'Content-Type: application/json' \\
+        -d '{"messages": [{"role": "user", "content": "hi"}]}'
+    """
+    from ..server.app import ServerSettings
+    from ..server.main import serve as run_server
+    from ..server.worker import WorkerSettings
+
+    if model is not None and model_option is not None:
+        raise click.UsageError("give MODEL or --model, not both")
+    model = model_option or model
+    shared.check_grammar_source(opts)
+    arguments = shared.engine_arguments(model, opts)
+    defaults = _defaults(arguments, opts)
+    _warn_if_open(opts["host"], opts["api_key"])
+    worker = WorkerSettings(arguments, opts["state_cache"], opts["state_cache_mib"] << 20)
+    settings = ServerSettings(
+        model_name=opts["alias"] or _model_name(model, arguments["target"]),
+        defaults=defaults, api_key=opts["api_key"], cors_origins=tuple(opts["cors_origin"]),
+        max_body=opts["max_body"])
+    run_server(worker, settings, opts["host"], opts["port"], opts["max_queue"],
+               opts["shutdown_grace"], shared.notify)
+
+
+def _defaults(arguments: dict, opts: dict):
+    """The settings a request that names none gets: the command line's."""
+    from ..server.protocol import Defaults
+
+    drafter = DrafterConfig().with_changes(drafter=arguments["drafter"], k=arguments["k"],
+                                           p_min=arguments["p_min"])
+    rule = RuleConfig().with_changes(rule=arguments["rule"], **{
+        name: arguments[name] for name in ("theta", "window", "entropy_top_k", "entropy",
+                                           "gate", "max_exceptions", "budget")})
+    generate = shared.generation_kwargs(opts)
+    generate["stop"] = list(generate["stop"])
+    return Defaults(drafter, rule, generate, opts["system"])
+
+
+def _model_name(model: str | None, target) -> str:
+    """A registry or Hub name as given; a path (or the default model) by its file name."""
+    from ..registry import is_path
+
+    return model if model is not None and not is_path(model) else target.name
+
+
+def _warn_if_open(host: str, api_key: str | None) -> None:
+    if api_key:
+        return
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if not loopback:
+        shared.notify(f"warning: listening on {host} without --api-key: anyone who can reach "
+                      "this port can use the model")

@@ -1,0 +1,248 @@
+"""The HTTP process's side of the engine: it starts the engine process, queues requests in
+arrival order (bounded), hands them over one at a time, routes each round's message back to
+the request that waits for it, and restarts the engine process when it dies.
+
+Runs on the server's asyncio loop; one thread per engine process blocks on the pipe and
+hands each message to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .protocol import Job
+from .worker import WorkerSettings, worker_main
+
+STOP_WAIT = 10.0  # seconds the engine process gets to exit after "stop", then it is killed
+RESTART_ATTEMPTS = 3  # failed loads in a row before the server gives up (health stays 503)
+
+
+class QueueFull(Exception):
+    """More requests wait than --max-queue allows."""
+
+
+class EngineUnavailable(Exception):
+    """The engine process could not be (re)started."""
+
+
+@dataclass
+class Ticket:
+    """One request's place in line and the messages the engine sends for it."""
+
+    job: Job
+    messages: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: bool = False
+    finished: bool = False
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # its last message is queued
+
+
+class _Worker:
+    """One engine process and the thread that reads its pipe."""
+
+    def __init__(self, settings: WorkerSettings, loop: asyncio.AbstractEventLoop,
+                 on_message: Callable, on_exit: Callable) -> None:
+        context = multiprocessing.get_context("spawn")  # no fork of a threaded process
+        self.conn, child_conn = context.Pipe()
+        self.process = context.Process(target=worker_main, args=(child_conn, settings),
+                                       name="lsd-engine", daemon=True)
+        self.process.start()
+        child_conn.close()
+        self.send_lock = threading.Lock()
+        threading.Thread(target=self._read, args=(loop, on_message, on_exit),
+                         name="lsd-engine-pipe", daemon=True).start()
+
+    def _read(self, loop, on_message, on_exit) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            loop.call_soon_threadsafe(on_message, self, message)
+        self.process.join()
+        loop.call_soon_threadsafe(on_exit, self, self.process.exitcode)
+
+    def send(self, message: tuple) -> None:
+        try:
+            with self.send_lock:
+                self.conn.send(message)
+        except (OSError, EOFError):  # it died; the reader thread reports that
+            pass
+
+    def stop(self, wait: float = STOP_WAIT) -> None:
+        """Ask it to exit after its job; kill it when it does not."""
+        self.send(("stop",))
+        self.process.join(wait)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+class Scheduler:
+    """Requests in arrival order through one engine process."""
+
+    def __init__(self, settings: WorkerSettings, max_queue: int,
+                 on_event: Callable[[str, dict], None] = lambda kind, data: None) -> None:
+        self.settings = settings
+        self.max_queue = max_queue
+        self.on_event = on_event  # metrics and log lines: ("restart", {...}), ...
+        self.state = "loading"  # loading | ready | restarting | failed | stopped
+        self.info: dict = {}
+        self.restarts = 0
+        self._waiting: deque[Ticket] = deque()
+        self._current: Ticket | None = None
+        self._worker: _Worker | None = None
+        self._ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._load_result: asyncio.Future | None = None
+        self._dispatcher: asyncio.Task | None = None
+
+    # --- life cycle ----------------------------------------------------------------------
+
+    async def start(self) -> dict:
+        """Start the engine process and wait until its models are loaded; EngineUnavailable
+        with the loader's message when they cannot be."""
+        await self._spawn()
+        self._dispatcher = asyncio.get_running_loop().create_task(self._dispatch())
+        return self.info
+
+    async def _spawn(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._load_result = loop.create_future()
+        self._worker = _Worker(self.settings, loop, self._on_message, self._on_exit)
+        ok, detail = await self._load_result
+        if not ok:
+            worker, self._worker = self._worker, None
+            await asyncio.to_thread(worker.stop, 1.0)
+            raise EngineUnavailable(detail)
+        self.info = detail
+        self.state = "ready"
+        self._ready.set()
+
+    async def stop(self) -> None:
+        """Stop dispatching and end the engine process (after its current round)."""
+        self.state = "stopped"
+        if self._dispatcher is not None:
+            self._dispatcher.cancel()
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            await asyncio.to_thread(worker.stop)
+
+    # --- requests ------------------------------------------------------------------------
+
+    @property
+    def queue_length(self) -> int:
+        """Requests waiting for the engine (not counting the one it runs)."""
+        return len(self._waiting)
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None
+
+    def submit(self, job: Job) -> Ticket:
+        """Queue a job; QueueFull when --max-queue requests already wait."""
+        if self.state in ("failed", "stopped"):
+            raise EngineUnavailable(f"the engine is {self.state}")
+        idle = self._current is None and not self._waiting and self.state == "ready"
+        if not idle and len(self._waiting) >= self.max_queue:
+            raise QueueFull(f"{len(self._waiting)} requests are waiting (--max-queue)")
+        ticket = Ticket(job)
+        self._waiting.append(ticket)
+        self._wake.set()
+        return ticket
+
+    def cancel(self, ticket: Ticket) -> None:
+        """The client is gone (or the server is ending it): drop it from the line, or stop
+        its generation at the next round."""
+        if ticket.finished or ticket.cancelled:
+            return
+        ticket.cancelled = True
+        if ticket is self._current and self._worker is not None:
+            self._worker.send(("cancel", ticket.job.id))
+        elif ticket in self._waiting:
+            self._waiting.remove(ticket)
+            self._finish(ticket, ("error", ticket.job.id, 499, "cancelled", None))
+
+    def cancel_all(self, message: str) -> None:
+        """End every request now with an error (the shutdown grace period is over)."""
+        for ticket in list(self._waiting):
+            self._waiting.remove(ticket)
+            self._finish(ticket, ("error", ticket.job.id, 503, message, None))
+        current = self._current
+        if current is not None:
+            self.cancel(current)
+            self._finish(current, ("error", current.job.id, 503, message, None))
+
+    async def _dispatch(self) -> None:
+        while True:
+            await self._ready.wait()
+            if not self._waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            ticket = self._waiting.popleft()
+            self._current = ticket
+            self._worker.send(("job", ticket.job))
+            await ticket.done.wait()  # its last message, the worker's death or a cancel_all
+            self._current = None
+
+    def _finish(self, ticket: Ticket, message: tuple) -> None:
+        if ticket.finished:
+            return
+        ticket.finished = True
+        ticket.messages.put_nowait(message)
+        ticket.done.set()
+
+    # --- messages from the engine process (on the loop) -----------------------------------
+
+    def _on_message(self, worker: _Worker, message: tuple) -> None:
+        kind = message[0]
+        if kind in ("ready", "load_failed"):
+            if self._load_result is not None and not self._load_result.done():
+                self._load_result.set_result((kind == "ready", message[1]))
+            return
+        ticket = self._current
+        if ticket is None or ticket.job.id != message[1] or worker is not self._worker:
+            return  # a late message of a request already ended
+        if kind in ("done", "error"):
+            self._finish(ticket, message)
+        else:
+            ticket.messages.put_nowait(message)
+
+    def _on_exit(self, worker: _Worker, exitcode: int | None) -> None:
+        if self._load_result is not None and not self._load_result.done():
+            self._load_result.set_result((False, f"the engine process exited with code "
+                                                 f"{exitcode} while loading the models"))
+        if worker is not self._worker or self.state == "stopped":
+            return
+        self._worker = None
+        self.state = "restarting"
+        self._ready.clear()
+        current = self._current
+        if current is not None:
+            self._finish(current, ("error", current.job.id, 500,
+                                   f"the engine process died (exit code {exitcode}) during "
+                                   "this request; it is being restarted", None))
+        self.on_event("restart", {"exitcode": exitcode})
+        asyncio.get_running_loop().create_task(self._restart())
+
+    async def _restart(self) -> None:
+        for attempt in range(1, RESTART_ATTEMPTS + 1):
+            try:
+                await self._spawn()
+            except EngineUnavailable as exc:
+                self.on_event("restart_failed", {"attempt": attempt, "message": str(exc)})
+                await asyncio.sleep(attempt)
+                continue
+            self.restarts += 1
+            self.on_event("restarted", {"restarts": self.restarts})
+            return
+        self.state = "failed"
+        for ticket in list(self._waiting):
+            self._waiting.remove(ticket)
+            self._finish(ticket, ("error", ticket.job.id, 503,
+                                  "the engine process could not be restarted", None))

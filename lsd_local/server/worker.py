@@ -1,0 +1,136 @@
+"""The engine process of `lsd serve`: it owns the models and runs one job at a time.
+
+llama.cpp aborts the whole process on some failures (a lost RPC server, a failed GPU
+allocation), so the HTTP process never loads a model itself: it starts this process, sends
+it jobs over a pipe and reads back, per round, the text each round released. A reader thread
+takes messages off the pipe while the main thread generates, so that a cancel (the client
+went away, the server shuts down) is seen at the next round.
+
+Messages to the HTTP process, all tuples: ("ready", info) | ("load_failed", message) |
+("started", job_id, prompt_tokens) | ("delta", job_id, text, n_tokens) |
+("done", job_id, finish_reason, stats, timed_out) |
+("error", job_id, status, message, param).
+From it: ("job", Job) | ("cancel", job_id) | ("stop",).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+
+from ..errors import (
+    ContextOverflowError,
+    GrammarError,
+    LsdError,
+    ModelOutputError,
+    ParameterError,
+)
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """How the engine process loads its models (plain values: they cross a process)."""
+
+    engine_arguments: dict  # Engine.load's keyword arguments
+    state_cache: int  # conversations kept in RAM
+    state_cache_bytes: int
+
+
+def worker_main(conn, settings: WorkerSettings) -> None:
+    """Entry point of the engine process."""
+    # Ctrl-C in the terminal reaches the whole process group; the HTTP process decides when
+    # this one stops (after in-flight answers), so neither signal may end it midway.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    from ..engine import Engine
+
+    try:
+        with warnings.catch_warnings():  # notices travel in the ready message
+            warnings.simplefilter("ignore")
+            engine = Engine.load(**settings.engine_arguments)
+    except LsdError as exc:
+        conn.send(("load_failed", str(exc)))
+        return
+    engine.keep_conversations(settings.state_cache, settings.state_cache_bytes)
+    conn.send(("ready", {"pid": os.getpid(), "n_ctx": engine.target.n_ctx,
+                         "notices": list(engine.notices),
+                         "draft": engine.draft_model.path.name if engine.draft_model else None}))
+    inbox: queue.Queue = queue.Queue()
+    cancelled: set[str] = set()
+    threading.Thread(target=_read_pipe, args=(conn, inbox, cancelled), daemon=True).start()
+    loaded = (engine.drafter_config, engine.rule_config)  # what a job that names none gets
+    while (job := inbox.get()) is not None:
+        cancelled.intersection_update({job.id})  # stale cancels of finished jobs
+        run_job(engine, job, conn, cancelled, loaded)
+    engine.close()
+
+
+def _read_pipe(conn, inbox: queue.Queue, cancelled: set[str]) -> None:
+    """Jobs go to the inbox, cancels to the set the generating thread checks each round."""
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):  # the HTTP process is gone: stop after the current job
+            message = ("stop",)
+        if message[0] == "job":
+            inbox.put(message[1])
+        elif message[0] == "cancel":
+            cancelled.add(message[1])
+        else:
+            inbox.put(None)
+            return
+
+
+def _error_status(exc: LsdError) -> tuple[int, str | None]:
+    """HTTP status and the request field at fault for an error the engine raised."""
+    if isinstance(exc, ContextOverflowError):
+        return 400, "messages"
+    if isinstance(exc, GrammarError):
+        return 400, "response_format"
+    if isinstance(exc, ParameterError):
+        return 400, exc.param
+    if isinstance(exc, ModelOutputError):
+        return 500, None
+    return 400, None
+
+
+def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
+    """Generate one answer, sending the text of each round as it is released. `loaded`:
+    the engine's (DrafterConfig, RuleConfig) from its start, for a job that names none."""
+    try:
+        engine.set_config(job.drafter or loaded[0], job.rule or loaded[1])
+        gen = engine.generate(job.prompt, **job.generate)
+    except LsdError as exc:
+        status, param = _error_status(exc)
+        conn.send(("error", job.id, status, str(exc), param))
+        return
+    except Exception as exc:  # noqa: BLE001 - a bug must cost one answer, not the server
+        conn.send(("error", job.id, 500, f"internal error: {type(exc).__name__}: {exc}", None))
+        return
+    conn.send(("started", job.id, gen.stats.prompt_tokens))
+    deadline = job.arrived + job.timeout if job.timeout else None
+    timed_out = deadline is not None and time.time() >= deadline  # spent in the queue
+    try:
+        for event in () if timed_out else gen:
+            conn.send(("delta", job.id, event.text, len(event.tokens)))
+            if job.id in cancelled:
+                break
+            if deadline is not None and time.time() >= deadline:
+                timed_out = True  # llama-server's t_max_predict_ms ends with "length" too
+                break
+    except LsdError as exc:
+        status, param = _error_status(exc)
+        conn.send(("error", job.id, status, str(exc), param))
+        return
+    except Exception as exc:  # noqa: BLE001 - a bug must cost one answer, not the server
+        conn.send(("error", job.id, 500, f"internal error: {type(exc).__name__}: {exc}", None))
+        return
+    finally:
+        gen.close()
+    finish = "length" if timed_out else gen.finish_reason or "stop"
+    conn.send(("done", job.id, finish, gen.stats.as_dict(), timed_out))

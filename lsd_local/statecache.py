@@ -1,0 +1,114 @@
+"""The KV state of a few recent conversations, kept in RAM so that alternating clients do not
+re-evaluate each other's history.
+
+One llama.cpp context holds one conversation's cache at a time. A multi-turn client resends
+its whole conversation each turn, and the engine's prefill already reuses the longest cached
+prefix (backend.Model.reuse_prefix). When another conversation is served in between, that
+prefix is gone. This cache saves the live cache of both models (llama.cpp's sequence state)
+just before a request with another history overwrites it, and restores the saved state whose
+tokens share the longest prefix with a new prompt, when that beats what the live cache holds.
+Saving happens only on a switch, so one client talking alone never pays for a copy.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import STATE_CACHE_MAX_BYTES, STATE_CACHE_MIN_TOKENS
+from .errors import check
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two int32 token arrays."""
+    m = min(len(a), len(b))
+    differ = np.flatnonzero(a[:m] != b[:m])
+    return int(differ[0]) if len(differ) else m
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Both models' caches at one moment (the draft's may be None: no draft model)."""
+
+    target: object  # backend.SeqState of the target
+    draft: object | None  # backend.SeqState of the draft model, if the engine has one
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """int32[n]: the tokens the target's cache held."""
+        return self.target.tokens
+
+    @property
+    def nbytes(self) -> int:
+        return self.target.nbytes + (self.draft.nbytes if self.draft is not None else 0)
+
+
+class StateCache:
+    """Up to `capacity` saved conversations (least recently used goes first), at most
+    `max_bytes` in all. Used by Engine's prefill: `switch_to(engine, prompt)`."""
+
+    def __init__(self, capacity: int, max_bytes: int = STATE_CACHE_MAX_BYTES,
+                 min_tokens: int = STATE_CACHE_MIN_TOKENS) -> None:
+        check(capacity >= 0, "state_cache", f"{capacity} (must be >= 0)")
+        check(max_bytes >= 0, "state_cache_bytes", f"{max_bytes} (must be >= 0)")
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.min_tokens = min_tokens  # fewer tokens than this are cheaper to evaluate again
+        self._saved: OrderedDict[int, Snapshot] = OrderedDict()
+        self._next_key = 0
+        self.restored = 0  # restores so far (the server's metrics read these)
+        self.restored_tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._saved)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(snap.nbytes for snap in self._saved.values())
+
+    def switch_to(self, target, draft, prompt: np.ndarray) -> int:
+        """Before a prompt (int32[n]) is prefilled: set the live cache aside when the prompt
+        would throw most of it away, and bring back the saved one that shares the longest
+        prefix with the prompt when it beats the live one. Returns the prompt tokens the
+        restore saved (0 when nothing was restored). `target`/`draft`: backend Models."""
+        limit = len(prompt) - 1  # the last prompt token is always evaluated (it is pending)
+        live = common_prefix(target.cached_tokens, prompt[:limit])
+        best_key, best = None, live
+        for key, snap in self._saved.items():
+            shared = common_prefix(snap.tokens, prompt[:limit])
+            if shared > best:
+                best_key, best = key, shared
+        if target.n_cached - live >= self.min_tokens:
+            self._save(target, draft)  # another conversation's history: keep it
+        if best_key is None or best - live < self.min_tokens:
+            return 0
+        snap = self._saved.pop(best_key)  # it becomes the live cache; saved again on a switch
+        target.restore_state(snap.target)
+        if draft is not None:
+            if snap.draft is not None:
+                draft.restore_state(snap.draft)
+            else:
+                draft.truncate(0)
+        self.restored += 1
+        self.restored_tokens += best - live
+        return best - live
+
+    def _save(self, target, draft) -> None:
+        if self.capacity == 0:
+            return
+        snap = Snapshot(target.save_state(), draft.save_state() if draft is not None else None)
+        tokens = snap.tokens
+        for key in [key for key, old in self._saved.items()  # older states of the same
+                    if common_prefix(old.tokens, tokens) == len(old.tokens)]:  # conversation
+            del self._saved[key]
+        self._saved[self._next_key] = snap
+        self._next_key += 1
+        while self._saved and (len(self._saved) > self.capacity
+                               or self.nbytes > self.max_bytes):
+            self._saved.popitem(last=False)
+
+    def clear(self) -> None:
+        """Drop every saved state."""
+        self._saved.clear()

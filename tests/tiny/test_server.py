@@ -1,0 +1,342 @@
+"""`lsd serve` as users meet it: a real server subprocess on loopback with the tiny GGUF pair,
+spoken to with the real `openai` client and with raw HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+import serving
+import tinymodels
+from click.testing import CliRunner
+
+from lsd_local.cli import cli
+
+CTX = str(tinymodels.TINY_CTX)
+QUESTION = [{"role": "user", "content": "the cat is"}]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_pair):
+    with serving.Server(tiny_pair[0], "--draft", str(tiny_pair[1]), "--ctx", CTX) as srv:
+        yield srv
+
+
+def lsd_run(tiny_pair, prompt: str, *args: str) -> dict:
+    """What `lsd run --json` answers with the same model and settings."""
+    result = CliRunner().invoke(cli, ["run", "--json", "-m", str(tiny_pair[0]), "--draft",
+                                      str(tiny_pair[1]), "--ctx", CTX, *args, prompt])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_chat_answer_equals_lsd_run(server, tiny_pair):
+    expected = lsd_run(tiny_pair, "the cat is", "--max-tokens", "40")
+    answer = server.client().chat.completions.create(model="anything", messages=QUESTION,
+                                                     max_tokens=40)
+    assert answer.choices[0].message.content == expected["text"]
+    assert answer.choices[0].finish_reason == expected["finish_reason"] == "length"
+    assert answer.model == tiny_pair[0].name  # any model name is served by the loaded one
+    assert answer.usage.completion_tokens == 40
+    assert answer.usage.prompt_tokens == expected["stats"]["prompt_tokens"]
+    lsd = answer.model_extra["lsd"]
+    assert lsd["rounds"] >= 1 and lsd["tau"] == pytest.approx(40 / lsd["rounds"])
+
+
+def test_raw_completion_equals_lsd_run_raw(server, tiny_pair):
+    expected = lsd_run(tiny_pair, "the cat is", "--raw", "--max-tokens", "30", "--rule", "fly")
+    answer = server.client().completions.create(model="x", prompt="the cat is", max_tokens=30,
+                                                extra_body={"rule": "fly"})
+    assert answer.choices[0].text == expected["text"]
+
+
+def test_streamed_chat_equals_the_whole_answer(server):
+    client = server.client()
+    whole = client.chat.completions.create(model="x", messages=QUESTION, max_tokens=50,
+                                           extra_body={"drafter": "lookup", "k": 8})
+    chunks = list(client.chat.completions.create(
+        model="x", messages=QUESTION, max_tokens=50, stream=True,
+        stream_options={"include_usage": True}, extra_body={"drafter": "lookup", "k": 8}))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "length" and set(finishes[:-1]) == {None}
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 50
+    assert chunks[-2].model_extra["lsd"]["draft_sources"].keys() <= {"lookup", "none"}
+
+
+def test_json_schema_response_format_is_obeyed(server):
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                               "n": {"type": "integer"}},
+              "required": ["ok", "n"]}
+    answer = server.client().chat.completions.create(
+        model="x", messages=QUESTION, max_tokens=200,
+        response_format={"type": "json_schema", "json_schema": {"name": "t", "schema": schema}})
+    assert answer.choices[0].finish_reason == "stop", answer.choices[0].message.content
+    value = json.loads(answer.choices[0].message.content)
+    assert isinstance(value["ok"], bool) and isinstance(value["n"], int)
+
+
+def test_models_health_and_metrics(server, tiny_pair):
+    status, models = server.request("GET", "/v1/models")[::2]
+    assert status == 200 and json.loads(models)["data"][0]["id"] == tiny_pair[0].name
+    status, _, body = server.request("GET", "/health")
+    assert status == 200 and json.loads(body)["status"] == "ok"
+    before = server.metric("lsd_generated_tokens_total")
+    server.client().completions.create(model="x", prompt="a", max_tokens=7)
+    assert server.metric("lsd_generated_tokens_total") == before + 7
+    assert server.metric("lsd_requests_total", 'endpoint="completions",status="200"') >= 1
+    assert server.metric("lsd_time_to_first_token_seconds_count") >= 1
+
+
+BAD_REQUESTS = [
+    (b"{not json", 400, None, "not valid JSON"),
+    ({"messages": "hi"}, 400, "messages", "messages"),
+    ({"messages": QUESTION, "temperature": "hot"}, 400, "temperature", "temperature"),
+    ({"messages": QUESTION, "max_tokens": -1}, 400, "max_tokens", "max_tokens"),
+    ({"messages": QUESTION, "n": 2}, 400, "n", "n must be 1"),
+    ({"messages": QUESTION, "top_p": 1.5}, 400, "top_p", "top_p"),
+    ({"messages": QUESTION, "rule": "loose"}, 400, "rule", "choose one of"),
+    ({"messages": QUESTION, "k": 0}, 400, "k", "k"),
+    ({"messages": QUESTION, "rule": "asd", "temperature": 0.7}, 400, "rule", "greedy"),
+    ({"messages": [{"role": "user", "content": "the " * 2000}]}, 400, "messages", "context"),
+    ({"messages": QUESTION, "grammar": "root ::= ("}, 400, "response_format", "grammar"),
+    ({"messages": QUESTION, "grammar": "/etc/passwd"}, 400, "grammar", "GBNF"),
+    ({"messages": QUESTION, "response_format": {"type": "json_schema",
+                                                "json_schema": {"schema": {"type": "frob"}}}},
+     400, "response_format", "schema"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
+     "messages.0.content", "only text"),
+    ({"messages": QUESTION, "tools": [{"type": "function"}]}, 400, "tools", "not supported"),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param", "words"), BAD_REQUESTS)
+def test_bad_request_is_a_clear_error_and_the_server_goes_on(server, body, status, param,
+                                                             words):
+    got, answer = server.post("/v1/chat/completions", body)
+    assert got == status, answer
+    assert answer["error"]["param"] == param and words in answer["error"]["message"]
+    assert answer["error"]["type"] == "invalid_request_error"
+    got, answer = server.post("/v1/completions", {"prompt": "a", "max_tokens": 3})
+    assert got == 200 and answer["usage"]["completion_tokens"] == 3
+
+
+def test_unknown_fields_are_ignored(server):
+    got, answer = server.post("/v1/chat/completions", {
+        "messages": QUESTION, "max_tokens": 5, "user": "me", "frobnicate": {"x": 1},
+        "messages_extra": 3})
+    assert got == 200 and answer["usage"]["completion_tokens"] == 5
+
+
+def test_body_over_the_limit_is_413_and_unknown_paths_404(tiny_pair):
+    with serving.Server(tiny_pair[0], "--ctx", CTX, "--max-body", "2048") as srv:
+        big = {"messages": [{"role": "user", "content": "x" * 5000}]}
+        got, answer = srv.post("/v1/chat/completions", big)
+        assert got == 413 and "2048" in answer["error"]["message"]
+        status, _, body = srv.request("GET", "/v1/nothing")
+        assert status == 404 and json.loads(body)["error"]["type"] == "not_found_error"
+        status, _, body = srv.request("GET", "/v1/chat/completions")
+        assert status == 405
+
+
+def test_api_key_guards_everything_but_health(tiny_pair):
+    with serving.Server(tiny_pair[0], "--ctx", CTX, env={"LSD_API_KEY": "s3cret"}) as srv:
+        assert srv.request("GET", "/health")[0] == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            status, got_headers, _ = srv.request("GET", "/v1/models", headers=headers)
+            assert status == 401 and got_headers["www-authenticate"] == "Bearer"
+        assert srv.request("GET", "/metrics")[0] == 401
+        with pytest.raises(openai.AuthenticationError):
+            srv.client("wrong").models.list()
+        assert srv.client("s3cret").models.list().data[0].id == tiny_pair[0].name
+
+
+def test_cors_only_for_named_origins(tiny_pair, server):
+    preflight = {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"}
+    status, headers, _ = server.request("OPTIONS", "/v1/chat/completions", headers=preflight)
+    assert "access-control-allow-origin" not in headers
+    with serving.Server(tiny_pair[0], "--ctx", CTX, "--cors-origin", "http://app.example",
+                        "--api-key", "k") as srv:
+        status, headers, _ = srv.request("OPTIONS", "/v1/chat/completions", headers=preflight)
+        assert status == 200 and headers["access-control-allow-origin"] == "http://app.example"
+
+
+def long_request(server) -> tuple:
+    """A streaming answer that runs until the context is full; (connection, response) after
+    its first text chunk arrived, so the engine is busy with it."""
+    conn, response = serving.stream_raw(server.port, {"prompt": "the", "max_tokens": 100000})
+    assert response.status == 200
+    serving.read_event(response)
+    return conn, response
+
+
+def test_full_queue_is_503_with_retry_after_and_a_dropped_stream_stops(tiny_pair):
+    with serving.Server(tiny_pair[0], "--ctx", CTX, "--max-queue", "0") as srv:
+        conn, _ = long_request(srv)
+        got, headers, body = srv.request("POST", "/v1/completions",
+                                         {"prompt": "a", "max_tokens": 2},
+                                         {"Content-Type": "application/json"})
+        assert got == 503 and headers["retry-after"] == "1", body
+        assert "busy" in json.loads(body)["error"]["message"]
+        conn.close()  # the client goes away: its generation stops at the next round
+        got, answer = srv.post("/v1/completions", {"prompt": "a", "max_tokens": 2})
+        while got == 503:  # the engine has not noticed yet (one round at most)
+            got, answer = srv.post("/v1/completions", {"prompt": "a", "max_tokens": 2})
+        assert got == 200
+        assert srv.metric("lsd_requests_total", 'endpoint="completions",status="499"') == 1
+        assert srv.metric("lsd_generated_tokens_total") < tinymodels.TINY_CTX
+
+
+def test_timeout_ends_the_answer_with_length(server):
+    got, answer = server.post("/v1/completions", {"prompt": "a", "max_tokens": 100000,
+                                                  "timeout": 0.001})
+    assert got == 200 and answer["choices"][0]["finish_reason"] == "length"
+    assert answer["lsd"]["timed_out"] and answer["usage"]["completion_tokens"] < 900
+
+
+def test_alternating_conversations_keep_their_cache(tiny_pair):
+    """Two clients take turns: each turn after the first reuses at least its conversation's
+    previous prompt from the cache, and the answers equal those of a server that keeps nothing."""
+    answers = {}
+    for cache in ("4", "0"):
+        with serving.Server(tiny_pair[0], "--draft", str(tiny_pair[1]), "--ctx", CTX,
+                            "--state-cache", cache) as srv:
+            client = srv.client()
+            talks = {name: [{"role": "system", "content": f"you are {name} " * 10}]
+                     for name in ("ann", "bob")}
+            cached = []
+            for turn in range(3):
+                for name, messages in talks.items():
+                    messages.append({"role": "user", "content": f"question {turn} of {name}"})
+                    answer = client.chat.completions.create(model="x", messages=messages,
+                                                            max_tokens=20)
+                    messages.append({"role": "assistant",
+                                     "content": answer.choices[0].message.content})
+                    cached.append((answer.usage.prompt_tokens,
+                                   answer.usage.prompt_tokens_details.cached_tokens))
+            answers[cache] = (talks, cached)
+    assert answers["4"][0] == answers["0"][0]
+    turns = answers["4"][1]
+    for (earlier, _), (_, cached) in zip(turns, turns[2:]):  # (the tiny model's byte soup
+        assert cached >= earlier, turns  # answers tokenize differently when sent back)
+    assert all(cached < 20 for _, cached in answers["0"][1][2:]), answers["0"][1]
+
+
+def test_engine_death_mid_stream_is_an_error_event_and_the_server_recovers(tiny_pair):
+    with serving.Server(tiny_pair[0], "--ctx", CTX) as srv:
+        expected = srv.client().completions.create(model="x", prompt="the cat",
+                                                   max_tokens=20).choices[0].text
+        _, response = long_request(srv)
+        os.kill(srv.engine_pid(), signal.SIGKILL)  # what a llama.cpp abort does
+        events = []
+        while (event := serving.read_event(response)) is not None:
+            events.append(event)
+        error = json.loads(events[-1])["error"]
+        assert "engine process died" in error["message"] and error["type"] == "server_error"
+        srv.wait_for("the engine process is back")
+        answer = srv.client().completions.create(model="x", prompt="the cat", max_tokens=20)
+        assert answer.choices[0].text == expected
+        assert srv.metric("lsd_engine_restarts_total") == 1
+
+
+def test_sigterm_lets_the_stream_finish_then_exits_0(tiny_pair):
+    srv = serving.Server(tiny_pair[0], "--ctx", CTX)
+    with srv:
+        conn, response = serving.stream_raw(srv.port, {"prompt": "the", "max_tokens": 300})
+        serving.read_event(response)
+        srv.process.send_signal(signal.SIGTERM)
+        events = []
+        while (event := serving.read_event(response)) is not None:
+            events.append(event)
+        assert events[-1] == "[DONE]"
+        assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
+        assert srv.process.wait(timeout=serving.HANG) == 0
+
+
+def test_sigterm_grace_period_ends_a_long_stream_with_an_error(tiny_pair):
+    with serving.Server(tiny_pair[0], "--ctx", CTX, "--shutdown-grace", "0") as srv:
+        conn, response = long_request(srv)
+        srv.process.send_signal(signal.SIGINT)  # Ctrl-C
+        events = []
+        while (event := serving.read_event(response)) is not None:
+            events.append(event)
+        assert "shutting down" in json.loads(events[-1])["error"]["message"]
+        assert srv.process.wait(timeout=serving.HANG) == 0
+
+
+def _client_session(srv, expected: dict, worker: int) -> list[str]:
+    """Five requests of one client: streamed or not, every second stream dropped midway."""
+    outcomes = []
+    for i in range(5):
+        prompt = ["the cat", "a dog", "def f"][(worker + i) % 3]
+        if (worker + i) % 3 == 1 and i % 2:  # drop this stream after its first chunk
+            conn, response = serving.stream_raw(srv.port, {"prompt": prompt,
+                                                           "max_tokens": 60})
+            serving.read_event(response)
+            conn.close()
+            outcomes.append("dropped")
+            continue
+        if i % 2:
+            text = "".join(c.choices[0].text for c in srv.client().completions.create(
+                model="x", prompt=prompt, max_tokens=60, stream=True))
+        else:
+            text = srv.client().completions.create(model="x", prompt=prompt,
+                                                   max_tokens=60).choices[0].text
+        assert text == expected[prompt], (worker, i, prompt)
+        outcomes.append("ok")
+    return outcomes
+
+
+def test_load_eight_clients_mixed_streaming_and_disconnects(tiny_pair):
+    with serving.Server(tiny_pair[0], "--draft", str(tiny_pair[1]), "--ctx", CTX) as srv:
+        expected = {p: srv.client().completions.create(model="x", prompt=p, max_tokens=60)
+                    .choices[0].text for p in ("the cat", "a dog", "def f")}
+        with ThreadPoolExecutor(8) as pool:
+            futures = [pool.submit(_client_session, srv, expected, w) for w in range(8)]
+            outcomes = [f.result(timeout=serving.HANG) for f in futures]
+        flat = [o for session in outcomes for o in session]
+        assert flat.count("ok") + flat.count("dropped") == 40 and flat.count("dropped") >= 4
+        status, _, body = srv.request("GET", "/health")
+        assert status == 200 and json.loads(body) == {"status": "ok", "queue": 0,
+                                                      "processing": 0}
+
+
+def test_concurrent_requests_are_served_in_arrival_order(server):
+    """A second request waits for the first (one engine); both answers are whole."""
+    results = {}
+
+    def ask(name: str, prompt: str) -> None:
+        results[name] = server.client().completions.create(model="x", prompt=prompt,
+                                                           max_tokens=30).choices[0].text
+
+    threads = [threading.Thread(target=ask, args=(n, p)) for n, p in (("a", "x"), ("b", "y"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(serving.HANG)
+    alone = {n: server.client().completions.create(model="x", prompt=p, max_tokens=30)
+             .choices[0].text for n, p in (("a", "x"), ("b", "y"))}
+    assert results == alone
+
+
+def test_serve_errors_are_one_line(tiny_pair, tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    srv = serving.Server(broken, "--host", "0.0.0.0", wait_ready=False)
+    assert srv.process.wait(timeout=serving.HANG) == 1
+    err = srv.all_stderr()
+    assert "warning: listening on 0.0.0.0 without --api-key" in err
+    assert "Error:" in err and "Traceback" not in err
+    with serving.Server(tiny_pair[0], "--ctx", CTX) as running:
+        taken = serving.Server(tiny_pair[0], "--port", str(running.port), wait_ready=False)
+        code = taken.process.wait(timeout=serving.HANG)
+        err = taken.all_stderr()
+    assert code == 1 and re.search(r"cannot listen on 127\.0\.0\.1:\d+", err), err
