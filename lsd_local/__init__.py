@@ -8,8 +8,9 @@
         print(gen.stats.tau, gen.stats.decode_tokens_per_second)
 """
 
+from typing import TYPE_CHECKING
+
 from .config import DRAFTERS, RULES, DrafterConfig, RuleConfig, SamplerSettings
-from .engine import Engine, Generation
 from .errors import (
     ContextOverflowError,
     IncompatibleModelsError,
@@ -20,6 +21,9 @@ from .errors import (
 )
 from .stats import GenerationStats, Origin, RoundEvent
 
+if TYPE_CHECKING:  # loaded lazily: see __getattr__
+    from .engine import Engine, Generation
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -28,3 +32,13 @@ __all__ = [
     "IncompatibleModelsError", "LsdError", "ModelLoadError", "ModelOutputError", "Origin",
     "ParameterError", "RoundEvent", "RuleConfig", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    """Engine and Generation load llama.cpp: imported on first use, so that processes that
+    never run a model (lsd serve's HTTP side, `lsd --help`) do not load it."""
+    if name in ("Engine", "Generation"):
+        from . import engine
+
+        return getattr(engine, name)
+    raise AttributeError(f"module 'lsd_local' has no attribute {name!r}")

@@ -225,8 +225,10 @@ def test_alternating_conversations_keep_their_cache(tiny_pair):
             answers[cache] = (talks, cached)
     assert answers["4"][0] == answers["0"][0]
     turns = answers["4"][1]
-    for (earlier, _), (_, cached) in zip(turns, turns[2:]):  # (the tiny model's byte soup
-        assert cached >= earlier, turns  # answers tokenize differently when sent back)
+    # each turn reuses at least its conversation's previous prompt (the tiny model's byte
+    # soup answers tokenize differently when sent back, so not always the answer too)
+    for (earlier, _), (_, cached) in zip(turns, turns[2:], strict=False):
+        assert cached >= earlier, turns
     assert all(cached < 20 for _, cached in answers["0"][1][2:]), answers["0"][1]
 
 

@@ -82,3 +82,27 @@ def test_the_import_reader_resolves_relative_imports():
     """So that the tests above see what a module really imports (and can fail)."""
     assert "lsd_local.verify._rows.row_argmax" in imports(PACKAGE / "verify" / "strict.py")
     assert "lsd_local.jit.kernels_ready" in imports(PACKAGE / "verify" / "__init__.py")
+
+
+def test_the_library_never_imports_the_server():
+    """Only the command line starts a server; and the server's HTTP side never loads
+    llama.cpp (only its engine process, worker.py, reaches the engine)."""
+    for mod, found in lsd_imports("").items():
+        if not within(mod, ("lsd_local.cli", "lsd_local.__main__", "lsd_local.server")):
+            assert not [m for m in found if within(m, ("lsd_local.server",))], mod
+    for mod, found in lsd_imports("server").items():
+        if mod != "lsd_local.server.worker":
+            assert not [m for m in found if within(m, ("lsd_local.engine", "lsd_local.backend",
+                                                       "llama_cpp"))], mod
+
+
+def test_the_http_process_never_loads_llama_cpp():
+    """Importing everything `lsd serve`'s HTTP side needs leaves llama_cpp unloaded."""
+    import subprocess
+    import sys
+
+    code = ("import sys, lsd_local.cli.serve, lsd_local.server.main, lsd_local.server.app; "
+            "print('llama_cpp' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"

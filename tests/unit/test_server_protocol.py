@@ -1,0 +1,146 @@
+"""Request bodies -> engine jobs: defaults, overrides, refusals (pure, no server)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsd_local.config import DrafterConfig, RuleConfig
+from lsd_local.server.protocol import (
+    UNLIMITED_TOKENS,
+    ChatRequest,
+    CompletionRequest,
+    Defaults,
+    RequestError,
+    make_job,
+    parse,
+)
+from lsd_local.server.responses import Shaper, lsd_info, usage
+
+GENERATE = {"max_tokens": None, "temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
+            "seed": None, "stop": [], "grammar": None, "json_schema": None}
+DEFAULTS = Defaults(DrafterConfig(drafter="auto", k="auto"), RuleConfig(rule="fly", theta=0.5),
+                    GENERATE)
+USER = [{"role": "user", "content": "hi"}]
+
+
+def job(body: dict, model=ChatRequest, defaults: Defaults = DEFAULTS):
+    return make_job(parse(model, body), defaults, arrived=1.0)
+
+
+def refused(body: dict, model=ChatRequest) -> RequestError:
+    with pytest.raises(RequestError) as info:
+        job(body, model)
+    return info.value
+
+
+def test_omitted_fields_take_the_servers_settings():
+    got = job({"messages": USER})
+    assert got.drafter is None and got.rule is None  # the engine keeps what it loaded with
+    assert got.generate["max_tokens"] == UNLIMITED_TOKENS
+    assert got.generate["temperature"] == 0.0 and got.generate["top_k"] == 40
+    limited = Defaults(DEFAULTS.drafter, DEFAULTS.rule, {**GENERATE, "max_tokens": 77,
+                                                         "stop": ["END"]}, system="be brief")
+    got = job({"messages": USER}, defaults=limited)
+    assert got.generate["max_tokens"] == 77 and got.generate["stop"] == ["END"]
+    assert got.prompt == [{"role": "system", "content": "be brief"}, *USER]
+    got = job({"messages": [{"role": "system", "content": "mine"}, *USER]}, defaults=limited)
+    assert [m["content"] for m in got.prompt] == ["mine", "hi"]  # the client's own wins
+
+
+def test_request_fields_override_the_servers():
+    got = job({"messages": USER, "max_completion_tokens": 9, "max_tokens": 50,
+               "temperature": 0.7, "top_k": 5, "seed": 3, "stop": "\n\n"})
+    assert got.generate["max_tokens"] == 9  # the newer name wins
+    assert (got.generate["temperature"], got.generate["top_k"], got.generate["seed"]) == \
+        (0.7, 5, 3)
+    assert got.generate["stop"] == ["\n\n"]
+    got = job({"messages": USER, "k": 8, "window": 2})
+    assert got.drafter == DrafterConfig(drafter="auto", k=8)
+    assert got.rule == RuleConfig(rule="fly", theta=0.5, window=2)  # the server's theta stays
+    got = job({"messages": USER, "drafter": "lookup"})
+    assert got.drafter.k is None and got.drafter.k_value == 32  # lookup's own default K
+
+
+def test_content_parts_are_joined_and_other_parts_refused():
+    got = job({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                         {"type": "text", "text": "b"}]}]})
+    assert got.prompt == [{"role": "user", "content": "ab"}]
+    error = refused({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "x"}}]}]})
+    assert error.status == 400 and error.param == "messages.0.content"
+
+
+def test_response_formats_become_grammars():
+    assert job({"messages": USER, "response_format": {"type": "json_object"}}).generate[
+        "grammar"] == "json_object"
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    got = job({"messages": USER, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
+    assert got.generate["json_schema"] == schema and got.generate["grammar"] is None
+    assert job({"messages": USER, "response_format": {"type": "text"}}).generate[
+        "grammar"] is None
+    assert refused({"messages": USER, "grammar": "root ::= \"a\"",
+                    "json_schema": schema}).param == "json_schema"
+    assert refused({"messages": USER, "grammar": "~/.ssh/id_rsa"}).param == "grammar"
+    assert job({"messages": USER, "grammar": "json"}).generate["grammar"] == "json"
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"messages": USER, "n": 3}, "n"),
+    ({"messages": USER, "presence_penalty": 0.5}, "presence_penalty"),
+    ({"messages": USER, "logprobs": True}, "logprobs"),
+    ({"messages": USER, "tools": [{"type": "function"}]}, "tools"),
+    ({"messages": USER, "temperature": -1}, "temperature"),
+    ({"messages": USER, "top_p": 0}, "top_p"),
+    ({"messages": USER, "min_p": 2}, "min_p"),
+    ({"messages": USER, "rule": "nope"}, "rule"),
+    ({"messages": USER, "drafter": "nope"}, "drafter"),
+    ({"messages": USER, "theta": -1}, "theta"),
+    ({"messages": USER, "budget": -1}, "budget"),
+    ({"messages": USER, "k": 0}, "k"),
+    ({"messages": USER, "timeout": 0}, "timeout"),
+    ({"messages": USER, "stop": ["", "x"]}, "stop"),
+    ({"messages": []}, "messages"),
+    ({"messages": [{"content": "no role"}]}, "messages.0.role"),
+])
+def test_invalid_fields_are_named(body, param):
+    error = refused(body)
+    assert error.status == 400 and error.param == param, str(error)
+    assert error.body()["error"]["param"] == param
+
+
+def test_completion_requests():
+    got = job({"prompt": ["the cat"], "max_tokens": 5}, CompletionRequest)
+    assert got.kind == "completion" and got.prompt == "the cat"
+    assert refused({"prompt": ["a", "b"]}, CompletionRequest).param == "prompt"
+    assert refused({"prompt": "a", "echo": True}, CompletionRequest).param == "echo"
+    assert refused({"prompt": "a", "suffix": "b"}, CompletionRequest).param == "suffix"
+    with pytest.raises(RequestError, match="JSON object"):
+        parse(CompletionRequest, ["not", "an", "object"])
+
+
+def test_stream_options_and_ids():
+    first, second = job({"messages": USER, "stream": True,
+                         "stream_options": {"include_usage": True}}), job({"messages": USER})
+    assert first.stream and first.include_usage and not second.stream
+    assert first.id != second.id
+
+
+STATS = {"prompt_tokens": 10, "generated_tokens": 4, "cached_prompt_tokens": 6, "tau": 2.0,
+         "acceptance_rate": 0.5, "rounds": 2, "drafted": 4, "accepted_exact": 2,
+         "accepted_loose": 0, "draft_sources": {"lookup": 2},
+         "decode_tokens_per_second": 40.0, "prefill_seconds": 0.1}
+
+
+def test_responses_have_openais_shape():
+    whole = Shaper("chat", "abc", "m").whole("hi", "stop", 10, STATS,
+                                            lsd_info(STATS, False, 0.2))
+    assert whole["id"] == "chatcmpl-abc" and whole["object"] == "chat.completion"
+    assert whole["choices"][0]["message"] == {"role": "assistant", "content": "hi"}
+    assert whole["usage"] == usage(10, STATS) == {
+        "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14,
+        "prompt_tokens_details": {"cached_tokens": 6}}
+    assert whole["lsd"]["time_to_first_token"] == 0.2
+    text = Shaper("completion", "abc", "m")
+    assert text.whole("hi", "length", 10, STATS, {})["choices"][0]["text"] == "hi"
+    assert text.chunk("x").startswith('data: {"id": "cmpl-abc", "object": "text_completion"')

@@ -1,0 +1,116 @@
+"""StateCache's choices (what to set aside, what to bring back, what to forget) against fake
+models that record their cache as a token list."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lsd_local.statecache import StateCache, common_prefix
+
+
+@dataclass(frozen=True)
+class FakeState:
+    tokens: np.ndarray
+    nbytes: int
+
+
+class FakeModel:
+    """What StateCache uses of a backend Model: cached tokens, save/restore, truncate."""
+
+    def __init__(self, bytes_per_token: int = 100) -> None:
+        self.cached_tokens = np.zeros(0, np.int32)
+        self.bytes_per_token = bytes_per_token
+        self.restores = 0
+
+    @property
+    def n_cached(self) -> int:
+        return len(self.cached_tokens)
+
+    def hold(self, tokens) -> None:  # what a prefill and a generation leave in the cache
+        self.cached_tokens = np.asarray(tokens, np.int32)
+
+    def save_state(self) -> FakeState:
+        return FakeState(self.cached_tokens.copy(), self.bytes_per_token * self.n_cached)
+
+    def restore_state(self, state: FakeState) -> None:
+        self.cached_tokens = state.tokens.copy()
+        self.restores += 1
+
+    def truncate(self, n: int) -> None:
+        self.cached_tokens = self.cached_tokens[:n]
+
+
+def conversation(seed: int, n: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(1000, 2000, n)]
+
+
+def test_common_prefix():
+    a = np.array([1, 2, 3, 4], np.int32)
+    assert common_prefix(a, np.array([1, 2, 9], np.int32)) == 2
+    assert common_prefix(a, a[:2]) == 2 and common_prefix(a, np.zeros(0, np.int32)) == 0
+
+
+def test_alternating_conversations_come_back():
+    target, draft, cache = FakeModel(), FakeModel(), StateCache(4, min_tokens=16)
+    ann, bob = conversation(1, 100), conversation(2, 120)
+    target.hold(ann)
+    draft.hold(ann[:90])
+    assert cache.switch_to(target, draft, np.array(bob + [5], np.int32)) == 0  # nothing saved
+    assert len(cache) == 1  # ann's cache was set aside
+    target.hold(bob)
+    draft.truncate(0)
+    gained = cache.switch_to(target, draft, np.array(ann + [7, 8], np.int32))
+    assert gained == 100 and list(target.cached_tokens) == ann
+    assert list(draft.cached_tokens) == ann[:90]  # the draft's own cache came back with it
+    assert len(cache) == 1 and list(cache._saved.values())[0].tokens.tolist() == bob
+
+
+def test_one_client_alone_never_copies():
+    target, cache = FakeModel(), StateCache(4, min_tokens=16)
+    talk = conversation(3, 50)
+    for turn in range(5):
+        target.hold(talk)
+        talk = talk + conversation(10 + turn, 30)
+        assert cache.switch_to(target, None, np.array(talk, np.int32)) == 0
+    assert len(cache) == 0 and target.restores == 0
+
+
+def test_short_histories_are_not_worth_a_copy():
+    target, cache = FakeModel(), StateCache(4, min_tokens=16)
+    target.hold(conversation(4, 10))
+    cache.switch_to(target, None, np.array(conversation(5, 30), np.int32))
+    assert len(cache) == 0
+
+
+def test_an_extended_conversation_replaces_its_older_state():
+    target, cache = FakeModel(), StateCache(4, min_tokens=16)
+    ann = conversation(6, 60)
+    other = np.array(conversation(7, 40), np.int32)
+    target.hold(ann)
+    cache.switch_to(target, None, other)
+    target.hold(ann + conversation(8, 20))  # ann's next turn ran from the live cache
+    cache.switch_to(target, None, other)
+    assert len(cache) == 1 and len(list(cache._saved.values())[0].tokens) == 80
+
+
+def test_capacity_and_bytes_evict_the_least_recently_saved():
+    target, cache = FakeModel(bytes_per_token=10), StateCache(2, max_bytes=10**6, min_tokens=1)
+    talks = [conversation(20 + i, 50) for i in range(4)]
+    for talk, following in zip(talks, talks[1:], strict=False):
+        target.hold(talk)
+        cache.switch_to(target, None, np.array(following, np.int32))
+    assert [s.tokens.tolist() for s in cache._saved.values()] == talks[1:3]
+    small = StateCache(10, max_bytes=1200, min_tokens=1)  # room for two 50-token states
+    for talk, following in zip(talks, talks[1:], strict=False):
+        target.hold(talk)
+        small.switch_to(target, None, np.array(following, np.int32))
+    assert len(small) == 2 and small.nbytes <= 1200
+
+
+def test_capacity_zero_keeps_nothing():
+    target, cache = FakeModel(), StateCache(0)
+    target.hold(conversation(30, 100))
+    cache.switch_to(target, None, np.array(conversation(31, 100), np.int32))
+    assert len(cache) == 0
