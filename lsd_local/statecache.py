@@ -80,11 +80,14 @@ class StateCache:
             shared = common_prefix(snap.tokens, prompt[:limit])
             if shared > best:
                 best_key, best = key, shared
+        restore = best_key is not None and best - live >= self.min_tokens
+        # taken out before the live cache is saved, whose room may evict it; it becomes the
+        # live cache and is saved again on the next switch
+        snap = self._saved.pop(best_key) if restore else None
         if target.n_cached - live >= self.min_tokens:
             self._save(target, draft)  # another conversation's history: keep it
-        if best_key is None or best - live < self.min_tokens:
+        if snap is None:
             return 0
-        snap = self._saved.pop(best_key)  # it becomes the live cache; saved again on a switch
         target.restore_state(snap.target)
         if draft is not None:
             if snap.draft is not None:

@@ -4,6 +4,7 @@ let in-flight answers finish (up to the grace period) and exit cleanly."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import Callable
 from functools import partial
@@ -114,4 +115,7 @@ def _url_host(host: str) -> str:
 def serve(worker: WorkerSettings, settings: ServerSettings, host: str, port: int,
           max_queue: int, grace: float, notify: Callable[[str], None]) -> None:
     """Blocking `serve_async`."""
+    # asyncio's "socket.send() raised exception." only says that a client left mid-stream,
+    # which the server handles (the generation stops at the next round)
+    logging.getLogger("asyncio").setLevel(logging.ERROR)
     asyncio.run(serve_async(worker, settings, host, port, max_queue, grace, notify))

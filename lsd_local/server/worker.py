@@ -20,6 +20,7 @@ import queue
 import signal
 import threading
 import time
+import traceback
 import warnings
 from dataclasses import dataclass
 
@@ -99,6 +100,12 @@ def _error_status(exc: LsdError) -> tuple[int, str | None]:
     return 400, None
 
 
+def _internal_error(conn, job, exc: Exception) -> None:
+    """A bug in lsd: the client gets a 500, the operator the traceback (on stderr)."""
+    traceback.print_exc()
+    conn.send(("error", job.id, 500, f"internal error: {type(exc).__name__}: {exc}", None))
+
+
 def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
     """Generate one answer, sending the text of each round as it is released. `loaded`:
     the engine's (DrafterConfig, RuleConfig) from its start, for a job that names none."""
@@ -110,7 +117,7 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
         conn.send(("error", job.id, status, str(exc), param))
         return
     except Exception as exc:  # noqa: BLE001 - a bug must cost one answer, not the server
-        conn.send(("error", job.id, 500, f"internal error: {type(exc).__name__}: {exc}", None))
+        _internal_error(conn, job, exc)
         return
     conn.send(("started", job.id, gen.stats.prompt_tokens))
     deadline = job.arrived + job.timeout if job.timeout else None
@@ -128,7 +135,7 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
         conn.send(("error", job.id, status, str(exc), param))
         return
     except Exception as exc:  # noqa: BLE001 - a bug must cost one answer, not the server
-        conn.send(("error", job.id, 500, f"internal error: {type(exc).__name__}: {exc}", None))
+        _internal_error(conn, job, exc)
         return
     finally:
         gen.close()

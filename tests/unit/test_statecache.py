@@ -114,3 +114,17 @@ def test_capacity_zero_keeps_nothing():
     target.hold(conversation(30, 100))
     cache.switch_to(target, None, np.array(conversation(31, 100), np.int32))
     assert len(cache) == 0
+
+
+def test_the_oldest_saved_state_comes_back_when_the_cache_is_full():
+    """Saving the live cache evicts the least recently saved state: when that one is the
+    state the prompt needs, it comes back all the same."""
+    target, cache = FakeModel(), StateCache(2, min_tokens=1)
+    talks = [conversation(40 + i, 50) for i in range(3)]
+    for talk, following in zip(talks, talks[1:], strict=False):
+        target.hold(talk)
+        cache.switch_to(target, None, np.array(following, np.int32))
+    target.hold(talks[2])
+    assert cache.switch_to(target, None, np.array(talks[0] + [1, 2], np.int32)) == 50
+    assert list(target.cached_tokens) == talks[0]
+    assert sorted(len(s.tokens) for s in cache._saved.values()) == [50, 50]
