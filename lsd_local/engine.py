@@ -30,8 +30,9 @@ from .config import (
 )
 from .drafters.base import Drafter
 from .drafters.factory import make_drafter
-from .errors import ContextOverflowError, IncompatibleModelsError, ParameterError, check
+from .errors import ContextOverflowError, ParameterError, check
 from .grammars import grammar_text, load_schema
+from .loading import add_rpc, load_models, pair_doubts
 from .loop import Request, TokenBuffer, run_rounds
 from .statecache import StateCache
 from .stats import GenerationStats, RoundEvent
@@ -97,7 +98,10 @@ class Engine:
         # also Python warnings for library users
         info = ([f"draft {draft.path.name} has another vocabulary than {target.path.name}: "
                  "it drafts through text (cross-vocabulary)"] if cross_vocab else [])
-        doubts = _pair_doubts(target, draft)
+        doubts = pair_doubts(target, draft)
+        self.placement = {"target": target.placement}  # where the layers went, per model
+        if draft is not None:
+            self.placement["draft"] = draft.placement
         self.notices = info + doubts
         for notice in doubts:
             warnings.warn(notice, UserWarning, stacklevel=3)
@@ -113,8 +117,10 @@ class Engine:
     @classmethod
     def load(cls, target: str | os.PathLike, draft: str | os.PathLike | None = None, *,
              drafter: str | None = None, rule: str = "strict", k: int | None = None,
-             n_ctx: int = N_CTX, n_threads: int | None = None, n_gpu_layers: int = 0,
-             draft_n_gpu_layers: int | None = None, main_gpu: int = 0,
+             n_ctx: int = N_CTX, n_threads: int | None = None,
+             n_gpu_layers: int | str = "auto", draft_n_gpu_layers: int | str | None = None,
+             device: str | None = None, draft_device: str | None = None,
+             rpc: str | Sequence[str] | None = None, main_gpu: int = 0,
              split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
              p_min: float = P_MIN, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
              chat_template: str | None = None, verbose: bool = False,
@@ -129,6 +135,12 @@ class Engine:
         rule: "strict", "fly" or "asd"; FLy takes theta/window/entropy_top_k/entropy, ASD
         gate/max_exceptions/budget (see RuleConfig).
         chat_template (Jinja) overrides the template stored in the GGUF.
+        Placement: n_gpu_layers "auto" (default) puts every layer on the GPUs when the
+        devices allowed hold one, else none; an integer is llama.cpp's (-1: all). device /
+        draft_device: llama.cpp's device names ("CUDA0,CUDA1", "none" = CPU only; default
+        every device). rpc: "host:port,..." llama.cpp RPC servers, checked and added as
+        devices first; the target spreads over them, the draft stays on local devices
+        unless draft_device names them. `placement` says where each model went.
         """
         drafter = drafter or ("model" if draft is not None else "lookup")
         dcfg = DrafterConfig().with_changes(drafter=drafter, k=k, p_min=p_min,
@@ -137,15 +149,17 @@ class Engine:
         if drafter in ("model", "multilevel") and draft is None:
             raise ParameterError(f"invalid drafter: {drafter!r} needs a draft model (draft=...)",
                                  param="drafter")
-        n_batch = max(N_BATCH, dcfg.k_value + 1)
-        opts = LoadOptions(n_ctx=n_ctx, n_batch=n_batch, n_threads=n_threads,
-                           n_gpu_layers=n_gpu_layers, main_gpu=main_gpu, split_mode=split_mode,
+        opts = LoadOptions(n_ctx=n_ctx, n_batch=max(N_BATCH, dcfg.k_value + 1),
+                           n_threads=n_threads, n_gpu_layers=n_gpu_layers, devices=device,
+                           main_gpu=main_gpu, split_mode=split_mode,
                            tensor_split=tuple(tensor_split) if tensor_split else None,
                            verbose=verbose)
         draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
-                             else draft_n_gpu_layers)
+                             else draft_n_gpu_layers, devices=draft_device or device)
+        if rpc:
+            draft_opts = add_rpc(rpc, draft_opts, draft_device)
         process_warmup().start()  # cached numba kernels load while the models load
-        target_model, draft_model, speculate = _load_models(target, draft, drafter, opts,
+        target_model, draft_model, speculate = load_models(target, draft, drafter, opts,
                                                             draft_opts)
         if not speculate:  # auto on a model whose state cannot be cut: plain, and says why
             engine = cls(target_model, None, replace(dcfg, drafter="none", k=None), rcfg,
@@ -336,52 +350,6 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _speculation_allowed(target: Model, drafter: str) -> bool:
-    """The one place that decides what a recurrent/hybrid target (its state cannot drop
-    rejected tokens) allows: plain decoding under "auto" (False), an error for an explicit
-    drafter; any other target speculates (True)."""
-    if target.supports_truncate or drafter == "none":
-        return True
-    if drafter == "auto":
-        return False
-    raise IncompatibleModelsError(
-        f"{target.path.name} is a recurrent/hybrid model whose cache cannot drop rejected "
-        "tokens; use drafter='none'")
-
-
-def _load_models(target, draft, drafter: str, opts: LoadOptions,
-                 draft_opts: LoadOptions) -> tuple[Model, Model | None, bool]:
-    """Load the target (and the draft when the drafter uses one and may speculate); return
-    them and whether speculation is allowed. Nothing stays loaded when a load fails or a
-    recurrent target meets an explicit drafter."""
-    target_model = Model.load(target, opts)
-    draft_model = None
-    try:
-        speculate = _speculation_allowed(target_model, drafter)
-        if speculate and draft is not None and drafter in ("model", "multilevel", "auto"):
-            draft_model = Model.load(draft, draft_opts)
-    except BaseException:
-        target_model.close()
-        if draft_model is not None:
-            draft_model.close()
-        raise
-    return target_model, draft_model, speculate
-
-
-def _pair_doubts(target: Model, draft: Model | None) -> list[str]:
-    """Doubtful target/draft choices (the CLI prints them; Python warnings for the library)."""
-    if draft is None:
-        return []
-    if draft.path.resolve() == target.path.resolve():
-        return [f"the draft is the target itself ({target.path.name}): every draft is "
-                "accepted, but drafting costs as much as it saves"]
-    if draft.n_params > target.n_params:
-        return [f"draft {draft.path.name} ({draft.n_params / 1e6:.1f}M parameters) is larger "
-                f"than the target {target.path.name} ({target.n_params / 1e6:.1f}M): drafting "
-                "will cost more than it saves"]
-    return []
 
 
 def _grammar_top(rule: RuleConfig, sampler: SamplerSettings | None, n_vocab: int) -> int:

@@ -30,6 +30,7 @@ from ..errors import (
     ModelOutputError,
     check,
 )
+from .devices import device_array, list_devices, offload_layers, select_devices
 from .gguf_check import check_gguf
 from .vocab import Vocab
 
@@ -89,7 +90,8 @@ class LoadOptions:
     n_ctx: int = N_CTX
     n_batch: int = N_BATCH
     n_threads: int | None = None  # None: physical cores
-    n_gpu_layers: int = 0
+    n_gpu_layers: int | str = "auto"  # "auto"/"all": every layer when a GPU may take them
+    devices: str | None = None  # llama.cpp's --device: "CUDA0,CUDA1", "none"; None: all
     main_gpu: int = 0
     split_mode: str = "layer"
     tensor_split: tuple[float, ...] | None = None
@@ -101,6 +103,8 @@ class LoadOptions:
         check(self.n_threads is None or self.n_threads >= 1, "n_threads", f"{self.n_threads}")
         check(self.split_mode in SPLIT_MODES, "split_mode",
               f"{self.split_mode!r} (choose one of {', '.join(SPLIT_MODES)})")
+        check(isinstance(self.n_gpu_layers, int) or self.n_gpu_layers in ("auto", "all"),
+              "n_gpu_layers", f"{self.n_gpu_layers!r} (an integer, 'auto' or 'all')")
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ class Model:
         self.n_vocab: int = self.vocab.n_tokens
         self.n_ctx: int = ll.llama_n_ctx(ctx_p)
         self.n_batch: int = ll.llama_n_batch(ctx_p)
+        self.placement = "CPU"  # where its layers went (Model.load says)
         self.n_cached = 0  # positions 0..n_cached-1 are in the KV cache
         self._cached_tokens = np.zeros(self.n_ctx, np.int32)  # the token at each position
         self.supports_truncate = not (ll.llama_model_is_recurrent(model_p)
@@ -164,7 +169,8 @@ class Model:
         check_gguf(path)  # damage llama.cpp would abort the process on
         sink = _install_log_sink(opts.verbose)
         sink.recent.clear()
-        model_p = ll.llama_model_load_from_file(os.fsencode(path), _model_params(opts))
+        params, placement = _model_params(opts)
+        model_p = ll.llama_model_load_from_file(os.fsencode(path), params)
         if not model_p:
             reason = "; ".join(sink.recent) or "llama.cpp gave no reason"
             raise ModelLoadError(f"cannot load {path.name}: {reason}")
@@ -173,7 +179,9 @@ class Model:
             ll.llama_model_free(model_p)
             reason = "; ".join(sink.recent) or "out of memory?"
             raise ModelLoadError(f"cannot create a context for {path.name}: {reason}")
-        return cls(path, model_p, ctx_p, opts)
+        model = cls(path, model_p, ctx_p, opts)
+        model.placement = placement.describe(ll.llama_model_n_layer(model_p))
+        return model
 
     def chat_template(self) -> str | None:
         """The GGUF's default chat template (Jinja text), if it ships one."""
@@ -317,16 +325,46 @@ def _check_finite(logits: np.ndarray, name: str) -> None:
             "quantization or backend")
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where llama.cpp was told to put a model's layers."""
+
+    n_gpu_layers: int  # llama.cpp's value: -1 = all
+    devices: tuple[str, ...]  # the devices that take layers, by name
+
+    def describe(self, n_layer: int) -> str:
+        """One line: "CPU", or how many layers go to which devices."""
+        if self.n_gpu_layers == 0 or not self.devices:
+            return "CPU"
+        n_blocks = n_layer + 1  # llama.cpp counts the output layer as one more
+        layers = n_blocks if self.n_gpu_layers < 0 else min(self.n_gpu_layers, n_blocks)
+        where = ", ".join(self.devices)
+        rest = "" if layers == n_blocks else f" (the other {n_blocks - layers} on the CPU)"
+        return f"{layers}/{n_blocks} layers on {where}{rest}"
+
+
 def _model_params(opts: LoadOptions):
+    """llama_model_params for `opts`, and where that puts the layers."""
     params = ll.llama_model_default_params()
-    params.n_gpu_layers = opts.n_gpu_layers
+    n_gpu_layers, devices = opts.n_gpu_layers, ()
+    if opts.devices is not None or not isinstance(n_gpu_layers, int) or n_gpu_layers != 0:
+        available = list_devices()
+        allowed = select_devices(opts.devices, available)
+        n_gpu_layers = offload_layers(n_gpu_layers, allowed, available)
+        pool = available if allowed is None else allowed
+        devices = tuple(d.name for d in pool if d.takes_layers)
+        array = device_array(allowed)
+        if array is not None:
+            params.devices = ctypes.cast(array, ctypes.c_void_p)
+            params._devices_ref = array  # keep the array alive as long as params
+    params.n_gpu_layers = n_gpu_layers
     params.main_gpu = opts.main_gpu
     params.split_mode = SPLIT_MODES[opts.split_mode]
     if opts.tensor_split:
         arr = (ctypes.c_float * len(opts.tensor_split))(*opts.tensor_split)
         params.tensor_split = ctypes.cast(arr, ctypes.POINTER(ctypes.c_float))
         params._tensor_split_ref = arr  # keep the array alive as long as params
-    return params
+    return params, Placement(n_gpu_layers, devices)
 
 
 def _context_params(opts: LoadOptions):
