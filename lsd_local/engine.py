@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from time import perf_counter
@@ -12,6 +13,7 @@ import numpy as np
 
 from .backend import Grammar, LoadOptions, Model, schema_to_gbnf, vocab_compatible
 from .config import (
+    DRAFTERS_KEPT,
     MAX_NGRAM,
     MAX_TOKENS,
     MIN_NGRAM,
@@ -108,7 +110,8 @@ class Engine:
         self.drafter_config = drafter
         self.rule_config = rule
         self._drafter = make_drafter(drafter, draft, target if cross_vocab else None)
-        self._drafters = {drafter: self._drafter}  # by settings: each keeps what it learned
+        # by settings, most recently used last: each keeps what it learned
+        self._drafters = OrderedDict([(drafter, self._drafter)])
         self._busy = False
         # conversations set aside in RAM (None: only the live cache is reused); see
         # `keep_conversations`
@@ -198,6 +201,9 @@ class Engine:
         if fresh_drafter or drafter not in self._drafters:
             self._drafters[drafter] = make_drafter(drafter, self.draft_model,
                                                    self.target if self.cross_vocab else None)
+        self._drafters.move_to_end(drafter)
+        while len(self._drafters) > DRAFTERS_KEPT:  # a client varying p_min or K must not
+            self._drafters.popitem(last=False)  # make the engine grow without end
         self._drafter = self._drafters[drafter]
         self.drafter_config = drafter
         self.rule_config = rule

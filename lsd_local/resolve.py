@@ -81,7 +81,7 @@ def _is_cached(name: str, registry: dict[str, ModelSpec]) -> bool:
 
 
 def resolve_models(model: str | None, draft: str | None, drafter: str | None,
-                   n_gpu_layers: int, notify: Callable[[str], None] = print) -> Resolved:
+                   offload: bool, notify: Callable[[str], None] = print) -> Resolved:
     """Find (or download) the target and the draft and choose the drafter.
 
     Without --drafter it is "auto" (lookup, draft model or none, chosen per round by cost).
@@ -100,7 +100,7 @@ def resolve_models(model: str | None, draft: str | None, drafter: str | None,
     draft_arg = None if draft == "none" else draft
     if draft is None and spec and spec.draft:
         wants_model = drafter in ("model", "multilevel") or (
-            drafter == "auto" and (n_gpu_layers or _is_cached(spec.draft, registry)))
+            drafter == "auto" and (offload or _is_cached(spec.draft, registry)))
         draft_arg = spec.draft if wants_model else None
     if drafter in ("lookup", "none") or (drafter == "auto" and not draft_arg):
         return Resolved(target, None, drafter, ctx, template, rule)

@@ -88,19 +88,25 @@ class StateCache:
             self._save(target, draft)  # another conversation's history: keep it
         if snap is None:
             return 0
-        target.restore_state(snap.target)
-        if draft is not None:
-            if snap.draft is not None:
+        try:
+            target.restore_state(snap.target)
+            if draft is not None and snap.draft is not None:
                 draft.restore_state(snap.draft)
-            else:
+            elif draft is not None:
                 draft.truncate(0)
+        except RuntimeError:  # llama.cpp refused the bytes: evaluate the prompt instead
+            target.truncate(0)
+            if draft is not None:
+                draft.truncate(0)
+            return 0
         self.restored += 1
         self.restored_tokens += best - live
         return best - live
 
     def _save(self, target, draft) -> None:
-        if self.capacity == 0:
-            return
+        size = target.state_nbytes() + (draft.state_nbytes() if draft is not None else 0)
+        if self.capacity == 0 or size > self.max_bytes:
+            return  # (one state larger than the whole budget would only evict the others)
         snap = Snapshot(target.save_state(), draft.save_state() if draft is not None else None)
         tokens = snap.tokens
         for key in [key for key, old in self._saved.items()  # older states of the same

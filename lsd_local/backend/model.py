@@ -268,6 +268,10 @@ class Model:
                 "hybrid model); speculation needs a transformer model")
         self.n_cached = min(self.n_cached, n)
 
+    def state_nbytes(self) -> int:
+        """Bytes `save_state` would copy now (llama.cpp's exact size)."""
+        return int(ll.llama_state_seq_get_size(self._ctx, 0))
+
     def save_state(self) -> SeqState:
         """A copy of the cache (keys and values of every cached position, sequence 0) and of
         the tokens it holds, for `restore_state`: a conversation set aside in RAM."""

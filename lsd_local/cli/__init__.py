@@ -1,5 +1,5 @@
 """The `lsd` command line: parses options, calls the library, prints. One module per
-command (run, chat, serve, models, bench); options.py holds what they share."""
+command (run, chat, serve, models, devices, bench); options.py holds what they share."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from .. import __version__
 from ..errors import LsdError, ParameterError
 from .bench import bench as bench_command
 from .chat import chat as chat_command
+from .devices import devices as devices_command
 from .models import list_models, pull, remove
 from .run import run as run_command
 from .run import split_run_args
@@ -47,7 +48,7 @@ def cli() -> None:
 
 # imported under other names: lsd_local.cli.run, .chat and .bench stay the modules
 for _command in (run_command, chat_command, serve_command, pull, list_models, remove,
-                 bench_command):
+                 devices_command, bench_command):
     cli.add_command(_command)
 
 

@@ -48,8 +48,46 @@ class KType(click.ParamType):
         return k
 
 
+class LayersType(click.ParamType):
+    """--n-gpu-layers: 'auto', 'all' or an integer (-1 = all)."""
+
+    name = "auto|all|N"
+
+    def convert(self, value, param, ctx):
+        if value in ("auto", "all") or isinstance(value, int):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither 'auto', 'all' nor an integer", param, ctx)
+
+
+class AliasOption(click.Option):
+    """An option that also takes llama.cpp's spellings (-ngl, -c, -t, ...) so that a
+    llama.cpp command line works as is; help shows lsd's spelling only."""
+
+    def __init__(self, *args, aliases: tuple[str, ...] = (), **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.aliases = aliases
+        self.opts.extend(aliases)
+
+    def get_help_record(self, ctx):
+        shown = self.opts
+        self.opts = [name for name in shown if name not in self.aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def llama_option(*names: str, aliases: tuple[str, ...], **kwargs):
+    """click.option that also accepts llama.cpp's `aliases`."""
+    return click.option(*names, cls=AliasOption, aliases=aliases, **kwargs)
+
+
 ENGINE_OPTIONS = [
-    click.option("--draft", default=None, metavar="MODEL|none",
+    llama_option("--draft", aliases=("-md", "--model-draft"), default=None,
+                 metavar="MODEL|none",
                  help="Draft model (registry name or .gguf) with the target's vocabulary. It "
                       "proposes tokens that the target checks in one batched pass."),
     click.option("--drafter", type=click.Choice(DRAFTERS), default=None,
@@ -88,29 +126,47 @@ ENGINE_OPTIONS = [
                       "(0 = strict)."),
     click.option("--p-min", type=click.FloatRange(0, 1), default=P_MIN, show_default=True,
                  help="Draft model: stop drafting when its top-1 probability falls below."),
-    click.option("--ctx", type=click.IntRange(min=8), default=None,
+    llama_option("--ctx", aliases=("-c", "--ctx-size"), type=click.IntRange(min=8), default=None,
                  help="Context size in tokens (prompt + answers). Default: the registry's, "
                       f"else {N_CTX}."),
-    click.option("--threads", type=click.IntRange(min=1), default=None,
+    llama_option("--threads", aliases=("-t",), type=click.IntRange(min=1), default=None,
                  help="CPU threads. Default: physical cores."),
-    click.option("--n-gpu-layers", type=int, default=0, show_default=True,
-                 help="Target layers to offload to the GPU (-1 = all)."),
-    click.option("--draft-n-gpu-layers", type=int, default=None,
-                 help="Draft layers to offload (default: as --n-gpu-layers)."),
-    click.option("--split-mode", type=click.Choice(["none", "layer", "row"]), default="layer",
-                 show_default=True, help="How to split a model across several GPUs."),
-    click.option("--tensor-split", default=None, metavar="F,F,...",
+    llama_option("--n-gpu-layers", aliases=("-ngl", "--gpu-layers"), type=LayersType(),
+                 default="auto", show_default=True,
+                 help="Target layers on the GPUs: auto puts all of them there when a GPU (or "
+                      "an RPC server) is available, else none; or a number (-1 = all)."),
+    llama_option("--draft-n-gpu-layers", aliases=("-ngld", "--gpu-layers-draft",
+                                                  "--n-gpu-layers-draft"),
+                 type=LayersType(), default=None,
+                 help="Draft layers on the GPUs (default: as --n-gpu-layers)."),
+    llama_option("--device", aliases=("-dev",), default=None, metavar="NAMES",
+                 help="Devices the target may use, comma-separated as `lsd devices` names "
+                      "them (CUDA0, Metal, RPC0[host:port], ...); none = CPU only. Default: "
+                      "all."),
+    llama_option("--draft-device", aliases=("-devd", "--device-draft"), default=None,
+                 metavar="NAMES",
+                 help="Devices the draft may use (default: as --device; with --rpc, the "
+                      "local ones)."),
+    click.option("--rpc", default=None, metavar="HOST:PORT,...",
+                 help="llama.cpp RPC servers (rpc-server) to spread the target over; each is "
+                      "checked before loading. Needs llama-cpp-python built with "
+                      "-DGGML_RPC=on."),
+    llama_option("--split-mode", aliases=("-sm",), type=click.Choice(["none", "layer", "row"]),
+                 default="layer", show_default=True,
+                 help="How to split a model across several GPUs."),
+    llama_option("--tensor-split", aliases=("-ts",), default=None, metavar="F,F,...",
                  help="Fraction of the model per GPU, e.g. 3,1."),
-    click.option("--main-gpu", type=int, default=0, show_default=True,
+    llama_option("--main-gpu", aliases=("-mg",), type=int, default=0, show_default=True,
                  help="GPU for the whole model (split mode none) or for small tensors."),
     click.option("--verbose", is_flag=True, help="Show llama.cpp's log."),
 ]
 
-MAX_TOKENS_OPTION = click.option("--max-tokens", type=click.IntRange(min=0),
-                                 default=CLI_MAX_TOKENS, show_default=True,
-                                 help="Most tokens per answer.")
+MAX_TOKENS_OPTION = llama_option("--max-tokens", aliases=("-n", "--n-predict"),
+                                 type=click.IntRange(min=0), default=CLI_MAX_TOKENS,
+                                 show_default=True, help="Most tokens per answer.")
 SAMPLER_OPTIONS = [
-    click.option("--temperature", type=click.FloatRange(min=0), default=TEMPERATURE,
+    llama_option("--temperature", aliases=("--temp",), type=click.FloatRange(min=0),
+                 default=TEMPERATURE,
                  show_default=True,
                  help="0 = greedy. Above 0, speculative sampling keeps the target's "
                       "distribution exactly (strict) or nearly (fly)."),
@@ -120,7 +176,8 @@ SAMPLER_OPTIONS = [
                  show_default=True, help="Sampling: keep the smallest set with this mass."),
     click.option("--min-p", type=click.FloatRange(0, 1), default=MIN_P, show_default=True,
                  help="Sampling: drop tokens below min-p times the top probability."),
-    click.option("--seed", type=int, default=None, help="Sampling seed (reproducible)."),
+    llama_option("--seed", aliases=("-s",), type=int, default=None,
+                 help="Sampling seed (reproducible)."),
     click.option("--stop", multiple=True, metavar="TEXT", allow_from_autoenv=False,
                  help="End the answer where TEXT appears (not shown); repeatable."),
     click.option("--system", default=None, help="System message for the chat template."),
@@ -160,23 +217,40 @@ def check_grammar_source(opts: dict) -> None:
         load_schema(opts["json_schema"])
 
 
-def engine_arguments(model: str | None, opts: dict) -> dict:
+def engine_arguments(model: str | None, opts: dict, probe_devices: bool = True) -> dict:
     """Resolve MODEL/--draft (names, paths, downloads) into Engine.load's keyword arguments
-    (plain values: `lsd serve` hands them to its engine process)."""
+    (plain values: `lsd serve` hands them to its engine process, and passes
+    probe_devices=False so that its HTTP process never loads llama.cpp)."""
     from ..resolve import resolve_models
 
-    found = resolve_models(model, opts["draft"], opts["drafter"], opts["n_gpu_layers"],
-                           notify=notify)
+    found = resolve_models(model, opts["draft"], opts["drafter"],
+                           offload_expected(opts, probe_devices), notify=notify)
     return dict(
         target=found.target, draft=found.draft, drafter=found.drafter,
         rule=opts["rule"] or found.rule or "strict", k=opts["k"],
         chat_template=found.chat_template, n_ctx=opts["ctx"] or found.ctx or N_CTX,
         n_threads=opts["threads"], n_gpu_layers=opts["n_gpu_layers"],
-        draft_n_gpu_layers=opts["draft_n_gpu_layers"], main_gpu=opts["main_gpu"],
+        draft_n_gpu_layers=opts["draft_n_gpu_layers"], device=opts["device"],
+        draft_device=opts["draft_device"], rpc=opts["rpc"], main_gpu=opts["main_gpu"],
         split_mode=opts["split_mode"], tensor_split=_tensor_split(opts["tensor_split"]),
         p_min=opts["p_min"], verbose=opts["verbose"], theta=opts["theta"],
         window=opts["window"], entropy_top_k=opts["entropy_top_k"], entropy=opts["entropy"],
         gate=opts["gate"], max_exceptions=opts["max_exceptions"], budget=opts["budget"])
+
+
+def offload_expected(opts: dict, probe_devices: bool) -> bool:
+    """Will the models run on a GPU (then auto fetches a registry model's draft)? An explicit
+    layer count says; "auto" asks the device registry (when probing is allowed)."""
+    layers = opts["n_gpu_layers"]
+    if isinstance(layers, int):
+        return layers != 0
+    if opts["rpc"]:
+        return True
+    if not probe_devices or opts["device"] == "none":
+        return False
+    from ..backend.devices import list_devices
+
+    return any(device.takes_layers for device in list_devices())
 
 
 def load_engine(model: str | None, opts: dict):
@@ -189,7 +263,14 @@ def load_engine(model: str | None, opts: dict):
         engine = Engine.load(**arguments)
     for notice in engine.notices:
         notify(notice)
+    notify(placement_line(engine.placement))
     return engine
+
+
+def placement_line(placement: dict[str, str]) -> str:
+    """Where each model runs, in one line: "placement: target CPU; draft 25/25 layers on
+    CUDA0"."""
+    return "placement: " + "; ".join(f"{role} {where}" for role, where in placement.items())
 
 
 def _tensor_split(text: str | None) -> list[float] | None:

@@ -45,7 +45,7 @@ def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
                 click.echo(render_spans(event.spans, colour), nl=False)
     if opts["as_json"]:
         click.echo(json.dumps({"text": gen.text, "finish_reason": gen.finish_reason,
-                               "stats": gen.stats.as_dict()}))
+                               "stats": gen.stats.as_dict(), "placement": engine.placement}))
     else:
         click.echo()
         click.echo(f"[{gen.stats.summary()}]", err=True)

@@ -88,7 +88,7 @@ def serve(model: str | None, model_option: str | None, **opts) -> None:
         raise click.UsageError("give MODEL or --model, not both")
     model = model_option or model
     shared.check_grammar_source(opts)
-    arguments = shared.engine_arguments(model, opts)
+    arguments = shared.engine_arguments(model, opts, probe_devices=False)
     defaults = _defaults(arguments, opts)
     _warn_if_open(opts["host"], opts["api_key"])
     worker = WorkerSettings(arguments, opts["state_cache"], opts["state_cache_mib"] << 20)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import pickle
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ async def read_json(request: Request, max_body: int):
         return json.loads(b"".join(chunks))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RequestError(400, f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError(400, "the request body is nested too deeply") from None
 
 
 async def _disconnected(request: Request) -> None:
@@ -89,6 +92,10 @@ async def next_message(state: ServerState, ticket: Ticket, watch: asyncio.Task) 
 
 
 def _submit(state: ServerState, job) -> Ticket:
+    try:  # what crosses to the engine process must pickle (a schema nested 1000 deep does not)
+        pickle.dumps(job)
+    except RecursionError:
+        raise RequestError(400, "the request is nested too deeply (json_schema?)") from None
     if state.shutting_down:
         raise RequestError(503, "the server is shutting down", kind="server_error")
     try:
@@ -119,6 +126,9 @@ async def completions(request: Request, body_model, endpoint: str) -> Response:
     state.metrics.queue.set(state.scheduler.queue_length)
     watch = asyncio.ensure_future(_disconnected(request))
     first = await next_message(state, ticket, watch)
+    if first is not None and watch.done():  # it left just as its answer started
+        state.scheduler.cancel(ticket)
+        first = None
     if first is None or first[0] == "error":
         watch.cancel()
         status = 499 if first is None else first[2]
@@ -128,14 +138,31 @@ async def completions(request: Request, body_model, endpoint: str) -> Response:
     shaper = Shaper(job.kind, job.id, state.settings.model_name)
     if job.stream:
         watch.cancel()  # Starlette notices a streaming client's disconnect itself
-        return StreamingResponse(stream(state, ticket, shaper, first[2], endpoint),
-                                 media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache",
-                                          "X-Accel-Buffering": "no"})
+        return EngineStream(state.scheduler, ticket,
+                            stream(state, ticket, shaper, first[2], endpoint),
+                            media_type="text/event-stream",
+                            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     try:
         return await whole(state, ticket, shaper, first[2], watch, endpoint)
-    finally:
+    finally:  # however it ends (the handler cancelled too), the engine stops on it
         watch.cancel()
+        state.scheduler.cancel(ticket)
+
+
+class EngineStream(StreamingResponse):
+    """An SSE response that cancels its request in the engine however the response ends,
+    even when the client left before the body iterator ever started."""
+
+    def __init__(self, scheduler: Scheduler, ticket: Ticket, content, **kwargs) -> None:
+        super().__init__(content, **kwargs)
+        self.scheduler = scheduler
+        self.ticket = ticket
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.scheduler.cancel(self.ticket)
 
 
 async def whole(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_tokens: int,
@@ -256,13 +283,13 @@ class BearerAuth:
 
     def __init__(self, app, api_key: str) -> None:
         self.app = app
-        self.expected = f"Bearer {api_key}".encode()
+        self.expected = api_key.encode()
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http" or scope["path"] == "/health":
             return await self.app(scope, receive, send)
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(given, self.expected):
+        scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.expected):
             return await self.app(scope, receive, send)
         response = error_response(
             RequestError(401, "a valid API key is required (Authorization: Bearer KEY)",

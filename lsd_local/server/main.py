@@ -90,14 +90,23 @@ async def serve_async(worker: WorkerSettings, settings: ServerSettings, host: st
     bound = sock.getsockname()
     notify(f"lsd serve: loading {settings.model_name}; listening on "
            f"http://{_url_host(host)}:{bound[1]} (/health answers 503 until ready)")
+    starting = asyncio.ensure_future(scheduler.start())
+    await asyncio.wait({starting, serving}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # SIGTERM / Ctrl-C while the models load: stop loading
+        starting.cancel()
+        await scheduler.stop()
+        sock.close()
+        return
     try:
-        info = await scheduler.start()
+        info = starting.result()
     except EngineUnavailable as exc:
         server.should_exit = True
         await serving
         raise ServeError(str(exc)) from None
     for line in info.get("notices", []):
         notify(line)
+    notify("placement: " + "; ".join(f"{role} {where}"
+                                     for role, where in info["placement"].items()))
     draft = f", draft {info['draft']}" if info.get("draft") else ""
     notify(f"lsd serve: {settings.model_name}{draft} ready at "
            f"http://{_url_host(host)}:{bound[1]}/v1 (context {info['n_ctx']} tokens)")

@@ -79,7 +79,7 @@ class _Common(_Body):
     min_p: float | None = None
     seed: int | None = None
     stop: str | list[str] | None = None
-    stream: bool = False
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     n: int | None = 1
     presence_penalty: float | None = None
@@ -112,7 +112,7 @@ class ChatRequest(_Common):
 
 class CompletionRequest(_Common):
     prompt: str | list[str]
-    echo: bool = False
+    echo: bool | None = False
     suffix: str | None = None
     best_of: int | None = None
 
@@ -190,7 +190,8 @@ def _messages(req: ChatRequest, system: str | None) -> list[dict]:
                                        f"messages.{i}.content")
                 parts.append(part.text)
             content = "".join(parts)
-        out.append({"role": message.role, "content": content or ""})
+        role = "system" if message.role == "developer" else message.role  # OpenAI's o1 name
+        out.append({"role": role, "content": content or ""})
     if system is not None and not any(m["role"] == "system" for m in out):
         out.insert(0, {"role": "system", "content": system})
     return out
@@ -274,7 +275,7 @@ def make_job(req: _Common, defaults: Defaults, arrived: float) -> Job:
     except ParameterError as exc:
         raise RequestError(400, str(exc), exc.param) from None
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    return Job(kind, prompt, generate, drafter, rule, stream=req.stream,
+    return Job(kind, prompt, generate, drafter, rule, stream=bool(req.stream),
                include_usage=include_usage, timeout=req.timeout, arrived=arrived)
 
 

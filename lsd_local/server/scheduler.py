@@ -20,6 +20,7 @@ from .worker import WorkerSettings, worker_main
 
 STOP_WAIT = 10.0  # seconds the engine process gets to exit after "stop", then it is killed
 RESTART_ATTEMPTS = 3  # failed loads in a row before the server gives up (health stays 503)
+RESTART_BACKOFF = 1.0  # seconds before the next attempt, times the attempts so far
 
 
 class QueueFull(Exception):
@@ -38,6 +39,8 @@ class Ticket:
     messages: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: bool = False
     finished: bool = False
+    started: bool = False  # the engine has taken it (its "started" or "error" arrived)
+    retried: bool = False  # sent again once after the engine died before taking it
     done: asyncio.Event = field(default_factory=asyncio.Event)  # its last message is queued
 
 
@@ -113,24 +116,27 @@ class Scheduler:
     async def _spawn(self) -> None:
         loop = asyncio.get_running_loop()
         self._load_result = loop.create_future()
-        self._worker = _Worker(self.settings, loop, self._on_message, self._on_exit)
+        worker = self._worker = _Worker(self.settings, loop, self._on_message, self._on_exit)
         ok, detail = await self._load_result
-        if not ok:
-            worker, self._worker = self._worker, None
+        if not ok or self.state == "stopped":
+            if self._worker is worker:
+                self._worker = None
             await asyncio.to_thread(worker.stop, 1.0)
-            raise EngineUnavailable(detail)
+            raise EngineUnavailable(detail if not ok else "the server is stopping")
         self.info = detail
         self.state = "ready"
         self._ready.set()
 
     async def stop(self) -> None:
-        """Stop dispatching and end the engine process (after its current round)."""
+        """Stop dispatching and end the engine process (after its current round; at once
+        while it loads)."""
+        loading = self.state != "ready"
         self.state = "stopped"
         if self._dispatcher is not None:
             self._dispatcher.cancel()
         worker, self._worker = self._worker, None
         if worker is not None:
-            await asyncio.to_thread(worker.stop)
+            await asyncio.to_thread(worker.stop, 1.0 if loading else STOP_WAIT)
 
     # --- requests ------------------------------------------------------------------------
 
@@ -186,7 +192,11 @@ class Scheduler:
                 continue
             ticket = self._waiting.popleft()
             self._current = ticket
-            self._worker.send(("job", ticket.job))
+            try:
+                self._worker.send(("job", ticket.job))
+            except Exception as exc:  # noqa: BLE001 - one bad job must not stop the line
+                self._finish(ticket, ("error", ticket.job.id, 500,
+                                      f"the job could not be sent to the engine: {exc}", None))
             await ticket.done.wait()  # its last message, the worker's death or a cancel_all
             self._current = None
 
@@ -208,6 +218,7 @@ class Scheduler:
         ticket = self._current
         if ticket is None or ticket.job.id != message[1] or worker is not self._worker:
             return  # a late message of a request already ended
+        ticket.started = True
         if kind in ("done", "error"):
             self._finish(ticket, message)
         else:
@@ -215,15 +226,24 @@ class Scheduler:
 
     def _on_exit(self, worker: _Worker, exitcode: int | None) -> None:
         if self._load_result is not None and not self._load_result.done():
+            # died while loading: _spawn reports it (at start, or to _restart's next try)
             self._load_result.set_result((False, f"the engine process exited with code "
                                                  f"{exitcode} while loading the models"))
+            return
         if worker is not self._worker or self.state == "stopped":
             return
         self._worker = None
         self.state = "restarting"
         self._ready.clear()
         current = self._current
-        if current is not None:
+        if current is not None and not current.started and not current.retried:
+            # it died before taking this job (right after the previous one): send it again
+            current.retried = True
+            self._current = None
+            self._waiting.appendleft(current)
+            current.done.set()  # frees the dispatcher, which waits for the restart
+            current.done = asyncio.Event()
+        elif current is not None:
             self._finish(current, ("error", current.job.id, 500,
                                    f"the engine process died (exit code {exitcode}) during "
                                    "this request; it is being restarted", None))
@@ -235,11 +255,15 @@ class Scheduler:
             try:
                 await self._spawn()
             except EngineUnavailable as exc:
+                if self.state == "stopped":
+                    return
                 self.on_event("restart_failed", {"attempt": attempt, "message": str(exc)})
-                await asyncio.sleep(attempt)
+                await asyncio.sleep(attempt * RESTART_BACKOFF)
                 continue
             self.restarts += 1
             self.on_event("restarted", {"restarts": self.restarts})
+            return
+        if self.state == "stopped":
             return
         self.state = "failed"
         for ticket in list(self._waiting):

@@ -59,7 +59,7 @@ def worker_main(conn, settings: WorkerSettings) -> None:
         return
     engine.keep_conversations(settings.state_cache, settings.state_cache_bytes)
     conn.send(("ready", {"pid": os.getpid(), "n_ctx": engine.target.n_ctx,
-                         "notices": list(engine.notices),
+                         "notices": list(engine.notices), "placement": engine.placement,
                          "draft": engine.draft_model.path.name if engine.draft_model else None}))
     inbox: queue.Queue = queue.Queue()
     cancelled: set[str] = set()

@@ -44,7 +44,7 @@ def test_run_json_reports_stats(tiny_pair):
     result = invoke("run", tiny_pair[0], "the cat is", "--draft", tiny_pair[1], "-k", "3",
                     "--max-tokens", "24", "--ctx", "256", "--p-min", "0", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert data["finish_reason"] == "length"
     stats = data["stats"]
     assert stats["generated_tokens"] == 24
@@ -67,7 +67,7 @@ def test_run_same_text_as_library(tiny_pair):
     with Engine.load(tiny_pair[0], drafter="none", n_ctx=256) as eng:
         expected = eng.generate([{"role": "user", "content": "a b"}], max_tokens=12).run().text
     result = invoke("run", tiny_pair[0], "a b", "--max-tokens", "12", "--ctx", "256", "--json")
-    assert json.loads(result.output)["text"] == expected
+    assert json.loads(result.stdout)["text"] == expected
 
 
 def test_chat_two_turns_reset_stats_exit(tiny_pair):
@@ -119,7 +119,7 @@ def test_registry_name_resolves_through_the_offline_hub_cache(hub_env):
                     "--max-tokens", "6",
                     "--json", env=hub_env)
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output.splitlines()[-1])
+    data = json.loads(result.stdout.splitlines()[-1])
     assert data["stats"]["generated_tokens"] == 6 and data["stats"]["drafted"] > 0
 
 
@@ -147,7 +147,7 @@ def test_registry_chat_template_override(hub_env, tiny_pair):
         expected = len(model.vocab.tokenize("Q: hello\nA:", add_special=True))
     finally:
         model.close()
-    assert json.loads(result.output.splitlines()[-1])["stats"]["prompt_tokens"] == expected
+    assert json.loads(result.stdout.splitlines()[-1])["stats"]["prompt_tokens"] == expected
 
 
 def test_models_lists_registry_and_cache_state(hub_env):
@@ -221,7 +221,7 @@ def test_run_without_model_uses_the_embedded_default(no_default_cached):
                     env=no_default_cached)
     assert result.exit_code == 0, result.output
     assert "using the embedded demo model SmolLM2-135M-Instruct" in result.output
-    data = json.loads(result.output.splitlines()[-1])
+    data = json.loads(result.stdout.splitlines()[-1])
     assert data["stats"]["generated_tokens"] > 0 and data["text"].strip()
 
 
@@ -310,9 +310,9 @@ def test_undecodable_command_line_bytes_are_answered(tiny_pair):
 def test_run_stop_string_ends_the_answer(tiny_pair):
     base = ["run", tiny_pair[0], "--raw", "the cat is", "--max-tokens", "40", "--ctx", "256",
             "--json"]
-    full = json.loads(invoke(*base).output)["text"]
+    full = json.loads(invoke(*base).stdout)["text"]
     stop = full[10:14]
-    cut = json.loads(invoke(*base, "--stop", stop).output)
+    cut = json.loads(invoke(*base, "--stop", stop).stdout)
     assert cut["finish_reason"] == "stop"
     assert cut["text"] == full[:full.index(stop)]
 

@@ -84,7 +84,7 @@ def test_cli_defaults_to_auto_and_reports_the_mix(tiny_pair):
     result = CliRunner().invoke(cli, ["run", str(tiny_pair[0]), "the cat is", "--json",
                                       "--max-tokens", "20", "--ctx", "256"])
     assert result.exit_code == 0, result.output
-    stats = json.loads(result.output)["stats"]
+    stats = json.loads(result.stdout)["stats"]
     assert sum(stats["draft_sources"].values()) == stats["rounds"]
     fixed = CliRunner().invoke(cli, ["run", str(tiny_pair[0]), "hi", "-k", "auto", "--drafter",
                                      "lookup", "--max-tokens", "5", "--ctx", "256"])

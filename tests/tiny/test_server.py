@@ -115,6 +115,9 @@ BAD_REQUESTS = [
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
      "messages.0.content", "only text"),
     ({"messages": QUESTION, "tools": [{"type": "function"}]}, 400, "tools", "not supported"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "json_schema": '
+     + b'{"a": ' * 600 + b"1" + b"}" * 601, 400, None, "nested too deeply"),
+    (b'{"x": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, None, "nested too deeply"),
 ]
 
 
@@ -150,7 +153,10 @@ def test_body_over_the_limit_is_413_and_unknown_paths_404(tiny_pair):
 def test_api_key_guards_everything_but_health(tiny_pair):
     with serving.Server(tiny_pair[0], "--ctx", CTX, env={"LSD_API_KEY": "s3cret"}) as srv:
         assert srv.request("GET", "/health")[0] == 200
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+        assert srv.request("GET", "/v1/models", headers={"Authorization": "bearer s3cret"})[
+            0] == 200  # the scheme is case-insensitive (RFC 7235)
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"},
+                        {"Authorization": "Basic s3cret"}):
             status, got_headers, _ = srv.request("GET", "/v1/models", headers=headers)
             assert status == 401 and got_headers["www-authenticate"] == "Bearer"
         assert srv.request("GET", "/metrics")[0] == 401

@@ -144,3 +144,12 @@ def test_responses_have_openais_shape():
     text = Shaper("completion", "abc", "m")
     assert text.whole("hi", "length", 10, STATS, {})["choices"][0]["text"] == "hi"
     assert text.chunk("x").startswith('data: {"id": "cmpl-abc", "object": "text_completion"')
+
+
+def test_what_other_clients_send_is_understood():
+    got = job({"messages": [{"role": "developer", "content": "be terse"}, *USER],
+               "stream": None, "max_tokens": None, "stop": None})
+    assert got.prompt[0] == {"role": "system", "content": "be terse"} and not got.stream
+    assert got.generate["max_tokens"] == UNLIMITED_TOKENS and got.generate["stop"] == []
+    got = job({"messages": [*USER, {"role": "assistant", "content": None}]})
+    assert got.prompt[-1] == {"role": "assistant", "content": ""}

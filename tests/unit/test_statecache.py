@@ -23,6 +23,7 @@ class FakeModel:
         self.cached_tokens = np.zeros(0, np.int32)
         self.bytes_per_token = bytes_per_token
         self.restores = 0
+        self.refuse = False  # restore_state fails as llama.cpp's would
 
     @property
     def n_cached(self) -> int:
@@ -31,10 +32,15 @@ class FakeModel:
     def hold(self, tokens) -> None:  # what a prefill and a generation leave in the cache
         self.cached_tokens = np.asarray(tokens, np.int32)
 
+    def state_nbytes(self) -> int:
+        return self.bytes_per_token * self.n_cached
+
     def save_state(self) -> FakeState:
         return FakeState(self.cached_tokens.copy(), self.bytes_per_token * self.n_cached)
 
     def restore_state(self, state: FakeState) -> None:
+        if self.refuse:
+            raise RuntimeError("llama.cpp restored 0 of 5000 bytes of a saved state")
         self.cached_tokens = state.tokens.copy()
         self.restores += 1
 
@@ -128,3 +134,25 @@ def test_the_oldest_saved_state_comes_back_when_the_cache_is_full():
     assert cache.switch_to(target, None, np.array(talks[0] + [1, 2], np.int32)) == 50
     assert list(target.cached_tokens) == talks[0]
     assert sorted(len(s.tokens) for s in cache._saved.values()) == [50, 50]
+
+
+def test_a_state_larger_than_the_budget_evicts_nothing():
+    target, cache = FakeModel(bytes_per_token=10), StateCache(4, max_bytes=1000, min_tokens=1)
+    small, big = conversation(50, 50), conversation(51, 200)
+    target.hold(small)
+    cache.switch_to(target, None, np.array(big, np.int32))
+    target.hold(big)  # 2000 bytes: more than the whole budget
+    cache.switch_to(target, None, np.array(conversation(52, 30), np.int32))
+    assert [len(s.tokens) for s in cache._saved.values()] == [50]
+
+
+def test_a_refused_restore_falls_back_to_a_full_prefill():
+    target, draft, cache = FakeModel(), FakeModel(), StateCache(4, min_tokens=1)
+    ann, bob = conversation(60, 80), conversation(61, 80)
+    target.hold(ann)
+    cache.switch_to(target, draft, np.array(bob, np.int32))
+    target.hold(bob)
+    draft.hold(bob[:40])
+    target.refuse = True
+    assert cache.switch_to(target, draft, np.array(ann + [3], np.int32)) == 0
+    assert target.n_cached == 0 and draft.n_cached == 0 and cache.restored == 0

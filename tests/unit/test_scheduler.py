@@ -1,0 +1,130 @@
+"""The Scheduler's bookkeeping around engine processes that die, against fake engine
+processes (no llama.cpp, no subprocess): a death while loading is one failed attempt (never
+a storm of restarts), a job the engine never took is sent again, bad jobs fail alone."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from lsd_local.server import scheduler as sched
+from lsd_local.server.protocol import Job
+
+
+class FakeWorker:
+    """Stands in for _Worker: follows a script of what each spawned engine process does."""
+
+    script: list[str] = []  # per spawn: "ready", "dies" (while loading), "fails" (load error)
+    spawned: list[FakeWorker] = []
+
+    def __init__(self, settings, loop, on_message, on_exit) -> None:
+        self.on_message, self.on_exit, self.loop = on_message, on_exit, loop
+        self.sent: list[tuple] = []
+        self.stopped = False
+        plan = FakeWorker.script.pop(0) if FakeWorker.script else "ready"
+        FakeWorker.spawned.append(self)
+        if plan == "ready":
+            loop.call_soon(on_message, self, ("ready", {"n_ctx": 64}))
+        elif plan == "fails":
+            loop.call_soon(on_message, self, ("load_failed", "cannot load x.gguf"))
+        else:
+            loop.call_soon(on_exit, self, -6)
+
+    def send(self, message: tuple) -> None:
+        self.sent.append(message)
+
+    def stop(self, wait: float = 0) -> None:
+        self.stopped = True
+
+    def die(self) -> None:
+        self.loop.call_soon(self.on_exit, self, -9)
+
+
+@pytest.fixture
+def fake_workers(monkeypatch):
+    FakeWorker.script, FakeWorker.spawned = [], []
+    monkeypatch.setattr(sched, "_Worker", FakeWorker)
+    monkeypatch.setattr(sched, "RESTART_BACKOFF", 0.0)
+    return FakeWorker
+
+
+def job() -> Job:
+    return Job("completion", "a", {}, None, None)
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def test_a_death_while_loading_at_start_is_a_clear_error(fake_workers):
+    async def main():
+        fake_workers.script = ["dies"]
+        scheduler = sched.Scheduler(None, max_queue=4)
+        with pytest.raises(sched.EngineUnavailable, match="exited with code -6 while loading"):
+            await scheduler.start()
+        await settle()
+        assert len(fake_workers.spawned) == 1  # no restart of a process that never started
+    asyncio.run(main())
+
+
+def test_deaths_while_restarting_count_as_attempts_then_fail(fake_workers):
+    async def main():
+        events = []
+        scheduler = sched.Scheduler(None, max_queue=4, on_event=lambda k, d: events.append(k))
+        await scheduler.start()
+        fake_workers.script = ["dies", "fails", "dies"]
+        waiting = [scheduler.submit(job()) for _ in range(2)]
+        await settle()
+        scheduler._on_message(fake_workers.spawned[0], ("started", waiting[0].job.id, 3))
+        fake_workers.spawned[0].die()
+        for _ in range(50):
+            await settle()
+            if scheduler.state == "failed":
+                break
+        assert scheduler.state == "failed"
+        assert len(fake_workers.spawned) == 1 + sched.RESTART_ATTEMPTS
+        assert events.count("restart") == 1 and events.count("restart_failed") == 3
+        assert (await waiting[0].messages.get())[0] == "started"
+        first = await waiting[0].messages.get()
+        assert first[0] == "error" and first[2] == 500  # it was running when the engine died
+        second = await waiting[1].messages.get()
+        assert second[0] == "error" and second[2] == 503
+    asyncio.run(main())
+
+
+def test_a_job_the_dead_engine_never_took_is_sent_again(fake_workers):
+    async def main():
+        scheduler = sched.Scheduler(None, max_queue=4)
+        await scheduler.start()
+        ticket = scheduler.submit(job())
+        await settle()
+        assert fake_workers.spawned[0].sent == [("job", ticket.job)]
+        fake_workers.spawned[0].die()  # before any message about this job
+        await settle()
+        assert scheduler.state == "ready" and fake_workers.spawned[1].sent == [
+            ("job", ticket.job)]
+        scheduler._on_message(fake_workers.spawned[1], ("started", ticket.job.id, 3))
+        scheduler._on_message(fake_workers.spawned[1], ("done", ticket.job.id, "stop", {}, False))
+        assert (await ticket.messages.get())[0] == "started"
+        assert (await ticket.messages.get())[0] == "done"
+    asyncio.run(main())
+
+
+def test_a_job_that_cannot_be_sent_fails_alone(fake_workers):
+    async def main():
+        scheduler = sched.Scheduler(None, max_queue=4)
+        await scheduler.start()
+        worker = fake_workers.spawned[0]
+
+        def refuse(message):
+            if message[1] is bad.job:
+                raise RecursionError("maximum recursion depth exceeded while pickling")
+            worker.sent.append(message)
+        worker.send = refuse
+        bad, good = scheduler.submit(job()), scheduler.submit(job())
+        await settle()
+        assert (await bad.messages.get())[2] == 500
+        assert worker.sent == [("job", good.job)]
+    asyncio.run(main())
