@@ -33,6 +33,7 @@ SERVE_MAX_QUEUE = 16  # requests waiting for the engine; more get 503 + Retry-Af
 SERVE_MAX_BODY = 8 << 20  # bytes of one request body; more get 413
 SERVE_SHUTDOWN_GRACE = 30.0  # seconds in-flight answers get to finish on SIGTERM / Ctrl-C
 SERVE_RETRY_AFTER = 1  # seconds a client told "queue full" should wait
+LEARNED_SAVE_EVERY = 60.0  # seconds between lsd serve's saves of what auto learned (and at exit)
 
 # --- sampler (llama.cpp's defaults; temperature 0 = greedy) -------------------------------
 TEMPERATURE = 0.0

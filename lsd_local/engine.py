@@ -11,6 +11,7 @@ from time import perf_counter
 
 import numpy as np
 
+from . import learned
 from .backend import Grammar, LoadOptions, Model, schema_to_gbnf, vocab_compatible
 from .config import (
     DRAFTERS_KEPT,
@@ -34,7 +35,7 @@ from .drafters.base import Drafter
 from .drafters.factory import make_drafter
 from .errors import ContextOverflowError, ParameterError, check
 from .grammars import grammar_text, load_schema
-from .loading import add_rpc, load_models, pair_doubts
+from .loading import add_rpc, load_models, open_memory, pair_doubts
 from .loop import Request, TokenBuffer, run_rounds
 from .statecache import StateCache
 from .stats import GenerationStats, RoundEvent
@@ -116,6 +117,8 @@ class Engine:
         # conversations set aside in RAM (None: only the live cache is reused); see
         # `keep_conversations`
         self.state_cache: StateCache | None = None
+        self.memory: learned.Memory | None = None  # what auto learned, across processes
+        self._closed = False
 
     @classmethod
     def load(cls, target: str | os.PathLike, draft: str | os.PathLike | None = None, *,
@@ -127,7 +130,7 @@ class Engine:
              split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
              p_min: float = P_MIN, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
              chat_template: str | None = None, verbose: bool = False,
-             **rule_params) -> Engine:
+             remember: bool = False, **rule_params) -> Engine:
         """Load the target GGUF (and a draft GGUF: one with another vocabulary drafts through
         text, see drafters/crossvocab.py).
 
@@ -144,6 +147,9 @@ class Engine:
         every device). rpc: "host:port,..." llama.cpp RPC servers, checked and added as
         devices first; the target spreads over them, the draft stays on local devices
         unless draft_device names them. `placement` says where each model went.
+        remember: start the auto drafter from what earlier processes learned about these
+        models on this machine, and save it back on close (lsd_local/learned.py; off while
+        LSD_NO_STATE is set).
         """
         drafter = drafter or ("model" if draft is not None else "lookup")
         dcfg = DrafterConfig().with_changes(drafter=drafter, k=k, p_min=p_min,
@@ -172,7 +178,11 @@ class Engine:
             warnings.warn(engine.notices[-1], UserWarning, stacklevel=2)
             return engine
         cross_vocab = draft_model is not None and not vocab_compatible(target_model, draft_model)
-        return cls(target_model, draft_model, dcfg, rcfg, chat_template, cross_vocab)
+        engine = cls(target_model, draft_model, dcfg, rcfg, chat_template, cross_vocab)
+        if remember and not learned.disabled():
+            engine.memory = open_memory(engine, n_threads)
+            engine.memory.restore(engine._drafter, dcfg, rcfg.rule)
+        return engine
 
     def configure(self, *, drafter: str | None = None, k: int | str | None = None,
                   rule: str | None = None, p_min: float | None = None,
@@ -201,6 +211,8 @@ class Engine:
         if fresh_drafter or drafter not in self._drafters:
             self._drafters[drafter] = make_drafter(drafter, self.draft_model,
                                                    self.target if self.cross_vocab else None)
+            if self.memory is not None and not fresh_drafter:
+                self.memory.restore(self._drafters[drafter], drafter, rule.rule)
         self._drafters.move_to_end(drafter)
         while len(self._drafters) > DRAFTERS_KEPT:  # a client varying p_min or K must not
             self._drafters.popitem(last=False)  # make the engine grow without end
@@ -345,8 +357,21 @@ class Engine:
         if self.draft_model is not None:
             self.draft_model.truncate(0)
 
+    def save_learned(self) -> None:
+        """Save what the auto drafters learned (with remember=True; a cache dir that cannot
+        be written is a warning, never an error)."""
+        if self.memory is None:
+            return
+        try:
+            self.memory.save(self._drafters, self.rule_config.rule)
+        except OSError as exc:
+            warnings.warn(f"cannot save the learned state: {exc}", UserWarning, stacklevel=2)
+
     def close(self) -> None:
-        """Free both models."""
+        """Save what auto learned (remember=True), then free both models."""
+        if not self._closed:
+            self.save_learned()
+            self._closed = True
         self.target.close()
         if self.draft_model is not None:
             self.draft_model.close()

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from .backend import LoadOptions, Model
+from . import learned
+from .backend import LoadOptions, Model, build_identity, physical_cores
 from .backend.devices import add_rpc_servers, list_devices
 from .errors import IncompatibleModelsError
 
@@ -68,3 +69,17 @@ def pair_doubts(target: Model, draft: Model | None) -> list[str]:
                 f"than the target {target.path.name} ({target.n_params / 1e6:.1f}M): drafting "
                 "will cost more than it saves"]
     return []
+
+
+def open_memory(engine, n_threads: int | None):
+    """The learned-state link for an engine's models: costs keyed by the model files,
+    threads, placement and llama.cpp build; acceptance by the model pair (see learned.py)."""
+    target = learned.file_identity(engine.target.path)
+    draft = learned.file_identity(engine.draft_model.path) if engine.draft_model else None
+    cost_key = learned.key_of("cost", target, draft, n_threads or physical_cores(),
+                              engine.placement, build_identity())
+    notices: list[str] = []
+    memory = learned.Memory(learned.state_path(), cost_key,
+                            learned.key_of("pair", target, draft), notices.append)
+    engine.notices.extend(notices)
+    return memory

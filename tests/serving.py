@@ -24,9 +24,8 @@ class Server:
     """`lsd serve MODEL ARGS` on 127.0.0.1 with --port 0; the port comes from its ready line."""
 
     def __init__(self, model: Path, *args: str, env: dict | None = None,
-                 wait_ready: bool = True) -> None:
-        command = [sys.executable, "-m", "lsd_local", "serve", str(model), "--port", "0",
-                   *args]
+                 wait_ready: bool = True, python: str = sys.executable) -> None:
+        command = [python, "-m", "lsd_local", "serve", str(model), "--port", "0", *args]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, **(env or {})})

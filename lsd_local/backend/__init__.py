@@ -6,6 +6,7 @@ from .model import (
     LoadOptions,
     Model,
     SeqState,
+    build_identity,
     check_vocab_compatible,
     physical_cores,
     vocab_compatible,
@@ -13,5 +14,6 @@ from .model import (
 from .peer import PeerLlama
 from .vocab import Vocab
 
-__all__ = ["Grammar", "LoadOptions", "Model", "PeerLlama", "SeqState", "check_vocab_compatible",
+__all__ = ["Grammar", "LoadOptions", "Model", "PeerLlama", "SeqState", "build_identity",
+           "check_vocab_compatible",
            "Vocab", "physical_cores", "schema_to_gbnf", "vocab_compatible"]

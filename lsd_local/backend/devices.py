@@ -1,8 +1,8 @@
 """The devices this llama.cpp build sees (ggml's backend registry, through ctypes), where a
 model may go, and llama.cpp's RPC servers as devices.
 
-llama-cpp-python exposes no device API, so this reads libggml directly (the library
-llama_cpp has already loaded). `llama_model_params.devices` is a NULL-terminated device list
+llama-cpp-python exposes no device API, so this calls libggml directly (the copy libllama
+links). `llama_model_params.devices` is a NULL-terminated device list
 (NULL: every device); llama-cpp-python leaves it unset, `device_array` fills it.
 """
 
@@ -12,7 +12,6 @@ import ctypes
 import socket
 import struct
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import llama_cpp as ll
 
@@ -36,7 +35,7 @@ class DeviceError(LsdError):
 class Device:
     """One device of ggml's registry."""
 
-    name: str  # llama.cpp's name: CPU, CUDA0, Metal, RPC0[host:port], ...
+    name: str  # llama.cpp's name: CPU, CUDA0, Metal, RPC0 (description: its host:port), ...
     description: str
     kind: str  # one of DEVICE_KINDS
     backend: str  # the registry it belongs to: CPU, CUDA, Metal, RPC, ...
@@ -57,12 +56,11 @@ def _ggml() -> ctypes.CDLL:
     global _lib
     if _lib is not None:
         return _lib
-    folder = Path(ll.__file__).parent / "lib"
-    candidates = [p for pattern in ("libggml.so", "libggml.dylib", "ggml.dll", "libggml.so.*")
-                  for p in sorted(folder.glob(pattern))]
-    if not candidates:
-        raise DeviceError(f"cannot find libggml in {folder}")
-    lib = ctypes.CDLL(str(candidates[0]))
+    # The symbols are looked up through libllama's own handle (dlsym searches a library's
+    # dependencies too), so that they are the libggml copy libllama uses: a wheel holds
+    # libggml.so, .so.0 and .so.0.x as separate files, and opening libggml.so by name would
+    # load a second registry that llama.cpp never reads.
+    lib = ctypes.CDLL(ll.llama_cpp._lib._name)
     vp, cp, sz = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t
     signatures = {
         "ggml_backend_dev_count": ([], sz), "ggml_backend_dev_get": ([sz], vp),
@@ -194,11 +192,20 @@ def _recv_exactly(sock: socket.socket, n: int) -> bytes:
 
 def add_rpc_servers(endpoints: list[str]) -> list[Device]:
     """Check each endpoint, then register it with ggml as a device (what llama.cpp's --rpc
-    does); returns the devices the servers added. An endpoint added before is not added
-    twice."""
+    does); returns the devices the servers added. An endpoint this process added before is
+    neither checked nor added again."""
     lib = _ggml()
-    for endpoint in endpoints:
+    known = list_devices()
+    before = {d.name for d in known}
+    # one added before is in use by this process: rpc-server serves one client at a time,
+    # so a second connection to check it would wait (an RPC device's description is its
+    # endpoint)
+    fresh = [e for e in dict.fromkeys(endpoints)
+             if not any(d.backend == "RPC" and d.description == e for d in known)]
+    for endpoint in fresh:
         check_rpc_server(endpoint)
+    if not fresh:
+        return []
     reg = lib.ggml_backend_reg_by_name(b"RPC")
     if not reg:
         raise DeviceError(f"this llama-cpp-python build has no RPC backend; rebuild it with "
@@ -207,10 +214,7 @@ def add_rpc_servers(endpoints: list[str]) -> list[Device]:
     if not add_server:
         raise DeviceError("this llama.cpp build's RPC backend cannot add servers")
     add = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_char_p)(add_server)
-    before = {d.name for d in list_devices()}
-    for endpoint in endpoints:
-        if any(f"[{endpoint}]" in name for name in before):
-            continue
+    for endpoint in fresh:
         server_reg = add(endpoint.encode())
         if not server_reg:
             raise DeviceError(f"llama.cpp could not add RPC server {endpoint}")

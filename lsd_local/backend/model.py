@@ -384,6 +384,13 @@ def _context_params(opts: LoadOptions):
     return params
 
 
+def build_identity() -> str:
+    """This llama.cpp build: llama-cpp-python's version and the backends and CPU features
+    llama.cpp reports (learned timings are only valid for the same build)."""
+    info = ll.llama_print_system_info()
+    return f"{ll.__version__} {info.decode(errors='replace') if info else ''}".strip()
+
+
 def vocab_compatible(target: Model, draft: Model) -> bool:
     """Whether `draft` tokenizes text exactly like `target` (then drafts are token ids; else
     the engine drafts through text, see drafters/crossvocab.py)."""

@@ -118,6 +118,7 @@ class BenchModels:
     n_threads: int | None = None
     n_ctx: int = N_CTX
     chat_template: str | None = None
+    rpc: str | None = None  # llama.cpp RPC servers the target spreads over (--rpc)
     engines: dict[str, object] = field(default_factory=dict)
 
     def engine(self, with_draft: bool) -> Engine:
@@ -130,7 +131,7 @@ class BenchModels:
                 self.engines[key] = Engine.load(
                     self.target, self.draft if with_draft else None,
                     drafter="model" if with_draft else "none", k=64, n_ctx=self.n_ctx,
-                    n_threads=self.n_threads, chat_template=self.chat_template)
+                    n_threads=self.n_threads, chat_template=self.chat_template, rpc=self.rpc)
             for notice in self.engines[key].notices:
                 print(notice, file=sys.stderr)
             load_kernels_now()  # no timed request runs on the numpy fallbacks

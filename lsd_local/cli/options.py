@@ -141,7 +141,7 @@ ENGINE_OPTIONS = [
                  help="Draft layers on the GPUs (default: as --n-gpu-layers)."),
     llama_option("--device", aliases=("-dev",), default=None, metavar="NAMES",
                  help="Devices the target may use, comma-separated as `lsd devices` names "
-                      "them (CUDA0, Metal, RPC0[host:port], ...); none = CPU only. Default: "
+                      "them (CUDA0, Metal, RPC0, ...); none = CPU only. Default: "
                       "all."),
     llama_option("--draft-device", aliases=("-devd", "--device-draft"), default=None,
                  metavar="NAMES",
@@ -158,6 +158,10 @@ ENGINE_OPTIONS = [
                  help="Fraction of the model per GPU, e.g. 3,1."),
     llama_option("--main-gpu", aliases=("-mg",), type=int, default=0, show_default=True,
                  help="GPU for the whole model (split mode none) or for small tensors."),
+    click.option("--fresh", is_flag=True,
+                 help="Start auto's cost and acceptance estimates empty and save nothing "
+                      "(default: continue from earlier runs of these models on this "
+                      "machine; also LSD_NO_STATE=1)."),
     click.option("--verbose", is_flag=True, help="Show llama.cpp's log."),
 ]
 
@@ -235,7 +239,8 @@ def engine_arguments(model: str | None, opts: dict, probe_devices: bool = True) 
         split_mode=opts["split_mode"], tensor_split=_tensor_split(opts["tensor_split"]),
         p_min=opts["p_min"], verbose=opts["verbose"], theta=opts["theta"],
         window=opts["window"], entropy_top_k=opts["entropy_top_k"], entropy=opts["entropy"],
-        gate=opts["gate"], max_exceptions=opts["max_exceptions"], budget=opts["budget"])
+        gate=opts["gate"], max_exceptions=opts["max_exceptions"], budget=opts["budget"],
+        remember=not opts["fresh"])
 
 
 def offload_expected(opts: dict, probe_devices: bool) -> bool:

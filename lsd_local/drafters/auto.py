@@ -101,6 +101,39 @@ class AutoDrafter(Drafter):
             self._last_tried[choice.source] = self.rounds
         return draft
 
+    def learned_costs(self) -> dict:
+        """What the cost models hold (JSON-able): t(n) per batch size, draft seconds per
+        forward. Saved between processes by lsd_local.learned."""
+        return {"weight": self.cost._weight.tolist(), "seconds": self.cost._seconds.tolist(),
+                "draft_token_s": self.draft_token_s}
+
+    def learned_acceptance(self) -> dict:
+        """What the acceptance models hold (JSON-able), per kind of proposal."""
+        return {key: {"accepted": model.accepted.tolist(), "tried": model.tried.tolist()}
+                for key, model in self.acceptance.items()}
+
+    def restore(self, costs: dict | None, acceptance: dict | None) -> None:
+        """Start from what an earlier process learned (as learned_costs/learned_acceptance
+        gave it); entries of another shape are ignored."""
+        if costs:
+            weight = np.asarray(costs.get("weight", ()), np.float64)
+            seconds = np.asarray(costs.get("seconds", ()), np.float64)
+            if weight.shape == seconds.shape == self.cost._weight.shape and \
+                    np.isfinite(weight).all() and np.isfinite(seconds).all():
+                self.cost._weight[:], self.cost._seconds[:] = weight, seconds
+            draft_s = costs.get("draft_token_s")
+            if isinstance(draft_s, (int, float)) and draft_s > 0:
+                self.draft_token_s = float(draft_s)
+        for key, saved in (acceptance or {}).items():
+            model = self.acceptance.get(key)
+            if model is None or not isinstance(saved, dict):
+                continue
+            accepted = np.asarray(saved.get("accepted", ()), np.float64)
+            tried = np.asarray(saved.get("tried", ()), np.float64)
+            if accepted.shape == tried.shape == model.tried.shape and \
+                    np.isfinite(accepted).all() and np.isfinite(tried).all():
+                model.accepted[:], model.tried[:] = accepted, tried
+
     def accept(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
         """Learn t(n) from every round and the draft model's acceptance from its rounds."""
         self.cost.observe(n_drafted + 1, verify_seconds)

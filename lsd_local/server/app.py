@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..config import SERVE_MAX_BODY, SERVE_RETRY_AFTER
 from .metrics import Metrics
 from .protocol import ChatRequest, CompletionRequest, Defaults, RequestError, make_job, parse
 from .responses import SSE_DONE, Shaper, lsd_info, sse
@@ -33,8 +34,8 @@ class ServerSettings:
     defaults: Defaults
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
-    max_body: int = 8 << 20
-    retry_after: int = 1
+    max_body: int = SERVE_MAX_BODY
+    retry_after: int = SERVE_RETRY_AFTER
 
 
 class ServerState:

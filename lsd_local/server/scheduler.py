@@ -19,8 +19,12 @@ from .protocol import Job
 from .worker import WorkerSettings, worker_main
 
 STOP_WAIT = 10.0  # seconds the engine process gets to exit after "stop", then it is killed
-RESTART_ATTEMPTS = 3  # failed loads in a row before the server gives up (health stays 503)
-RESTART_BACKOFF = 1.0  # seconds before the next attempt, times the attempts so far
+# a lost RPC host may take a minute to come back: failed loads in a row before the server
+# gives up (then /health stays 503), and the pause before attempt n: BACKOFF * 2**(n-1) s,
+# at most RESTART_PAUSE_MAX (1, 2, 4, ... 30: about 2 minutes in all)
+RESTART_ATTEMPTS = 8
+RESTART_BACKOFF = 1.0
+RESTART_PAUSE_MAX = 30.0
 
 
 class QueueFull(Exception):
@@ -258,7 +262,8 @@ class Scheduler:
                 if self.state == "stopped":
                     return
                 self.on_event("restart_failed", {"attempt": attempt, "message": str(exc)})
-                await asyncio.sleep(attempt * RESTART_BACKOFF)
+                await asyncio.sleep(min(RESTART_BACKOFF * 2 ** (attempt - 1),
+                                        RESTART_PAUSE_MAX))
                 continue
             self.restarts += 1
             self.on_event("restarted", {"restarts": self.restarts})

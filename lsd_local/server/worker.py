@@ -24,6 +24,7 @@ import traceback
 import warnings
 from dataclasses import dataclass
 
+from ..config import LEARNED_SAVE_EVERY
 from ..errors import (
     ContextOverflowError,
     GrammarError,
@@ -48,6 +49,10 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     # this one stops (after in-flight answers), so neither signal may end it midway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if not settings.engine_arguments.get("verbose"):
+        # an abort (a lost RPC server) would attach gdb for a backtrace: seconds of delay
+        # and pages of log before the restart; --verbose keeps it for whoever debugs
+        os.environ.setdefault("GGML_NO_BACKTRACE", "1")
     from ..engine import Engine
 
     try:
@@ -65,9 +70,13 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     cancelled: set[str] = set()
     threading.Thread(target=_read_pipe, args=(conn, inbox, cancelled), daemon=True).start()
     loaded = (engine.drafter_config, engine.rule_config)  # what a job that names none gets
+    saved = time.monotonic()
     while (job := inbox.get()) is not None:
         cancelled.intersection_update({job.id})  # stale cancels of finished jobs
         run_job(engine, job, conn, cancelled, loaded)
+        if time.monotonic() - saved > LEARNED_SAVE_EVERY:  # a killed process loses little
+            engine.save_learned()
+            saved = time.monotonic()
     engine.close()
 
 

@@ -24,7 +24,7 @@ from lsd_local.errors import ParameterError
 CPU = Device("CPU", "a CPU", "CPU", "CPU", 8 << 30, 8 << 30)
 CUDA0 = Device("CUDA0", "H100", "GPU", "CUDA", 70 << 30, 80 << 30)
 CUDA1 = Device("CUDA1", "H100", "GPU", "CUDA", 70 << 30, 80 << 30)
-RPC = Device("RPC0[10.0.0.2:50052]", "RPC", "GPU", "RPC", 1 << 30, 1 << 30)
+RPC = Device("RPC0", "10.0.0.2:50052", "GPU", "RPC", 1 << 30, 1 << 30)
 BLAS = Device("BLAS", "OpenBLAS", "ACCEL", "BLAS", 0, 0)
 
 
@@ -43,10 +43,10 @@ def test_device_names_follow_llama_cpp():
     devices = [CPU, CUDA0, CUDA1, RPC]
     assert select_devices(None, devices) is None and select_devices("", devices) is None
     assert select_devices("none", devices) == []
-    assert select_devices("CUDA1,RPC0[10.0.0.2:50052]", devices) == [CUDA1, RPC]
+    assert select_devices("CUDA1,RPC0", devices) == [CUDA1, RPC]
     with pytest.raises(ParameterError) as info:
         select_devices("CUDA2", devices)
-    assert "CUDA2" in str(info.value) and "CUDA0, CUDA1, RPC0[10.0.0.2:50052]" in str(info.value)
+    assert "CUDA2" in str(info.value) and "CUDA0, CUDA1, RPC0" in str(info.value)
     with pytest.raises(ParameterError, match="'CPU'"):  # as in llama.cpp: the CPU is implied
         select_devices("CPU", devices)
     with pytest.raises(ParameterError, match="none in this build"):

@@ -1,0 +1,86 @@
+"""What auto learned survives the process: a second engine over the same files starts from
+the first one's costs and acceptance (and drafts in its first round), a changed model file or
+a damaged state file starts empty, LSD_NO_STATE and remember=False save nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import tinymodels
+
+from lsd_local import learned
+
+PROMPT = "the cat is on the mat. the cat is on the mat. the cat is on the mat. the cat is"
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("LSD_NO_STATE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "lsd"
+
+
+def auto_engine(pair, **kw):
+    return tinymodels.load_tiny(pair, "auto", draft=pair[1], remember=True, **kw)
+
+
+def test_the_second_process_starts_where_the_first_stopped(tiny_pair, cache_dir):
+    with auto_engine(tiny_pair) as first:
+        assert not first.drafter.cost.observed  # nothing learned yet
+        first.generate(PROMPT, max_tokens=60).run()
+        learned_costs = first.drafter.learned_costs()
+        learned_acceptance = first.drafter.learned_acceptance()
+    saved = json.loads((cache_dir / "learned.json").read_text())
+    assert saved["format"] == learned.FORMAT and len(saved["costs"]) == 1
+    with auto_engine(tiny_pair) as second:
+        assert second.drafter.cost.observed
+        assert second.drafter.learned_costs() == learned_costs
+        assert second.drafter.learned_acceptance() == learned_acceptance
+        first_round = next(iter(second.generate(PROMPT, max_tokens=60)))
+    assert first_round.n_drafted > 0  # no plain round spent measuring t(1)
+
+
+def test_a_changed_model_file_starts_empty(tiny_pair, cache_dir, tmp_path):
+    copy = tmp_path / "target.gguf"
+    copy.write_bytes(tiny_pair[0].read_bytes())
+    pair = (copy, tiny_pair[1])
+    with auto_engine(pair) as first:
+        first.generate(PROMPT, max_tokens=30).run()
+    os.utime(copy, ns=(1, 1))  # the file changed (as far as its identity can tell)
+    with auto_engine(pair) as second:
+        assert not second.drafter.cost.observed
+
+
+def test_a_damaged_state_file_is_a_notice_and_an_empty_start(tiny_pair, cache_dir):
+    cache_dir.mkdir(parents=True)
+    (cache_dir / "learned.json").write_text('{"format": 1, "costs": {"x": ')
+    with auto_engine(tiny_pair) as engine:
+        assert not engine.drafter.cost.observed
+        assert any("ignoring the learned state" in n for n in engine.notices)
+        engine.generate(PROMPT, max_tokens=20).run()
+    assert json.loads((cache_dir / "learned.json").read_text())["costs"]  # replaced whole
+
+
+def test_nothing_is_saved_when_told_not_to(tiny_pair, cache_dir, monkeypatch):
+    with tinymodels.load_tiny(tiny_pair, "auto", draft=tiny_pair[1]) as engine:  # default
+        engine.generate(PROMPT, max_tokens=20).run()
+    monkeypatch.setenv("LSD_NO_STATE", "1")
+    with auto_engine(tiny_pair) as engine:
+        engine.generate(PROMPT, max_tokens=20).run()
+    assert not (cache_dir / "learned.json").exists()
+
+
+def test_lsd_run_remembers_unless_fresh(tiny_pair, cache_dir):
+    from click.testing import CliRunner
+
+    from lsd_local.cli import cli
+
+    args = ["run", "-m", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--ctx", "256",
+            "--max-tokens", "10", PROMPT]
+    assert CliRunner().invoke(cli, [*args[:1], "--fresh", *args[1:]]).exit_code == 0
+    assert not (cache_dir / "learned.json").exists()
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads((cache_dir / "learned.json").read_text())["costs"]
