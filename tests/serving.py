@@ -148,3 +148,20 @@ def read_event(response) -> str | None:
             data = line[len("data: "):]
         elif line == "" and data is not None:
             return data
+
+
+def complete(server: Server, prompt: str, max_tokens: int, stream: bool) -> str:
+    """A raw completion's text through the openai client, streamed or whole."""
+    client = server.client()
+    if stream:
+        return "".join(chunk.choices[0].text for chunk in client.completions.create(
+            model="x", prompt=prompt, max_tokens=max_tokens, stream=True))
+    return client.completions.create(model="x", prompt=prompt,
+                                     max_tokens=max_tokens).choices[0].text
+
+
+def drop_stream(port: int, prompt: str, max_tokens: int) -> None:
+    """Start a streamed completion and go away after its first event."""
+    conn, response = stream_raw(port, {"prompt": prompt, "max_tokens": max_tokens})
+    read_event(response)
+    conn.close()

@@ -109,10 +109,17 @@ def _error_status(exc: LsdError) -> tuple[int, str | None]:
     return 400, None
 
 
-def _internal_error(conn, job, exc: Exception) -> None:
-    """A bug in lsd: the client gets a 500, the operator the traceback (on stderr)."""
-    traceback.print_exc()
-    conn.send(("error", job.id, 500, f"internal error: {type(exc).__name__}: {exc}", None))
+def _report(conn, job, exc: Exception) -> None:
+    """An exception as the job's answer: lsd's errors with the status they call for, a bug
+    as a 500 (and its traceback on stderr for the operator): it costs one answer, never
+    the server."""
+    if isinstance(exc, LsdError):
+        status, param = _error_status(exc)
+        conn.send(("error", job.id, status, str(exc), param))
+    else:
+        traceback.print_exc()
+        conn.send(("error", job.id, 500, f"internal error: {type(exc).__name__}: {exc}",
+                   None))
 
 
 def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
@@ -121,12 +128,8 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
     try:
         engine.set_config(job.drafter or loaded[0], job.rule or loaded[1])
         gen = engine.generate(job.prompt, **job.generate)
-    except LsdError as exc:
-        status, param = _error_status(exc)
-        conn.send(("error", job.id, status, str(exc), param))
-        return
-    except Exception as exc:  # noqa: BLE001 - a bug must cost one answer, not the server
-        _internal_error(conn, job, exc)
+    except Exception as exc:  # noqa: BLE001 - see _report
+        _report(conn, job, exc)
         return
     conn.send(("started", job.id, gen.stats.prompt_tokens))
     deadline = job.arrived + job.timeout if job.timeout else None
@@ -139,12 +142,8 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
             if deadline is not None and time.time() >= deadline:
                 timed_out = True  # llama-server's t_max_predict_ms ends with "length" too
                 break
-    except LsdError as exc:
-        status, param = _error_status(exc)
-        conn.send(("error", job.id, status, str(exc), param))
-        return
-    except Exception as exc:  # noqa: BLE001 - a bug must cost one answer, not the server
-        _internal_error(conn, job, exc)
+    except Exception as exc:  # noqa: BLE001 - see _report
+        _report(conn, job, exc)
         return
     finally:
         gen.close()

@@ -31,16 +31,9 @@ def rss_mb(pid: int) -> float:
 def one_request(srv, expected: dict, i: int) -> str:
     prompt = PROMPTS[i % len(PROMPTS)]
     if i % 7 == 3:
-        conn, response = serving.stream_raw(srv.port, {"prompt": prompt, "max_tokens": 80})
-        serving.read_event(response)
-        conn.close()
+        serving.drop_stream(srv.port, prompt, 80)
         return "dropped"
-    if i % 2:
-        text = "".join(c.choices[0].text for c in srv.client().completions.create(
-            model="x", prompt=prompt, max_tokens=80, stream=True))
-    else:
-        text = srv.client().completions.create(model="x", prompt=prompt,
-                                               max_tokens=80).choices[0].text
+    text = serving.complete(srv, prompt, 80, stream=bool(i % 2))
     assert text == expected[prompt], i
     return "ok"
 

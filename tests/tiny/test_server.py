@@ -286,18 +286,10 @@ def _client_session(srv, expected: dict, worker: int) -> list[str]:
     for i in range(5):
         prompt = ["the cat", "a dog", "def f"][(worker + i) % 3]
         if (worker + i) % 3 == 1 and i % 2:  # drop this stream after its first chunk
-            conn, response = serving.stream_raw(srv.port, {"prompt": prompt,
-                                                           "max_tokens": 60})
-            serving.read_event(response)
-            conn.close()
+            serving.drop_stream(srv.port, prompt, 60)
             outcomes.append("dropped")
             continue
-        if i % 2:
-            text = "".join(c.choices[0].text for c in srv.client().completions.create(
-                model="x", prompt=prompt, max_tokens=60, stream=True))
-        else:
-            text = srv.client().completions.create(model="x", prompt=prompt,
-                                                   max_tokens=60).choices[0].text
+        text = serving.complete(srv, prompt, 60, stream=bool(i % 2))
         assert text == expected[prompt], (worker, i, prompt)
         outcomes.append("ok")
     return outcomes
