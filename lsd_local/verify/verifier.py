@@ -15,6 +15,8 @@ from ..errors import ParameterError
 from . import Verdict, asd, default_window, fly, strict
 from .sampling import speculative_sample
 
+NO_LOOSE = np.zeros(0, np.uint8)  # the `loose` flags of an empty draft
+
 
 class Verifier:
     """Applies one rule to a block; holds the per-request ASD ledger (`regret_spent`)."""
@@ -34,6 +36,10 @@ class Verifier:
         """logits float32[K+1, V], tokens int32[K] (the draft), probs float64[K, V] (the
         draft's distributions when it sampled; None = one-hot), rng for sampling."""
         c = self.config
+        if len(tokens) == 0 and self.sampler is None:
+            # a plain step under every rule: the target's argmax (np.argmax is SIMD, ~6x
+            # faster than a kernel's NaN-aware scalar loop on a 50k-150k row; same answer)
+            return Verdict(0, int(np.argmax(logits[0])), NO_LOOSE)
         window = default_window(len(tokens), FLY_WINDOW) if c.window is None else c.window
         if self.sampler is not None:
             theta = c.theta if c.rule == "fly" else math.inf  # strict never reads entropy

@@ -394,3 +394,26 @@ def test_fly_window_follows_vllm(k, window, mismatch_at, later, kept):
     verdict = fly(logits, draft, theta=0.3, window=window)
     assert verdict.n_accept == kept
     assert fly_reference(logits, draft, 0.3, window, 3, False)[0] == kept
+
+
+def test_a_plain_step_takes_the_argmax_under_every_rule_like_the_references():
+    """The verifier's shortcut for an empty greedy draft equals each rule's numpy reference,
+    on rows with ties, -inf (grammar masks) and NaN."""
+    from lsd_local.config import RuleConfig
+    from lsd_local.verify import asd_reference, fly_reference, strict_reference
+    from lsd_local.verify.verifier import Verifier
+
+    rng = np.random.default_rng(7)
+    empty = np.zeros(0, np.int32)
+    for case in range(300):
+        row = rng.integers(-3, 4, (1, 64)).astype(np.float32)  # many ties
+        if case % 3 == 0:
+            row[0, rng.integers(0, 64, 20)] = -np.inf
+        if case % 7 == 0:
+            row[0, rng.integers(0, 64)] = np.nan
+        expected = strict_reference(row, empty)
+        assert fly_reference(row, empty, 0.6, 1, 3, False)[:2] == expected
+        assert asd_reference(row, empty, 0.0, 2.0, 2, 6.0)[:2] == expected
+        for rule in ("strict", "fly", "asd"):
+            verdict = Verifier(RuleConfig(rule=rule), None).verify(row, empty, None, rng)
+            assert (verdict.n_accept, verdict.next_token) == expected, (rule, case)
