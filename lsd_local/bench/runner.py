@@ -119,6 +119,7 @@ class BenchModels:
     n_ctx: int = N_CTX
     chat_template: str | None = None
     rpc: str | None = None  # llama.cpp RPC servers the target spreads over (--rpc)
+    cold: bool = False  # each run a separate `lsd run` process (--cold, bench/cold.py)
     engines: dict[str, object] = field(default_factory=dict)
 
     def engine(self, with_draft: bool) -> Engine:
@@ -168,6 +169,12 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
         return run_peer(models, config, item, max_tokens)
     if config.kind == "external":
         return run_external(models, config, item, max_tokens)
+    if models.cold:
+        from .cold import run_cold
+
+        row = run_cold(models, config, item, max_tokens)
+        tokens = models.engine(False).target.vocab.tokenize(row["text"], add_special=False)
+        return {**row, "tokens": tokens}  # (its text, tokenized again: for "same", "1st diff")
     engine = models.engine(config.uses_draft_model or (
         config.drafter == "auto" and models.draft is not None))
     # A fresh drafter for every run: what auto learned (costs, acceptance) must not carry over
@@ -283,7 +290,11 @@ def run_bench(models: BenchModels, configs: Sequence[BenchConfig],
 
 
 def warm_up(models: BenchModels, configs: Sequence[BenchConfig], item: PromptItem) -> None:
-    """Load the models, page in their weights and compile the kernels before timing."""
+    """Load the models, page in their weights and compile the kernels before timing (--cold:
+    only the kernels, into numba's cache that every process loads)."""
+    if models.cold:
+        load_kernels_now()
+        return
     for config in configs:
         if config.kind in ("lsd", "plain"):
             run_one(models, config, item, 8)

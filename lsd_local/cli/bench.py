@@ -61,6 +61,10 @@ LLAMA_CPP_COMMANDS = {
               default="lookup", show_default=True)
 @click.option("--quality-floor", type=click.FloatRange(0, 1), default=0.99, show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=None)
+@click.option("--cold", is_flag=True,
+              help="Run each prompt of each configuration as a separate `lsd run` process, "
+                   "what a script calling lsd once per request sees (with what auto "
+                   "remembered from the runs before it).")
 @click.option("--rpc", default=None, metavar="HOST:PORT,...",
               help="Spread the target over these llama.cpp RPC servers (docs/devices.md).")
 @click.option("--ctx", type=click.IntRange(min=64), default=N_CTX, show_default=True)
@@ -98,7 +102,8 @@ def bench(model: str | None, **opts) -> None:
                            configs=configs, cost=not opts["no_cost"] and not opts["tune"],
                            check_timeout=opts["check_timeout"],
                            meta={"command": " ".join(sys.argv)})
-    models = BenchModels(target, draft, opts["threads"], opts["ctx"], template, opts["rpc"])
+    models = BenchModels(target, draft, opts["threads"], opts["ctx"], template, opts["rpc"],
+                         cold=opts["cold"])
     try:
         result = run_and_print(models, options)
     finally:

@@ -114,3 +114,22 @@ def test_missing_model_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(cli, ["bench", str(tmp_path / "nope.gguf")])
     assert result.exit_code == 1 and "nope.gguf" in result.output
     assert "Traceback" not in result.output
+
+
+def test_cold_runs_each_prompt_in_its_own_process(tiny_pair, qa_set, tmp_path, monkeypatch):
+    """--cold: every run a separate `lsd run --json`; the answers equal the in-process ones
+    (greedy, lossless), and the processes remember what auto learned between them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    configs = "plain,strict:lookup:4,strict:auto"
+    runs = {}
+    for cold in (False, True):
+        out = tmp_path / f"cold-{cold}.json"
+        result = bench(tiny_pair[0], "--prompts", qa_set, "--limit", "2", "--max-tokens", "12",
+                       "--configs", configs, "--ctx", "256", "--json", out,
+                       *(["--cold"] if cold else []))
+        assert result.exit_code == 0, result.output
+        runs[cold] = json.loads(out.read_text())["runs"]
+    assert [r["text"] for r in runs[True]] == [r["text"] for r in runs[False]]
+    assert all(r["tps"] > 0 and r["n_tokens"] == 12 for r in runs[True])
+    learned = json.loads((tmp_path / "cache" / "lsd" / "learned.json").read_text())
+    assert learned["costs"]  # the cold processes of strict:auto saved what they learned
