@@ -38,8 +38,19 @@ def test_the_second_process_starts_where_the_first_stopped(tiny_pair, cache_dir)
         assert second.drafter.cost.observed
         assert second.drafter.learned_costs() == learned_costs
         assert second.drafter.learned_acceptance() == learned_acceptance
-        first_round = next(iter(second.generate(PROMPT, max_tokens=60)))
-    assert first_round.n_drafted > 0  # no plain round spent measuring t(1)
+
+
+def test_a_copying_answer_drafts_from_its_first_round(tiny_pair, cache_dir):
+    """Prompt lookup on a passage being copied: an empty engine spends its first round on a
+    plain step (it measures t(1)); one that remembers drafts at once."""
+    copy = "the cat is on the mat and the dog is in the house. " * 6
+    rounds = []
+    for _ in range(2):
+        with tinymodels.load_tiny(tiny_pair, "auto", remember=True) as engine:
+            rounds.append(next(iter(engine.generate(copy, max_tokens=40))))
+            engine.generate(copy, max_tokens=60).run()  # (what it learns is saved at close)
+    assert rounds[0].n_drafted == 0  # nothing known: the first round measures t(1)
+    assert rounds[1].n_drafted > 0 and rounds[1].draft_source == "lookup"
 
 
 def test_a_changed_model_file_starts_empty(tiny_pair, cache_dir, tmp_path):
