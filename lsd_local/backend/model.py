@@ -36,10 +36,6 @@ from .vocab import Vocab
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
 GGUF_MAGIC = b"GGUF"
-# llama.cpp's own speculative examples accept vocabularies that differ by a few padding ids at
-# the end and skip the first few ids (special tokens that vary between conversions).
-VOCAB_MAX_SIZE_DIFFERENCE = 128
-VOCAB_CHECK_START_ID = 5
 
 
 class _LogSink:
@@ -389,31 +385,3 @@ def build_identity() -> str:
     llama.cpp reports (learned timings are only valid for the same build)."""
     info = ll.llama_print_system_info()
     return f"{ll.__version__} {info.decode(errors='replace') if info else ''}".strip()
-
-
-def vocab_compatible(target: Model, draft: Model) -> bool:
-    """Whether `draft` tokenizes text exactly like `target` (then drafts are token ids; else
-    the engine drafts through text, see drafters/crossvocab.py)."""
-    try:
-        check_vocab_compatible(target, draft)
-    except IncompatibleModelsError:
-        return False
-    return True
-
-
-def check_vocab_compatible(target: Model, draft: Model) -> None:
-    """Raise IncompatibleModelsError unless `draft` tokenizes text exactly like `target`."""
-    if abs(target.n_vocab - draft.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:
-        raise IncompatibleModelsError(
-            f"draft {draft.path.name} has {draft.n_vocab} tokens, target {target.path.name} has "
-            f"{target.n_vocab}: different vocabularies (use prompt lookup: drafter='lookup')")
-    mine, theirs = target.vocab, draft.vocab
-    if mine.add_bos != theirs.add_bos or (mine.add_bos and mine.bos_token != theirs.bos_token):
-        raise IncompatibleModelsError(
-            f"draft {draft.path.name} and target {target.path.name} use different BOS tokens")
-    for token in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
-        if mine.token_text(token) != theirs.token_text(token):
-            raise IncompatibleModelsError(
-                f"draft {draft.path.name} and target {target.path.name} differ at token {token} "
-                f"({theirs.token_text(token)!r} vs {mine.token_text(token)!r}): different "
-                "vocabularies (use prompt lookup: drafter='lookup')")

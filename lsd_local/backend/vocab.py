@@ -7,6 +7,8 @@ import ctypes
 
 import llama_cpp as ll
 
+from ..errors import IncompatibleModelsError
+
 
 def utf8_bytes(text: str) -> bytes:
     """Valid UTF-8 for any str: lone surrogates (undecodable command-line bytes, JSON's
@@ -85,3 +87,37 @@ class Vocab:
     @property
     def add_bos(self) -> bool:
         return bool(ll.llama_vocab_get_add_bos(self.handle))
+
+
+# llama.cpp's own speculative examples accept vocabularies that differ by a few padding ids at
+# the end and skip the first few ids (special tokens that vary between conversions).
+VOCAB_MAX_SIZE_DIFFERENCE = 128
+VOCAB_CHECK_START_ID = 5
+
+
+def vocab_compatible(target, draft) -> bool:
+    """Whether `draft` tokenizes text exactly like `target` (backend Models; then drafts are
+    token ids, else the engine drafts through text, see drafters/crossvocab.py)."""
+    try:
+        check_vocab_compatible(target, draft)
+    except IncompatibleModelsError:
+        return False
+    return True
+
+
+def check_vocab_compatible(target, draft) -> None:
+    """Raise IncompatibleModelsError unless `draft` tokenizes text exactly like `target`."""
+    if abs(target.n_vocab - draft.n_vocab) > VOCAB_MAX_SIZE_DIFFERENCE:
+        raise IncompatibleModelsError(
+            f"draft {draft.path.name} has {draft.n_vocab} tokens, target {target.path.name} has "
+            f"{target.n_vocab}: different vocabularies (use prompt lookup: drafter='lookup')")
+    mine, theirs = target.vocab, draft.vocab
+    if mine.add_bos != theirs.add_bos or (mine.add_bos and mine.bos_token != theirs.bos_token):
+        raise IncompatibleModelsError(
+            f"draft {draft.path.name} and target {target.path.name} use different BOS tokens")
+    for token in range(VOCAB_CHECK_START_ID, min(target.n_vocab, draft.n_vocab)):
+        if mine.token_text(token) != theirs.token_text(token):
+            raise IncompatibleModelsError(
+                f"draft {draft.path.name} and target {target.path.name} differ at token {token} "
+                f"({theirs.token_text(token)!r} vs {mine.token_text(token)!r}): different "
+                "vocabularies (use prompt lookup: drafter='lookup')")
