@@ -35,13 +35,13 @@ class FakeServer:
         self.sock.close()
 
 
-def rpc_answer(major: int):
+def rpc_answer(major: int, minor: int = 0):
     def answer(conn) -> None:
         request = b""
         while len(request) < 9 + RPC_CONN_CAPS_SIZE:
             request += conn.recv(64)
         assert request[0] == 14 and struct.unpack("<Q", request[1:9])[0] == RPC_CONN_CAPS_SIZE
-        conn.sendall(struct.pack("<Q", 4 + RPC_CONN_CAPS_SIZE) + bytes([major, 1, 2, 0])
+        conn.sendall(struct.pack("<Q", 4 + RPC_CONN_CAPS_SIZE) + bytes([major, minor, 2, 0])
                      + bytes(RPC_CONN_CAPS_SIZE))
     return answer
 

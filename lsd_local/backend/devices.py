@@ -22,6 +22,7 @@ OFFLOAD_KINDS = ("GPU", "IGPU")  # devices that take layers (RPC devices report 
 RPC_CMD_HELLO = 14  # ggml-rpc.cpp: always 14, in every protocol version
 RPC_CONN_CAPS_SIZE = 24  # ggml-rpc transport.h (protocol 7)
 RPC_PROTO_MAJOR = 7  # ggml-rpc.h of the vendored llama.cpp this package is built against
+RPC_PROTO_MINOR = 0  # llama.cpp aborts on a server of a higher minor version
 RPC_TIMEOUT = 3.0  # seconds a pre-check waits for a connection or an answer
 RPC_INSTALL = ('CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall --no-cache-dir '
                "llama-cpp-python")
@@ -82,14 +83,17 @@ def _ggml() -> ctypes.CDLL:
     return lib
 
 
-def list_devices() -> list[Device]:
-    """Every device of the registry, in registry order (RPC servers once added)."""
+def list_devices(memory: bool = False) -> list[Device]:
+    """Every device of the registry, in registry order (RPC servers once added). Memory is
+    asked only with `memory`: an RPC device answers it over a new connection, with no
+    timeout and an abort on failure (`lsd devices` asks; placement decisions do not)."""
     lib = _ggml()
     devices = []
     for i in range(lib.ggml_backend_dev_count()):
         handle = lib.ggml_backend_dev_get(i)
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        lib.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
+        if memory:
+            lib.ggml_backend_dev_memory(handle, ctypes.byref(free), ctypes.byref(total))
         kind = lib.ggml_backend_dev_type(handle)
         devices.append(Device(
             name=lib.ggml_backend_dev_name(handle).decode(),
@@ -108,10 +112,10 @@ def select_devices(spec: str | None, devices: list[Device]) -> list[Device] | No
     names = [name.strip() for name in spec.split(",") if name.strip()]
     if names == ["none"]:
         return []
-    by_name = {device.name: device for device in devices}
+    by_name = {device.name.lower(): device for device in devices}  # as ggml: any case
     chosen = []
     for name in names:
-        device = by_name.get(name)
+        device = by_name.get(name.lower())
         if device is None or not device.takes_layers:
             usable = ", ".join(d.name for d in devices if d.takes_layers) or "none in this build"
             raise ParameterError(f"invalid device: {name!r} (devices that take layers: "
@@ -142,9 +146,13 @@ def device_array(allowed: list[Device] | None):
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:
-    """host:port (IPv6 in brackets) -> (host, port); ParameterError when malformed."""
-    host, sep, port = endpoint.strip().rpartition(":")
-    host = host.strip("[]")
+    """host:port -> (host, port); ParameterError when malformed. llama.cpp's RPC client is
+    IPv4 only and splits at the first ':', so an IPv6 address is refused here."""
+    host, sep, port = endpoint.strip().partition(":")
+    if ":" in port or "[" in host:
+        raise ParameterError(f"invalid rpc: {endpoint!r} (llama.cpp's RPC client speaks IPv4 "
+                             "only: HOST:PORT with an IPv4 address or a host name)",
+                             param="rpc")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ParameterError(f"invalid rpc: {endpoint!r} (expected HOST:PORT)", param="rpc")
     return host, int(port)
@@ -158,13 +166,15 @@ def check_rpc_server(endpoint: str, timeout: float = RPC_TIMEOUT) -> tuple[int, 
     hello = struct.pack("<BQ", RPC_CMD_HELLO, RPC_CONN_CAPS_SIZE) + bytes(RPC_CONN_CAPS_SIZE)
     expected = 4 + RPC_CONN_CAPS_SIZE  # major, minor, patch, padding, conn_caps
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
+        address = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+        with socket.create_connection(address, timeout=timeout) as sock:  # IPv4, as llama.cpp
             sock.settimeout(timeout)
             sock.sendall(hello)
             answer = _recv_exactly(sock, 8 + expected)
     except TimeoutError:
-        raise DeviceError(f"RPC server {endpoint} did not answer within {timeout:.0f} s "
-                          "(is it an rpc-server?)") from None
+        raise DeviceError(f"RPC server {endpoint} did not answer within {timeout:.0f} s (it "
+                          "serves one client at a time: busy with another? or not an "
+                          "rpc-server)") from None
     except OSError as exc:
         raise DeviceError(f"cannot reach RPC server {endpoint}: "
                           f"{exc.strerror or exc}") from None
@@ -173,10 +183,10 @@ def check_rpc_server(endpoint: str, timeout: float = RPC_TIMEOUT) -> tuple[int, 
         raise DeviceError(f"{endpoint} is not a llama.cpp RPC server of this version (its "
                           "answer to HELLO is not one)")
     major, minor, patch = answer[8], answer[9], answer[10]
-    if major != RPC_PROTO_MAJOR:
+    if major != RPC_PROTO_MAJOR or minor > RPC_PROTO_MINOR:
         raise DeviceError(f"RPC server {endpoint} speaks protocol {major}.{minor}.{patch}; "
-                          f"this llama.cpp speaks {RPC_PROTO_MAJOR}.x: build rpc-server from "
-                          "the same llama.cpp version as llama-cpp-python")
+                          f"this llama.cpp speaks {RPC_PROTO_MAJOR}.{RPC_PROTO_MINOR}: build "
+                          "rpc-server from the same llama.cpp version as llama-cpp-python")
     return major, minor, patch
 
 

@@ -361,7 +361,11 @@ def _model_params(opts: LoadOptions):
     params.main_gpu = opts.main_gpu
     params.split_mode = SPLIT_MODES[opts.split_mode]
     if opts.tensor_split:
-        arr = (ctypes.c_float * len(opts.tensor_split))(*opts.tensor_split)
+        # llama.cpp reads llama_max_devices() floats from this pointer: pad with zeros
+        n_max = ll.llama_max_devices()
+        check(len(opts.tensor_split) <= n_max, "tensor_split",
+              f"{len(opts.tensor_split)} values (this build splits over {n_max} at most)")
+        arr = (ctypes.c_float * n_max)(*opts.tensor_split)
         params.tensor_split = ctypes.cast(arr, ctypes.POINTER(ctypes.c_float))
         params._tensor_split_ref = arr  # keep the array alive as long as params
     return params, Placement(n_gpu_layers, devices)

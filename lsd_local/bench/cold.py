@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+from ..config import DEFAULT_K
 from ..errors import LsdError
 
 # bench parameter -> `lsd run` option (the ones run takes; others cannot run cold)
@@ -36,8 +37,9 @@ def run_command(models, config, item, max_tokens: int) -> list[str]:
         cmd += ["--draft", str(models.draft)]
     else:
         cmd += ["--draft", "none"]
-    if config.k is not None:
-        cmd += ["-k", str(config.k)]
+    k = config.k if config.k is not None else DEFAULT_K.get(config.drafter)
+    if k is not None and config.kind == "lsd":  # as in-process: a fixed K unless named auto
+        cmd += ["-k", str(k)]
     for name, value in config.params:
         if name not in RUN_OPTIONS:
             raise LsdError(f"--cold: `lsd run` has no option for {name!r} ({config.name})")
@@ -47,22 +49,27 @@ def run_command(models, config, item, max_tokens: int) -> list[str]:
                                                         else None)):
         if value is not None:
             cmd += [flag, str(value)]
-    return cmd + [messages[-1]["content"]]
+    return cmd  # the prompt goes on stdin: it may start with "-" or be long
 
 
 def run_cold(models, config, item, max_tokens: int) -> dict:
     """One configuration on one prompt in a fresh process: its speed and counters."""
     cmd = run_command(models, config, item, max_tokens)
-    env = {k: v for k, v in os.environ.items() if k != "LSD_NO_STATE"}  # as a user's run
+    # as a user's run (state remembered), but no LSD_RUN_* setting of the caller's may
+    # change the configuration under test
+    env = {k: v for k, v in os.environ.items()
+           if k != "LSD_NO_STATE" and not k.startswith("LSD_RUN_") and k != "LSD_MODEL"}
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+        out = subprocess.run(cmd, input=item.messages[-1]["content"], capture_output=True,
+                             text=True, timeout=TIMEOUT, env=env)
     except subprocess.TimeoutExpired:
         raise LsdError(f"--cold: {config.name} on {item.id} took over {TIMEOUT} s") from None
     if out.returncode:
         raise LsdError(f"--cold: {config.name} on {item.id} failed:\n{out.stderr[-800:]}")
     result = json.loads(out.stdout)
     s = result["stats"]
-    return {"text": result["text"], "n_tokens": s["generated_tokens"],
+    return {"text": result["text"], "tokens": result["tokens"],
+            "n_tokens": s["generated_tokens"],
             "tps": s["decode_tokens_per_second"], "prefill_s": s["prefill_seconds"],
             "tau": s["tau"], "acceptance": s["acceptance_rate"], "drafted": s["drafted"],
             "accepted": s["accepted"], "loose": s["accepted_loose"], "rounds": s["rounds"],

@@ -172,9 +172,7 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
     if models.cold:
         from .cold import run_cold
 
-        row = run_cold(models, config, item, max_tokens)
-        tokens = models.engine(False).target.vocab.tokenize(row["text"], add_special=False)
-        return {**row, "tokens": tokens}  # (its text, tokenized again: for "same", "1st diff")
+        return run_cold(models, config, item, max_tokens)  # (no model in this process)
     engine = models.engine(config.uses_draft_model or (
         config.drafter == "auto" and models.draft is not None))
     # A fresh drafter for every run: what auto learned (costs, acceptance) must not carry over

@@ -20,7 +20,7 @@ def devices(rpc: str | None, as_json: bool) -> None:
 
     if rpc:
         add_rpc_servers([endpoint.strip() for endpoint in rpc.split(",") if endpoint.strip()])
-    found = list_devices()
+    found = list_devices(memory=True)
     if as_json:
         for device in found:
             click.echo(json.dumps({"name": device.name, "description": device.description,

@@ -44,7 +44,8 @@ def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
             if not opts["as_json"]:
                 click.echo(render_spans(event.spans, colour), nl=False)
     if opts["as_json"]:
-        click.echo(json.dumps({"text": gen.text, "finish_reason": gen.finish_reason,
+        click.echo(json.dumps({"text": gen.text, "tokens": gen.tokens,
+                               "finish_reason": gen.finish_reason,
                                "stats": gen.stats.as_dict(), "placement": engine.placement}))
     else:
         click.echo()

@@ -34,6 +34,11 @@ PRIOR_DRAFT_SHARE = 0.25  # assumed draft-model cost per token vs a target step 
 # the bill is spread over this many rounds of expected further use.
 CATCH_UP_SHARE = 0.25
 CATCH_UP_ROUNDS = 64
+# What an earlier process learned comes back with the weight of this many timings and
+# acceptance tries in all (lsd_local/learned.py): enough to start right, little enough that
+# this process's own evidence takes over within rounds if the machine or workload changed.
+RESTORED_COST_WEIGHT = 16.0
+RESTORED_TRIES = 50.0
 
 
 @dataclass
@@ -120,7 +125,10 @@ class AutoDrafter(Drafter):
             seconds = np.asarray(costs.get("seconds", ()), np.float64)
             if weight.shape == seconds.shape == self.cost._weight.shape and \
                     np.isfinite(weight).all() and np.isfinite(seconds).all():
-                self.cost._weight[:], self.cost._seconds[:] = weight, seconds
+                # the means come back, with the weight of a few observations: this
+                # process's own timings take over within rounds when the machine changed
+                scale = min(1.0, RESTORED_COST_WEIGHT / max(weight.sum(), 1e-9))
+                self.cost._weight[:], self.cost._seconds[:] = weight * scale, seconds * scale
             draft_s = costs.get("draft_token_s")
             if isinstance(draft_s, (int, float)) and draft_s > 0:
                 self.draft_token_s = float(draft_s)
@@ -132,7 +140,8 @@ class AutoDrafter(Drafter):
             tried = np.asarray(saved.get("tried", ()), np.float64)
             if accepted.shape == tried.shape == model.tried.shape and \
                     np.isfinite(accepted).all() and np.isfinite(tried).all():
-                model.accepted[:], model.tried[:] = accepted, tried
+                scale = min(1.0, RESTORED_TRIES / max(tried.sum(), 1e-9))
+                model.accepted[:], model.tried[:] = accepted * scale, tried * scale
 
     def accept(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
         """Learn t(n) from every round and the draft model's acceptance from its rounds."""

@@ -120,11 +120,16 @@ def test_cold_runs_each_prompt_in_its_own_process(tiny_pair, qa_set, tmp_path, m
     """--cold: every run a separate `lsd run --json`; the answers equal the in-process ones
     (greedy, lossless), and the processes remember what auto learned between them."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    configs = "plain,strict:lookup:4,strict:auto"
+    monkeypatch.setenv("LSD_RUN_MAX_TOKENS", "3")  # a caller's settings must not leak in
+    dashed = tmp_path / "dashed.jsonl"  # a prompt the child's argument parser would eat
+    dashed.write_text(json.dumps({"id": "d", "split": "test", "messages": [
+        {"role": "user", "content": "- the cat is on the mat"}]}) + "\n")
+    configs = "plain,strict:lookup:4,strict:lookup,strict:auto"
     runs = {}
     for cold in (False, True):
         out = tmp_path / f"cold-{cold}.json"
-        result = bench(tiny_pair[0], "--prompts", qa_set, "--limit", "2", "--max-tokens", "12",
+        result = bench(tiny_pair[0], "--prompts", f"{qa_set},{dashed}", "--limit", "2",
+                       "--max-tokens", "12",
                        "--configs", configs, "--ctx", "256", "--json", out,
                        *(["--cold"] if cold else []))
         assert result.exit_code == 0, result.output

@@ -90,3 +90,14 @@ def test_rpc_without_an_rpc_build_names_the_install_command(tiny_pair):
         server.close()
     assert result.exit_code == 1
     assert 'CMAKE_ARGS="-DGGML_RPC=on" pip install --force-reinstall' in result.output
+
+
+def test_a_tensor_split_longer_than_llama_cpp_reads_is_refused(tiny_pair):
+    import llama_cpp
+
+    too_many = ",".join(["1"] * (llama_cpp.llama_max_devices() + 1))
+    result = invoke("run", "-m", tiny_pair[0], "--ctx", "256", "-ts", too_many, "hi")
+    assert result.exit_code == 2 and "invalid tensor_split" in result.output
+    result = invoke("run", "-m", tiny_pair[0], "--ctx", "256", "-ts", "3,1", "--max-tokens",
+                    "2", "hi")  # shorter lists are padded with zeros for llama.cpp
+    assert result.exit_code == 0, result.output

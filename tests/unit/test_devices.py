@@ -51,11 +51,13 @@ def test_device_names_follow_llama_cpp():
         select_devices("CPU", devices)
     with pytest.raises(ParameterError, match="none in this build"):
         select_devices("CUDA0", [CPU])
+    assert select_devices("cuda1", devices) == [CUDA1]  # any case, as ggml's by_name
 
 
 def test_this_machine_lists_its_cpu():
-    devices = list_devices()
+    devices = list_devices(memory=True)
     assert devices[0].kind == "CPU" and devices[0].total > 0
+    assert list_devices()[0].total == 0  # memory is asked only when wanted (RPC: see doc)
 
 
 @pytest.mark.parametrize("endpoint", ["localhost", "host:", ":50052", "host:0", "h:70000",
@@ -67,19 +69,23 @@ def test_malformed_endpoints(endpoint):
 
 def test_endpoints():
     assert parse_endpoint("10.0.0.2:50052") == ("10.0.0.2", 50052)
-    assert parse_endpoint("[::1]:50052") == ("::1", 50052)
+    assert parse_endpoint("gpu-box:50052") == ("gpu-box", 50052)
+    for ipv6 in ("[::1]:50052", "::1:50052", "fe80::1:50052"):  # llama.cpp's client: IPv4
+        with pytest.raises(ParameterError, match="IPv4"):
+            parse_endpoint(ipv6)
 
 
 def test_an_rpc_server_of_this_version_passes():
     server = FakeServer(rpc_answer(7))
     try:
-        assert check_rpc_server(f"127.0.0.1:{server.port}") == (7, 1, 2)
+        assert check_rpc_server(f"127.0.0.1:{server.port}") == (7, 0, 2)
     finally:
         server.close()
 
 
 @pytest.mark.parametrize(("answer", "words"), [
-    (rpc_answer(6), "speaks protocol 6.1.2"),
+    (rpc_answer(6), "speaks protocol 6.0.2"),
+    (rpc_answer(7, 1), "speaks protocol 7.1.2"),  # a newer minor: llama.cpp would abort
     (http_answer, "is not a llama.cpp RPC server"),
     (silent_answer, "did not answer within"),
 ])
