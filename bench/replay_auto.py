@@ -7,7 +7,10 @@
         auto:lookup_prior=0.6:long_lookup_prior=0.95
 
 Each configuration is replayed on every recorded answer (a fresh drafter per answer, as in
-`lsd run`); the table shows the median and mean speedup over plain per prompt set. See
+`lsd run`); the table shows the median and mean speedup over plain per prompt set. `remember`
+(e.g. `remember:auto`) replays as `lsd run` does with its learned state: each answer's fresh
+auto drafter starts from what the previous answers taught (restored as from the state file,
+lsd_local/learned.py), the first answer of a set from nothing. See
 lsd_local/bench/replay.py for what a replay models and what it leaves out.
 """
 
@@ -27,8 +30,27 @@ SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 33]
 CONTEXTS = [300, 1500]
 
 
+class Remembering:
+    """Makes auto drafters that start from what the previous one learned, the way a new
+    `lsd run` process restores the learned-state file (the same scaled-down weights)."""
+
+    def __init__(self, make) -> None:
+        self.make = make
+        self.last = None
+
+    def __call__(self):
+        drafter = self.make()
+        if self.last is not None:
+            drafter.restore(self.last.learned_costs(), self.last.learned_acceptance())
+        self.last = drafter
+        return drafter
+
+
 def make_factory(config: str):
-    """'plain', 'lookup:K' or 'auto[:name=value...]' -> a function making a fresh drafter."""
+    """'plain', 'lookup:K', 'auto[:name=value...]' or 'remember:auto[:...]' -> a function
+    making a fresh drafter (per answer; a new one per prompt set)."""
+    if config.startswith("remember:"):
+        return lambda: Remembering(make_factory(config[len("remember:"):]))
     name, *params = config.split(":")
     if name == "plain":
         return lambda: None
@@ -71,9 +93,11 @@ def run(args) -> None:
     configs = args.configs.split(",")
     print(f"{'config':44s} " + "".join(f"{s:>20s}" for s in sets))
     for config in configs:
-        factory = make_factory(config)
         cells = []
         for set_name in sets:
+            factory = make_factory(config)
+            if config.startswith("remember:"):
+                factory = factory()  # one memory per set, starting empty
             chosen = [r for r in records if r.key.split("/")[0] == set_name]
             speedups = rp.replay_set(chosen, factory,
                                      lambda r: rp.nearest_curve(curves, len(r.prompt)))
@@ -95,7 +119,7 @@ def main(argv=None) -> None:
     rec.add_argument("-o", "--output", required=True)
     rep = sub.add_parser("run", help="replay configurations on a recording")
     rep.add_argument("recording")
-    rep.add_argument("--configs", default="plain,lookup:16,lookup:32,auto")
+    rep.add_argument("--configs", default="plain,lookup:16,lookup:32,auto,remember:auto")
     args = parser.parse_args(argv)
     if args.command == "record":
         record(args)

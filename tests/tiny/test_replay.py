@@ -135,3 +135,19 @@ def test_replay_script_prints_a_table_per_set(tmp_path, capsys):
     assert rows["auto:lookup_prior=0.5"][2] == "1.000x"  # nothing to copy: plain steps
     with pytest.raises(SystemExit, match="unknown configuration"):
         script.main(["run", str(tmp_path / "rec.json"), "--configs", "magic"])
+
+
+def test_remembering_replay_starts_each_answer_from_the_previous_ones():
+    """`remember:auto` replays as `lsd run` with its learned state: the second copied answer
+    drafts from its first round (a fresh auto spends it measuring t(1)), and gains."""
+    script = load_script()
+    # the prompt holds the passage and ends with its first 12 tokens: the answer (the rest)
+    # can be looked up from its first round
+    copy_prompt = list(range(500, 560)) + ANSWER + [999] + ANSWER[:12]
+    records = [rp.Recorded(f"x/copy{i}", copy_prompt, ANSWER[12:]) for i in range(3)]
+    fresh = rp.replay_set(records, script.make_factory("auto"), lambda r: linear)
+    remembering = script.make_factory("remember:auto")()
+    warm = rp.replay_set(records, remembering, lambda r: linear)
+    assert warm[0] == pytest.approx(fresh[0])  # nothing to remember yet
+    assert warm[1] > fresh[1] and warm[2] > fresh[2]
+    assert remembering.last.cost.observed
