@@ -58,8 +58,7 @@ class StateCache:
         self.min_tokens = min_tokens  # fewer tokens than this are cheaper to evaluate again
         self._saved: OrderedDict[int, Snapshot] = OrderedDict()
         self._next_key = 0
-        self.restored = 0  # restores so far (the server's metrics read these)
-        self.restored_tokens = 0
+        self.restored = 0  # states brought back so far
 
     def __len__(self) -> int:
         return len(self._saved)
@@ -100,7 +99,6 @@ class StateCache:
                 draft.truncate(0)
             return 0
         self.restored += 1
-        self.restored_tokens += best - live
         return best - live
 
     def _save(self, target, draft) -> None:
@@ -117,7 +115,3 @@ class StateCache:
         while self._saved and (len(self._saved) > self.capacity
                                or self.nbytes > self.max_bytes):
             self._saved.popitem(last=False)
-
-    def clear(self) -> None:
-        """Drop every saved state."""
-        self._saved.clear()

@@ -102,13 +102,11 @@ def serve(model: str | None, model_option: str | None, **opts) -> None:
 
 def _defaults(arguments: dict, opts: dict):
     """The settings a request that names none gets: the command line's."""
-    from ..server.protocol import Defaults
+    from ..server.protocol import RULE_FIELDS, Defaults
 
     drafter = DrafterConfig().with_changes(drafter=arguments["drafter"], k=arguments["k"],
                                            p_min=arguments["p_min"])
-    rule = RuleConfig().with_changes(rule=arguments["rule"], **{
-        name: arguments[name] for name in ("theta", "window", "entropy_top_k", "entropy",
-                                           "gate", "max_exceptions", "budget")})
+    rule = RuleConfig().with_changes(**{name: arguments[name] for name in RULE_FIELDS})
     generate = shared.generation_kwargs(opts)
     generate["stop"] = list(generate["stop"])
     return Defaults(drafter, rule, generate, opts["system"])

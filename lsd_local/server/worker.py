@@ -7,7 +7,7 @@ takes messages off the pipe while the main thread generates, so that a cancel (t
 went away, the server shuts down) is seen at the next round.
 
 Messages to the HTTP process, all tuples: ("ready", info) | ("load_failed", message) |
-("started", job_id, prompt_tokens) | ("delta", job_id, text, n_tokens) |
+("started", job_id, prompt_tokens) | ("delta", job_id, text) |
 ("done", job_id, finish_reason, stats, timed_out) |
 ("error", job_id, status, message, param).
 From it: ("job", Job) | ("cancel", job_id) | ("stop",).
@@ -136,7 +136,7 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
     timed_out = deadline is not None and time.time() >= deadline  # spent in the queue
     try:
         for event in () if timed_out else gen:
-            conn.send(("delta", job.id, event.text, len(event.tokens)))
+            conn.send(("delta", job.id, event.text))
             if job.id in cancelled:
                 break
             if deadline is not None and time.time() >= deadline:
