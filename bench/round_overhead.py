@@ -2,17 +2,25 @@
 every llama_decode call (for the target and a draft model), per round, in microseconds.
 
     .venv/bin/python bench/round_overhead.py [--model PATH] [--tokens 128] [--repeat 5]
-                                             [--profile MODE]
+                                             [--stand-in] [--profile MODE]
 
 A fast small model on a CPU behaves like a big model on a GPU (a few ms per step): there,
 every 100 us of Python per round is several percent. Modes: plain (no draft), lookup (K 8)
 and draft model (the model drafting for itself, K 4). Medians over --repeat generations in
 one process after a warm-up generation. --profile MODE prints cProfile's top functions.
+
+Two figures per mode. `outside llama_decode` on this CPU: every decode streams the model's
+weights through the CPU's caches, so the Python after it runs on cold caches (on this 2-core
+EPYC a round of a dozen numpy calls then costs ~100 us more than the same code warm). With
+`--stand-in`, every Model.decode returns fixed logits instead (the target's argmax is one
+token, so every lookup draft is accepted): the loop alone on warm caches, what a host thread
+adds per round while the model runs on a GPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import os
 import pstats
@@ -65,6 +73,42 @@ def one_generation(engine, tokens: int) -> tuple[float, float, int, float]:
             gen.stats.generated_tokens / wall)
 
 
+class StandInDecode:
+    """Replaces Model.decode with fixed logits float32[n_batch, V] whose argmax is one token
+    (the engine's own cache bookkeeping is kept; llama.cpp is not called)."""
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+        self._original = None
+
+    def __enter__(self) -> StandInDecode:
+        import numpy as np
+
+        from lsd_local.backend.model import Model
+
+        self._original = Model.decode
+        token = self.token
+
+        def decode(model, tokens, start_pos, n_logit_rows):
+            rows = getattr(model, "_stand_in_rows", None)
+            if rows is None:
+                rows = np.random.default_rng(0).normal(size=(model.n_batch, model.n_vocab))
+                rows = rows.astype(np.float32)
+                rows[:, token] = 100.0
+                model._stand_in_rows = rows
+            model._cached_tokens[start_pos:start_pos + len(tokens)] = tokens
+            model.n_cached = start_pos + len(tokens)
+            return rows[:n_logit_rows]
+
+        Model.decode = decode
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from lsd_local.backend.model import Model
+
+        Model.decode = self._original
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=MODELS / "smollm2-135m-instruct-q4_1.gguf")
@@ -72,6 +116,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--profile", choices=list(MODES), default=None)
+    parser.add_argument("--stand-in", action="store_true",
+                        help="fixed logits instead of llama_decode (warm caches)")
     args = parser.parse_args()
     from lsd_local import Engine
     from lsd_local.warmup import load_kernels_now
@@ -82,7 +128,9 @@ def main() -> None:
             continue
         draft = args.model if settings["drafter"] == "model" else None
         with Engine.load(args.model, draft, n_ctx=2048, n_threads=args.threads,
-                         **settings) as engine:
+                         **settings) as engine, contextlib.ExitStack() as stack:
+            if args.stand_in:
+                stack.enter_context(StandInDecode(engine.target.vocab.tokenize(" the", False)[0]))
             one_generation(engine, args.tokens)  # warm-up
             if args.profile:
                 profiler = cProfile.Profile()
@@ -93,7 +141,8 @@ def main() -> None:
                 return
             runs = [one_generation(engine, args.tokens) for _ in range(args.repeat)]
         outside = statistics.median(r[0] for r in runs)
-        print(f"{mode:12s} outside llama_decode {outside:6.0f} us/round "
+        where = "stand-in decode, loop alone" if args.stand_in else "outside llama_decode"
+        print(f"{mode:12s} {where} {outside:6.0f} us/round "
               f"(min {min(r[0] for r in runs):.0f}, max {max(r[0] for r in runs):.0f}); "
               f"llama_decode {statistics.median(r[1] for r in runs):6.2f} ms/round; "
               f"{runs[0][2]} rounds; {statistics.median(r[3] for r in runs):.1f} tok/s",

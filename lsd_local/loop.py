@@ -97,7 +97,8 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     _advance_grammar(req, tokens, eog)
     history.extend(tokens)
-    target.truncate(history.n - 1)
+    if target.n_cached >= history.n:  # rejected draft rows (a plain step leaves none)
+        target.truncate(history.n - 1)
     source = (draft.source or drafter.name) if len(draft) and drafter is not None else "none"
     return Round(tokens, origins, eog, len(draft), source, t1 - t0, t2 - t1, constrain_s,
                  clock() - t2)
@@ -171,6 +172,8 @@ def _advance_grammar(req: Request, tokens: list[int], eog: bool) -> None:
 
 def _commit(verdict: Verdict, draft: Draft, is_eog) -> tuple[list[int], list[Origin], bool]:
     """Tokens to commit for a verdict, cut after the first end-of-generation token."""
+    if verdict.n_accept == 0:  # a plain step or a rejected draft: the target's token alone
+        return [verdict.next_token], [Origin.TARGET], is_eog(verdict.next_token)
     tokens = [int(t) for t in draft.tokens[:verdict.n_accept]] + [verdict.next_token]
     origins = [Origin.DRAFT_LOOSE if verdict.loose[j] else Origin.DRAFT_EXACT
                for j in range(verdict.n_accept)] + [Origin.TARGET]

@@ -27,11 +27,11 @@ from ..errors import (
     ContextOverflowError,
     IncompatibleModelsError,
     ModelLoadError,
-    ModelOutputError,
     check,
 )
 from .devices import device_array, list_devices, offload_layers, select_devices
 from .gguf_check import check_gguf
+from .logits import LogitsView, check_finite
 from .vocab import Vocab
 
 SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
@@ -154,6 +154,8 @@ class Model:
         np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self.n_batch,))[:] = 1
         for i in range(self.n_batch):
             self._batch.seq_id[i][0] = 0
+        self._positions = np.arange(self.n_batch, dtype=np.int32)
+        self._logits = LogitsView(ctx_p, self.n_batch, self.n_vocab)
 
     @classmethod
     def load(cls, path: str | os.PathLike, opts: LoadOptions | None = None) -> Model:
@@ -218,24 +220,24 @@ class Model:
         self._decode_chunk(tokens[last_start:], start_pos + last_start, n_logit_rows)
         if n_logit_rows == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
-        ptr = ll.llama_get_logits(self._ctx)
-        logits = np.ctypeslib.as_array(ptr, shape=(n_logit_rows, self.n_vocab))
-        _check_finite(logits, self.path.name)
+        logits = self._logits.rows(n_logit_rows)
+        check_finite(logits, self.path.name)
         return logits
 
     def _decode_chunk(self, tokens: np.ndarray, start_pos: int, n_out: int) -> None:
+        # Everything is written before llama_decode: what runs after it finds the CPU caches
+        # full of weights, and each Python object touched there costs a miss.
         n = len(tokens)
         self._batch_tokens[:n] = tokens
-        self._batch_pos[:n] = np.arange(start_pos, start_pos + n, dtype=np.int32)
-        self._batch_out[:n] = 0
-        if n_out:
-            self._batch_out[n - n_out:n] = 1
+        np.add(self._positions[:n], start_pos, out=self._batch_pos[:n])
+        self._batch_out[:n - n_out] = 0
+        self._batch_out[n - n_out:n] = 1
         self._batch.n_tokens = n
+        self._cached_tokens[start_pos:start_pos + n] = tokens  # read only below n_cached
         rc = ll.llama_decode(self._ctx, self._batch)
         if rc != 0:
             self.truncate(start_pos)  # a failed decode may leave part of the batch cached
             raise RuntimeError(f"llama_decode failed with code {rc} at position {start_pos}")
-        self._cached_tokens[start_pos:start_pos + n] = tokens
         self.n_cached = start_pos + n
 
     @property
@@ -306,23 +308,6 @@ class Model:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # at interpreter exit llama_cpp may be gone
             self.close()
-
-
-def _check_finite(logits: np.ndarray, name: str) -> None:
-    """Refuse NaN and +inf logits (float32[rows, V]) once per decode, so that no verifier or
-    sampler ever ranks garbage (-inf is a token of probability 0 and stays). One sum over the
-    rows first (~15 us for a 151k-token row, far less than the decode): NaN or +inf anywhere
-    makes it non-finite; only then are the rows searched (a sum of huge finite logits can
-    overflow without any bad entry)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        if np.isfinite(logits.sum()):
-            return
-    bad_rows = np.flatnonzero((np.isnan(logits) | (logits == np.inf)).any(axis=1))
-    if len(bad_rows):
-        raise ModelOutputError(
-            f"llama.cpp returned NaN or infinite logits from {name} (row {int(bad_rows[0])} of "
-            f"{len(logits)}): the model file or the compute backend is broken; try another "
-            "quantization or backend")
 
 
 @dataclass(frozen=True)

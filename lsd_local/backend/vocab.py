@@ -33,6 +33,7 @@ class Vocab:
         self.handle = vocab_p  # for llama.cpp calls that take the vocabulary (grammars)
         self.n_tokens: int = ll.llama_vocab_n_tokens(vocab_p)
         self._piece_cache: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
 
     def tokenize(self, text: str, add_special: bool = True,
@@ -74,7 +75,10 @@ class Vocab:
 
     def is_eog(self, token: int) -> bool:
         """True for end-of-generation tokens (EOS, EOT, <|im_end|>, ...)."""
-        return bool(ll.llama_vocab_is_eog(self.handle, token))
+        known = self._eog.get(token)
+        if known is None:  # a ctypes call once per token id, a dict lookup afterwards
+            known = self._eog[token] = bool(ll.llama_vocab_is_eog(self.handle, token))
+        return known
 
     @property
     def bos_token(self) -> int:

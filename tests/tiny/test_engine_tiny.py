@@ -207,3 +207,23 @@ def test_closing_a_generation_ends_the_request_and_frees_the_engine(plain):
     for _ in broken:
         break  # leaving the loop early ends the request too
     assert plain.generate("a b", max_tokens=3).run().tokens
+
+
+def test_logits_view_equals_llama_cpp_pythons_own_pointer(tiny_pair):
+    """The cached logits view reads what llama_get_logits points at, decode after decode, as
+    the number of requested rows grows and shrinks (llama.cpp may move its output buffer)."""
+    import llama_cpp as ll
+
+    rng = np.random.default_rng(11)
+    model = Model.load(tiny_pair[0], LoadOptions(n_ctx=TINY_CTX))
+    try:
+        for rows in (1, 2, 1, 8, 33, 1, 64, 3, 1):
+            tokens = rng.integers(3, model.n_vocab, size=rows + 2).astype(np.int32)
+            got = model.decode(tokens, model.n_cached, rows).copy()
+            pointer = ll.llama_get_logits(model._ctx)
+            expected = np.ctypeslib.as_array(pointer, shape=(rows, model.n_vocab))
+            assert got.shape == (rows, model.n_vocab)
+            np.testing.assert_array_equal(got, expected)
+            assert np.isfinite(got).all() and got.std() > 0  # real logits, not a zero buffer
+    finally:
+        model.close()

@@ -184,7 +184,7 @@ def test_nan_logits_from_llama_cpp_are_a_clear_error(tmp_path):
                                          ("both", True), (3e38, False)])
 def test_logit_check_refuses_nan_and_plus_inf_only(bad, refused):
     from lsd_local import ModelOutputError
-    from lsd_local.backend.model import _check_finite
+    from lsd_local.backend.logits import check_finite
 
     logits = np.zeros((3, 50), np.float32)
     if bad == "both":  # no NaN, but their sum is NaN
@@ -195,6 +195,35 @@ def test_logit_check_refuses_nan_and_plus_inf_only(bad, refused):
         logits[2, 7] = bad
     if refused:
         with pytest.raises(ModelOutputError, match="row [12] of 3"):
-            _check_finite(logits, "m.gguf")
+            check_finite(logits, "m.gguf")
     else:
-        _check_finite(logits, "m.gguf")
+        check_finite(logits, "m.gguf")
+
+
+def test_logit_check_matches_a_full_scan_on_random_rows():
+    """The argmax-based check refuses exactly the blocks a full scan for NaN / +inf does,
+    on rows with NaN, +inf, -inf, ties and all -inf rows in random places."""
+    from lsd_local import ModelOutputError
+    from lsd_local.backend.logits import check_finite
+
+    rng = np.random.default_rng(7)
+    refused_count = 0
+    for _ in range(400):
+        rows, vocab = int(rng.integers(1, 6)), int(rng.integers(1, 300))
+        logits = rng.normal(size=(rows, vocab)).astype(np.float32)
+        if rng.random() < 0.3:
+            logits = np.round(logits)  # ties
+        for value in (np.nan, np.inf, -np.inf):
+            for _ in range(int(rng.integers(0, 3))):
+                if rng.random() < 0.25:
+                    logits[rng.integers(rows), rng.integers(vocab)] = value
+        if rng.random() < 0.1:
+            logits[rng.integers(rows)] = -np.inf
+        bad_rows = np.flatnonzero((np.isnan(logits) | (logits == np.inf)).any(axis=1))
+        if len(bad_rows):
+            refused_count += 1
+            with pytest.raises(ModelOutputError, match=f"row {bad_rows[0]} of {rows}"):
+                check_finite(logits, "m.gguf")
+        else:
+            check_finite(logits, "m.gguf")
+    assert 50 < refused_count < 350  # both outcomes were exercised
