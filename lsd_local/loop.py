@@ -79,7 +79,8 @@ class Round:
 def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
          req: Request, k: int, clock: Callable[[], float] = perf_counter) -> Round:
     """One round with at most k draft tokens. `target` is a backend Model (or anything with
-    its decode/truncate/vocab.is_eog) whose cache holds history[:-1]; so does it afterwards."""
+    its decode/truncate/n_cached/vocab.is_eog) whose cache holds history[:-1]; so does it
+    afterwards."""
     t0 = clock()
     draft = EMPTY_DRAFT
     if drafter is not None and k > 0:

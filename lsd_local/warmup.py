@@ -30,10 +30,9 @@ import numpy as np
 
 from .drafters.lookup import lookup_match
 from .jit import claim_warmup, mark_failed, mark_ready, wait_ready
-from .verify._rows import row_argmax, row_argmax_prob, row_entropy, row_top
+from .verify._rows import row_entropy, row_top
 from .verify.asd import asd_kernel
 from .verify.fly import fly_kernel
-from .verify.strict import strict_kernel
 
 LOAD_TIMEOUT = 600.0  # seconds load_kernels_now waits by default (a compile takes a few)
 
@@ -49,11 +48,10 @@ def kernel_calls() -> list[tuple[object, tuple]]:
     tokens = (np.arange(20) % 5).astype(np.int32)
     out = np.zeros(8, np.int32)
     row = logits[0]
-    return [(strict_kernel, (logits, draft)),
-            (fly_kernel, (logits, draft, 0.6, 1, 3, False, loose)),
-            (asd_kernel, (logits, draft, 0.0, 2.0, 2, 6.0, loose)),
-            (lookup_match, (tokens, 12, 6, 8, out)), (row_argmax, (row,)),
-            (row_top, (row, 4)), (row_argmax_prob, (row,)),
+    targets = logits.argmax(axis=1)  # int64[K+1], as the verifiers pass it
+    return [(fly_kernel, (logits, targets, draft, 0.6, 1, 3, False, loose)),
+            (asd_kernel, (logits, targets, draft, 0.0, 2.0, 2, 6.0, loose)),
+            (lookup_match, (tokens, 12, 6, 8, out)), (row_top, (row, 4)),
             (row_entropy, (row, row[1], 3, False))]
 
 

@@ -54,14 +54,14 @@ class LogitsView:
 
 def check_finite(logits: np.ndarray, name: str) -> None:
     """Refuse NaN and +inf logits (float32[rows, V]) once per decode, so that no verifier or
-    sampler ever ranks garbage (-inf is a token of probability 0 and stays). A row's argmax
-    lands on its first NaN, else on +inf if it holds one: one SIMD pass per row (~3 us for 49k
-    entries when cached) finds both, where a sum took ~3x as long."""
-    best = logits.argmax(axis=1)
-    top = logits[np.arange(len(best)), best]
-    bad = np.flatnonzero(np.isnan(top) | (top == np.inf))
-    if len(bad):
-        raise ModelOutputError(
-            f"llama.cpp returned NaN or infinite logits from {name} (row {int(bad[0])} of "
-            f"{len(logits)}): the model file or the compute backend is broken; try another "
-            "quantization or backend")
+    sampler ever ranks garbage (-inf is a token of probability 0 and stays). The block's max
+    is NaN when any entry is NaN and +inf when one is +inf: one SIMD pass (~3 us for 49k
+    entries when cached, a third of a sum) decides; only a bad block is searched for its
+    row."""
+    if logits.size == 0 or logits.max() < np.inf:  # NaN < inf is False
+        return
+    bad = np.flatnonzero((np.isnan(logits) | (logits == np.inf)).any(axis=1))
+    raise ModelOutputError(
+        f"llama.cpp returned NaN or infinite logits from {name} (row {int(bad[0])} of "
+        f"{len(logits)}): the model file or the compute backend is broken; try another "
+        "quantization or backend")

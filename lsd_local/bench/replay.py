@@ -75,6 +75,7 @@ class ReplayTarget:
         self.n_vocab = n_vocab
         self.cost = cost
         self.now = 0.0  # virtual seconds spent by decodes
+        self.n_cached = 0  # positions a real model would hold (the loop truncates by it)
 
     def clock(self) -> float:
         return self.now
@@ -82,6 +83,7 @@ class ReplayTarget:
     def decode(self, tokens: np.ndarray, start_pos: int, n_rows: int) -> np.ndarray:
         """logits float32[n_rows, n_vocab] for the last n_rows of tokens at start_pos.."""
         self.now += self.cost(len(tokens))
+        self.n_cached = start_pos + len(tokens)
         rows = np.zeros((n_rows, self.n_vocab), np.float32)
         first = start_pos + len(tokens) - n_rows  # position of the token row 0 follows
         upcoming = self.sequence[first + 1:first + 1 + n_rows]
@@ -90,6 +92,7 @@ class ReplayTarget:
 
     def truncate(self, n: int) -> None:
         """Nothing is cached: every block is scored from the recording."""
+        self.n_cached = min(self.n_cached, n)
 
     @property
     def vocab(self) -> ReplayTarget:

@@ -12,8 +12,7 @@ import numpy as np
 
 from ..config import P_MIN, SamplerSettings
 from ..errors import check
-from ..jit import choose
-from ..verify._rows import row_argmax_prob, row_argmax_prob_reference
+from ..verify._rows import row_argmax_prob
 from ..verify.constrain import constrain_row
 from ..verify.sampling import draw, sampling_probs
 from .base import EMPTY_DRAFT, Draft, Drafter
@@ -75,7 +74,7 @@ class ModelDrafter(Drafter):
                 token = draw(p, rng)
                 probs.append(p)
             else:
-                token, p_top = choose(row_argmax_prob, row_argmax_prob_reference)(row)
+                token, p_top = row_argmax_prob(row)
                 if p_top < self.p_min:
                     break
             tokens.append(int(token))

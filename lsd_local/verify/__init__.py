@@ -28,7 +28,7 @@ from ..jit import kernels_ready
 from .asd import asd_kernel, asd_reference
 from .fly import fly_kernel, fly_reference
 from .sampling import sampling_probs, speculative_sample
-from .strict import strict_kernel, strict_reference
+from .strict import strict_greedy, strict_reference  # noqa: F401 (beside fly's and asd's)
 
 __all__ = ["Verdict", "strict", "fly", "asd", "speculative_sample", "SamplerSettings",
            "sampling_probs", "default_window", "ENTROPY_MODES"]
@@ -72,10 +72,8 @@ def default_window(k: int, cap: int = FLY_WINDOW) -> int:
 def strict(logits: np.ndarray, draft: np.ndarray) -> Verdict:
     """Keep the longest prefix of `draft` equal to the target's argmax (lossless)."""
     logits, draft = _as_block(logits, draft)
-    if not kernels_ready():  # numpy until the kernels are loaded (jit.py): the same answer
-        return Verdict(*strict_reference(logits, draft), np.zeros(len(draft), np.uint8))
-    n_accept, next_token = strict_kernel(logits, draft)
-    return Verdict(int(n_accept), int(next_token), np.zeros(len(draft), np.uint8))
+    n_accept, next_token = strict_greedy(logits, draft)
+    return Verdict(n_accept, next_token, np.zeros(len(draft), np.uint8))
 
 
 def fly(logits: np.ndarray, draft: np.ndarray, *, theta: float = FLY_THETA,
@@ -93,8 +91,9 @@ def fly(logits: np.ndarray, draft: np.ndarray, *, theta: float = FLY_THETA,
         return Verdict(*fly_reference(logits, draft, float(theta), int(window),
                                       int(entropy_top_k), entropy == "normalized"))
     loose = np.zeros(len(draft), np.uint8)
-    n_accept, next_token = fly_kernel(logits, draft, float(theta), int(window),
-                                      int(entropy_top_k), entropy == "normalized", loose)
+    n_accept, next_token = fly_kernel(logits, logits.argmax(axis=1), draft, float(theta),
+                                      int(window), int(entropy_top_k),
+                                      entropy == "normalized", loose)
     return Verdict(int(n_accept), int(next_token), loose)
 
 
@@ -112,6 +111,7 @@ def asd(logits: np.ndarray, draft: np.ndarray, *, spent: float = 0.0, gate: floa
                                                            float(budget))
         return Verdict(n_accept, next_token, loose, added)
     loose = np.zeros(len(draft), np.uint8)
-    n_accept, next_token, added = asd_kernel(logits, draft, float(spent), float(gate),
-                                             int(max_exceptions), float(budget), loose)
+    n_accept, next_token, added = asd_kernel(logits, logits.argmax(axis=1), draft,
+                                             float(spent), float(gate), int(max_exceptions),
+                                             float(budget), loose)
     return Verdict(int(n_accept), int(next_token), loose, float(added))

@@ -1,4 +1,6 @@
-"""Row kernels shared by the verifiers: argmax and target entropy of one logits row.
+"""Row functions shared by the verifiers and drafters: target entropy, the top entries, and
+the argmax with its probability of one logits row (argmaxes themselves are numpy's: SIMD,
+~10x faster than any scalar loop over a row).
 
 Each works on a float32[V] row in place (no copy, no materialized softmax) and accumulates in
 float64 so that the numba version and the numpy references agree to rounding.
@@ -8,24 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-
-@njit(cache=True, nogil=True)
-def row_argmax(row):  # row: float32[V]; first index of the maximum, like np.argmax
-    """np.argmax's answer, NaN included: the first NaN wins (the backend refuses NaN rows from
-    llama.cpp; this keeps kernel and reference equal on any input)."""
-    best = 0
-    best_value = row[0]
-    if best_value != best_value:
-        return 0
-    for i in range(1, row.shape[0]):
-        value = row[i]
-        if value > best_value:
-            best_value = value
-            best = i
-        elif value != value:
-            return i
-    return best
 
 
 @njit(cache=True, nogil=True)
@@ -79,14 +63,15 @@ def row_entropy_reference(row: np.ndarray, top_k: int, normalized: bool) -> floa
     return float(-plogp[row_top_reference(row, top_k)].sum())
 
 
-@njit(cache=True, nogil=True)
-def row_argmax_prob(row):  # row: float32[V] -> (argmax, its softmax probability)
-    best = row_argmax(row)
-    m = np.float64(row[best])
-    total = 0.0
-    for i in range(row.shape[0]):
-        total += np.exp(np.float64(row[i]) - m)
-    return best, 1.0 / total
+def row_argmax_prob(row: np.ndarray) -> tuple[int, float]:
+    """(argmax, its softmax probability) of a float32[V] row: numpy's SIMD argmax (the first
+    maximum, else the first NaN) and float32 exps summed in float64, ~6x faster than a scalar
+    loop of float64 exps and within 1e-6 relative of the float64 reference below. NaN, an
+    all -inf row or +inf give NaN (no probability), as the reference does."""
+    best = int(row.argmax())
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = np.exp(row - row[best]).sum(dtype=np.float64)
+    return best, float(1.0 / total)
 
 
 @njit(cache=True, nogil=True)

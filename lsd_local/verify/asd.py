@@ -13,12 +13,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._rows import row_argmax
-
 
 @njit(cache=True, nogil=True)
-def asd_kernel(logits, draft, spent, gate, max_exceptions, budget, loose):
-    """logits: float32[K+1, V], draft: int32[K], loose: uint8[K] (out).
+def asd_kernel(logits, targets, draft, spent, gate, max_exceptions, budget, loose):
+    """logits: float32[K+1, V], targets: int64[K+1] (np.argmax of each row, taken by the
+    caller with numpy's SIMD argmax), draft: int32[K], loose: uint8[K] (out).
     Returns (n_accept, next_token, regret_added)."""
     k = draft.shape[0]
     loose[:] = 0
@@ -28,7 +27,7 @@ def asd_kernel(logits, draft, spent, gate, max_exceptions, budget, loose):
     n_exceptions = 0
     for j in range(1, k + 1):
         row = logits[j - 1]
-        target = row_argmax(row)
+        target = targets[j - 1]
         if target == draft[j - 1]:
             n_accept = j
             continue
@@ -40,7 +39,7 @@ def asd_kernel(logits, draft, spent, gate, max_exceptions, budget, loose):
         n_exceptions += 1
         loose[j - 1] = 1
         n_accept = j
-    return n_accept, row_argmax(logits[n_accept]), regret
+    return n_accept, targets[n_accept], regret
 
 
 def asd_reference(logits: np.ndarray, draft: np.ndarray, spent: float, gate: float,

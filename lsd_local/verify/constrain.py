@@ -22,7 +22,7 @@ import numpy as np
 
 from ..errors import GrammarError
 from ..jit import choose
-from ._rows import row_argmax, row_top, row_top_reference
+from ._rows import row_top, row_top_reference
 
 FIRST_CANDIDATES = 16  # one pass over the row finds these (argpartition costs ~1 ms on 151k)
 CANDIDATES = 256  # best-first checks before falling back to a full mask
@@ -32,7 +32,7 @@ def constrain_row(state, row: np.ndarray, n_top: int) -> int:
     """Mask forbidden tokens at the top of `row` (float32[V], in place) until its `n_top` best
     are allowed (n_top 0: all of it); return the constrained argmax."""
     if n_top == 1:
-        best = choose(row_argmax, np.argmax)(row)
+        best = int(np.argmax(row))
         if row[best] != -np.inf and state.allows(best):
             return int(best)
     if n_top > 0:
@@ -40,7 +40,7 @@ def constrain_row(state, row: np.ndarray, n_top: int) -> int:
         if best >= 0:
             return best
     state.mask(row)
-    best = choose(row_argmax, np.argmax)(row)
+    best = int(np.argmax(row))
     if row[best] == -np.inf:
         raise GrammarError("the grammar allows no token of this vocabulary here (is a character "
                            "it requires missing from the model's tokens?)")

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..config import FLY_ENTROPY_TOP_K, SamplerSettings
 from ..jit import kernels_ready
-from ._rows import row_argmax, row_entropy, row_entropy_reference, row_top_reference
+from ._rows import row_entropy, row_entropy_reference, row_top_reference
 
 
 def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:
@@ -110,4 +110,4 @@ def _may_defer(logits: np.ndarray, target_probs: np.ndarray, draft: np.ndarray,
     row = logits[j - 1]
     if not kernels_ready():
         return bool(row_entropy_reference(row, entropy_top_k, normalized) >= theta)
-    return bool(row_entropy(row, row[row_argmax(row)], entropy_top_k, normalized) >= theta)
+    return bool(row_entropy(row, row[int(np.argmax(row))], entropy_top_k, normalized) >= theta)
