@@ -6,7 +6,8 @@ every llama_decode call (for the target and a draft model), per round, in micros
 
 A fast small model on a CPU behaves like a big model on a GPU (a few ms per step): there,
 every 100 us of Python per round is several percent. Modes: plain (no draft), lookup (K 8)
-and draft model (the model drafting for itself, K 4). Medians over --repeat generations in
+draft model (the model drafting for itself, K 4) and auto (the default: lookup or plain
+steps per round, K chosen per round; no draft model). Medians over --repeat generations in
 one process after a warm-up generation. --profile MODE prints cProfile's top functions.
 
 Two figures per mode. `outside llama_decode` on this CPU: every decode streams the model's
@@ -34,7 +35,7 @@ MODELS = Path(os.environ.get("LSD_MODELS_DIR", "~/.cache/lsd/models")).expanduse
 PROMPT = ("Copy this text exactly, word for word: Speculative decoding lets a small draft "
           "propose tokens that a large model checks in one pass, and a verifier keeps them.")
 MODES = {"plain": dict(drafter="none"), "lookup": dict(drafter="lookup", k=8),
-         "draft model": dict(drafter="model", k=4)}
+         "draft model": dict(drafter="model", k=4), "auto": dict(drafter="auto", k="auto")}
 
 
 class DecodeClock:
