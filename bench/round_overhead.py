@@ -75,8 +75,9 @@ def one_generation(engine, tokens: int) -> tuple[float, float, int, float]:
 
 
 class StandInDecode:
-    """Replaces Model.decode with fixed logits float32[n_batch, V] whose argmax is one token
-    (the engine's own cache bookkeeping is kept; llama.cpp is not called)."""
+    """Replaces Model.decode with fixed logits float32[64, V] (more rows than any round
+    verifies) whose argmax is one token (the engine's own cache bookkeeping is kept;
+    llama.cpp is not called)."""
 
     def __init__(self, token: int) -> None:
         self.token = token
@@ -93,7 +94,7 @@ class StandInDecode:
         def decode(model, tokens, start_pos, n_logit_rows):
             rows = getattr(model, "_stand_in_rows", None)
             if rows is None:
-                rows = np.random.default_rng(0).normal(size=(model.n_batch, model.n_vocab))
+                rows = np.random.default_rng(0).normal(size=(64, model.n_vocab))
                 rows = rows.astype(np.float32)
                 rows[:, token] = 100.0
                 model._stand_in_rows = rows

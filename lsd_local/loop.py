@@ -98,7 +98,7 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     _advance_grammar(req, tokens, eog)
     history.extend(tokens)
-    if target.n_cached >= history.n:  # rejected draft rows (a plain step leaves none)
+    if target.n_cached >= history.n:  # rows past the commit: a rejection, an EOG or grammar cut
         target.truncate(history.n - 1)
     source = (draft.source or drafter.name) if len(draft) and drafter is not None else "none"
     return Round(tokens, origins, eog, len(draft), source, t1 - t0, t2 - t1, constrain_s,

@@ -3,7 +3,7 @@ NaN and +inf in them.
 
 Both run once per decode, right after llama_decode has streamed the model's weights through
 the CPU caches, so every Python object touched there is a cache miss: the view is built only
-when llama.cpp moves its output buffer, and the check is one SIMD argmax per row.
+when llama.cpp moves its output buffer, and the check is one SIMD max over the block.
 """
 
 from __future__ import annotations
@@ -19,8 +19,12 @@ from ..errors import ModelOutputError
 def _logits_address_function():
     """llama_get_logits returning the buffer's address as an int (llama-cpp-python's binding
     builds a ctypes pointer object on every call, ~10x slower). A separate function object of
-    the same library, so llama-cpp-python's own binding is left as it is."""
-    function = ll.llama_cpp._lib["llama_get_logits"]
+    the same library, so llama-cpp-python's own binding is left as it is; if a later
+    llama-cpp-python hides its library handle, the address comes through its binding."""
+    library = getattr(getattr(ll, "llama_cpp", None), "_lib", None)
+    if library is None:
+        return lambda ctx: ctypes.cast(ll.llama_get_logits(ctx), ctypes.c_void_p).value or 0
+    function = library["llama_get_logits"]
     function.argtypes = [ctypes.c_void_p]
     function.restype = ctypes.c_void_p
     return function
@@ -41,7 +45,7 @@ class LogitsView:
         """The first n_rows rows of the buffer (valid until the next decode). The view spans
         max_rows rows whatever llama.cpp allocated: only rows the last decode wrote are ever
         sliced, and creating the view reads nothing."""
-        address = self._address_of(self._ctx)
+        address = self._address_of(self._ctx) or 0  # c_void_p gives None for NULL
         if address != self._address:
             if not address:
                 raise RuntimeError("llama.cpp returned no logits buffer")

@@ -206,8 +206,9 @@ class Model:
         if start_pos + n > self.n_ctx:
             raise ContextOverflowError(
                 f"{start_pos + n} tokens do not fit the context of {self.n_ctx}")
-        if n_logit_rows > self.n_batch:
-            raise ValueError(f"{n_logit_rows} logit rows exceed n_batch={self.n_batch}")
+        if n_logit_rows > min(self.n_batch, n):
+            raise ValueError(f"{n_logit_rows} logit rows for {n} tokens (n_batch "
+                             f"{self.n_batch})")
         if n == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         tokens = np.asarray(tokens, dtype=np.int32)

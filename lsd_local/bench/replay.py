@@ -91,7 +91,8 @@ class ReplayTarget:
         return rows
 
     def truncate(self, n: int) -> None:
-        """Nothing is cached: every block is scored from the recording."""
+        """Every block is scored from the recording; only the count a real cache would
+        hold is kept (the loop truncates by it)."""
         self.n_cached = min(self.n_cached, n)
 
     @property

@@ -28,7 +28,7 @@ from ..jit import kernels_ready
 from .asd import asd_kernel, asd_reference
 from .fly import fly_kernel, fly_reference
 from .sampling import sampling_probs, speculative_sample
-from .strict import strict_greedy, strict_reference  # noqa: F401 (beside fly's and asd's)
+from .strict import strict_greedy
 
 __all__ = ["Verdict", "strict", "fly", "asd", "speculative_sample", "SamplerSettings",
            "sampling_probs", "default_window", "ENTROPY_MODES"]

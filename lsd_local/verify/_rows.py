@@ -2,8 +2,9 @@
 the argmax with its probability of one logits row (argmaxes themselves are numpy's: SIMD,
 ~10x faster than any scalar loop over a row).
 
-Each works on a float32[V] row in place (no copy, no materialized softmax) and accumulates in
-float64 so that the numba version and the numpy references agree to rounding.
+The numba kernels (entropy, top entries) work on a float32[V] row in place (no copy, no
+materialized softmax) and accumulate in float64, so that they and their numpy references
+agree to rounding; row_argmax_prob is numpy (two temporaries the size of the row).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
     reference code's and vLLM's h), or the full entropy divided by log V when `normalized`."""
     n = row.shape[0]
     m = np.float64(row_max)
-    if not np.isfinite(m):  # NaN (row_argmax's answer for a row holding NaN), all -inf, +inf
+    if not np.isfinite(m):  # NaN (np.argmax's answer for a row holding NaN), all -inf, +inf
         return np.nan
     total = 0.0
     weighted = 0.0  # sum of exp(l - m) * (l - m), for the full entropy

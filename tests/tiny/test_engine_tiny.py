@@ -211,7 +211,10 @@ def test_closing_a_generation_ends_the_request_and_frees_the_engine(plain):
 
 def test_logits_view_equals_llama_cpp_pythons_own_pointer(tiny_pair):
     """The cached logits view reads what llama_get_logits points at, decode after decode, as
-    the number of requested rows grows and shrinks (llama.cpp may move its output buffer)."""
+    the number of requested rows grows and shrinks (llama.cpp may move its output buffer: the
+    view must follow it whenever it does)."""
+    import ctypes
+
     import llama_cpp as ll
 
     rng = np.random.default_rng(11)
@@ -222,8 +225,11 @@ def test_logits_view_equals_llama_cpp_pythons_own_pointer(tiny_pair):
             got = model.decode(tokens, model.n_cached, rows).copy()
             pointer = ll.llama_get_logits(model._ctx)
             expected = np.ctypeslib.as_array(pointer, shape=(rows, model.n_vocab))
+            assert model._logits._address == ctypes.addressof(pointer.contents)
             assert got.shape == (rows, model.n_vocab)
             np.testing.assert_array_equal(got, expected)
             assert np.isfinite(got).all() and got.std() > 0  # real logits, not a zero buffer
+        with pytest.raises(ValueError, match="3 logit rows for 2 tokens"):
+            model.decode(np.array([5, 6], np.int32), model.n_cached, 3)  # rows it cannot have
     finally:
         model.close()

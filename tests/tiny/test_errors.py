@@ -201,7 +201,7 @@ def test_logit_check_refuses_nan_and_plus_inf_only(bad, refused):
 
 
 def test_logit_check_matches_a_full_scan_on_random_rows():
-    """The argmax-based check refuses exactly the blocks a full scan for NaN / +inf does,
+    """The max-based check refuses exactly the blocks a full scan for NaN / +inf does,
     on rows with NaN, +inf, -inf, ties and all -inf rows in random places."""
     from lsd_local import ModelOutputError
     from lsd_local.backend.logits import check_finite

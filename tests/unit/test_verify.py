@@ -19,7 +19,7 @@ from lsd_local.verify._rows import (
 )
 from lsd_local.verify.asd import asd_reference
 from lsd_local.verify.fly import fly_reference
-from lsd_local.verify.strict import strict_reference
+from lsd_local.verify.strict import strict_greedy, strict_reference
 
 
 def random_block(rng: np.random.Generator, k: int, v: int, p_match: float,
@@ -317,3 +317,26 @@ def test_shape_errors():
         strict(np.zeros((3, 4), np.float32), np.zeros(3, np.int32))
     with pytest.raises(ValueError, match="vocabulary"):
         strict(np.zeros((2, 4), np.float32), np.array([9], np.int32))
+
+
+def test_argmaxes_return_the_first_nan_and_the_first_tie():
+    """The verifiers' and drafters' argmax is numpy's: the first NaN, else the first maximum
+    (what the references assume), whatever the row's length (numpy's SIMD loops differ with
+    it) and wherever the NaN or the tie sits."""
+    for row, first in (([0.0, np.nan, 2.0], 1), ([np.nan, 5.0], 0),
+                       ([1.0, 3.0, np.nan, np.nan], 2), ([2.0, 1.0, 2.0], 0)):
+        row = np.array(row, np.float32)
+        assert row_argmax_prob(row)[0] == int(row.argmax()) == first
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(1, 70000))
+        row = np.round(rng.normal(size=n)).astype(np.float32)  # many ties at the top
+        if rng.random() < 0.3:
+            row[rng.integers(n, size=int(rng.integers(1, 4)))] = np.nan
+        if rng.random() < 0.3:
+            row[rng.integers(n)] = -np.inf
+        nan_at = np.flatnonzero(np.isnan(row))
+        first = int(nan_at[0]) if len(nan_at) else int(np.flatnonzero(row == np.nanmax(row))[0])
+        assert int(row.argmax()) == first
+        assert row_argmax_prob(row)[0] == first
+        assert strict_greedy(row[None, :], np.zeros(0, np.int32)) == (0, first)
