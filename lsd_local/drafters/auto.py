@@ -159,6 +159,8 @@ class AutoDrafter(Drafter):
 
     def _choose(self, history: np.ndarray, n_lookup: int, k: int,
                 lookup_key: str) -> _Choice:
+        if not n_lookup and self.model is None:  # nothing to draft with: no arithmetic
+            return _Choice("none", 0, 0.0)
         t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2))
         plain = _Choice("none", 0, 1.0 / max(t[0], 1e-9))
         if not self.cost.observed:  # the first round: a plain step measures t(1)
