@@ -8,7 +8,8 @@ A fast small model on a CPU behaves like a big model on a GPU (a few ms per step
 every 100 us of Python per round is several percent. Modes: plain (no draft), lookup (K 8)
 draft model (the model drafting for itself, K 4) and auto (the default: lookup or plain
 steps per round, K chosen per round; no draft model). Medians over --repeat generations in
-one process after a warm-up generation. --profile MODE prints cProfile's top functions.
+one process after a warm-up generation. --profile MODE prints cProfile's top functions
+(--sort cumulative for the callers).
 
 Two figures per mode. `outside llama_decode` on this CPU: every decode streams the model's
 weights through the CPU's caches, so the Python after it runs on cold caches (on this 2-core
@@ -118,6 +119,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--profile", choices=list(MODES), default=None)
+    parser.add_argument("--sort", default="tottime", help="cProfile order (e.g. cumulative)")
     parser.add_argument("--stand-in", action="store_true",
                         help="fixed logits instead of llama_decode (warm caches)")
     args = parser.parse_args()
@@ -139,7 +141,7 @@ def main() -> None:
                 profiler.enable()
                 one_generation(engine, args.tokens)
                 profiler.disable()
-                pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+                pstats.Stats(profiler).sort_stats(args.sort).print_stats(25)
                 return
             runs = [one_generation(engine, args.tokens) for _ in range(args.repeat)]
         outside = statistics.median(r[0] for r in runs)
