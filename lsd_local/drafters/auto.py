@@ -192,8 +192,10 @@ class AutoDrafter(Drafter):
             cost = t[k] + draft_s * (k + 1) + catch_up
             return _Choice(source, k, (1 + expected) / max(cost, 1e-9))
         expected = self.acceptance[key].expected_accepted(k_max)
-        ks = np.arange(k_max + 1)
-        cost = t[:k_max + 1] + np.where(ks > 0, draft_s * (ks + 1) + catch_up, 0.0)
+        cost = t[:k_max + 1]
+        if draft_s or catch_up:  # a lookup draft costs nothing to make: t(k + 1) alone
+            ks = np.arange(k_max + 1)
+            cost = cost + np.where(ks > 0, draft_s * (ks + 1) + catch_up, 0.0)
         k, rate = best_k(expected, cost)
         return _Choice(source if k else "none", k, rate)
 
