@@ -128,18 +128,6 @@ def best_k(expected: np.ndarray, round_seconds: np.ndarray) -> tuple[int, float]
     return k, float(rates[k])
 
 
-def longest_near_best(expected: np.ndarray, round_seconds: np.ndarray,
-                      slack: float) -> tuple[int, float]:
-    """Like best_k (same arrays), but the longest K whose rate is at least (1 - slack) of the
-    best rate; slack 0 is best_k. Returns (k, its committed tokens per second)."""
-    rates = (1.0 + expected) / np.maximum(round_seconds, 1e-9)
-    best = int(np.argmax(rates))
-    if slack <= 0.0:
-        return best, float(rates[best])
-    k = int(np.flatnonzero(rates >= (1.0 - slack) * rates[best])[-1])
-    return k, float(rates[k])
-
-
 def expected_tokens(acceptance: float, k: int) -> float:
     """Tokens a round drafting k commits when each draft token is accepted with probability
     `acceptance`, left to right: 1 + S(k) = (1 - a^(k+1)) / (1 - a)."""

@@ -10,7 +10,7 @@ from time import perf_counter
 import numpy as np
 
 from ..config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
-from ..estimators import AcceptanceModel, CostModel, best_k, longest_near_best
+from ..estimators import AcceptanceModel, CostModel, best_k
 from .base import EMPTY_DRAFT, Draft, Drafter
 from .lookup import LookupDrafter
 
@@ -39,14 +39,6 @@ CATCH_UP_ROUNDS = 64
 # this process's own evidence takes over within rounds if the machine or workload changed.
 RESTORED_COST_WEIGHT = 16.0
 RESTORED_TRIES = 50.0
-# A lookup draft is as long as the longest K whose predicted rate is within this share of the
-# best K's, once its acceptance model holds as many tries as a restored one. Copies run in
-# stretches: once one has started it usually goes on, which position-by-position acceptance
-# learned with forgetting underrates; a draft cut short costs a whole further round, a few
-# positions too many cost little (t(n) grows slowly in n). Replayed on 81 HumanEval and 48
-# code-edit/summarize answers with remembered state: HumanEval 0.94-0.96 -> 1.00 of the
-# fixed K = 32 (median), code-edit and summarize unchanged within noise (docs/auto.md).
-LONGER_LOOKUP_SLACK = 0.2
 
 
 @dataclass
@@ -205,9 +197,6 @@ class AutoDrafter(Drafter):
             ks = np.arange(k_max + 1)
             cost = cost + np.where(ks > 0, draft_s * (ks + 1) + catch_up, 0.0)
         k, rate = best_k(expected, cost)
-        if k and source == "lookup":  # drafting pays: draft as long as nearly pays as well
-            evidence = min(1.0, self.acceptance[key].tried.sum() / RESTORED_TRIES)
-            k, rate = longest_near_best(expected, cost, LONGER_LOOKUP_SLACK * evidence)
         return _Choice(source if k else "none", k, rate)
 
     def _explore(self, best: _Choice, n_lookup: int, k: int, catch_up_s: float,
