@@ -132,8 +132,14 @@ def test_ctrl_c_during_a_download_then_resume_through_lsd_pull(fake_hub, tmp_pat
         signal.pthread_kill(main, signal.SIGINT)
 
     fake_hub.hook = (300_000, ctrl_c_when_written)
-    result = CliRunner().invoke(cli, ["pull", "tiny"])
-    fake_hub.hold.set()
+    # a background runner (nohup, `cmd &` in a script) starts Python with SIGINT ignored, and
+    # Python keeps it ignored: give this Ctrl-C the handler an interactive run has
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        result = CliRunner().invoke(cli, ["pull", "tiny"])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        fake_hub.hold.set()
     assert result.exit_code == 130 and "Interrupted." in result.output
     [partial] = partials(tmp_path)
     kept = partial.stat().st_size
