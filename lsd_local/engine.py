@@ -235,6 +235,7 @@ class Engine:
 
     def prompt_tokens(self, prompt: str | Sequence[dict]) -> list[int]:
         """Tokenize a raw prompt string, or chat messages through the model's chat template."""
+        self._check_open()
         vocab = self.target.vocab
         if isinstance(prompt, str):
             return vocab.tokenize(prompt, add_special=True)
@@ -283,6 +284,7 @@ class Engine:
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:
         """The grammar state for a request (None without a constraint); GrammarError with the
         line and column when the grammar or schema is invalid."""
+        self._check_open()
         if grammar is not None and json_schema is not None:
             raise ParameterError("invalid grammar: give a grammar or a JSON schema, not both",
                                  param="grammar")
@@ -350,6 +352,7 @@ class Engine:
     def reset(self) -> None:
         """Forget every cached token (the next prompt is evaluated from scratch); the drafter
         forgets what it built from them (not what it learned about costs)."""
+        self._check_open()
         self.target.truncate(0)
         for drafter in self._drafters.values():
             if drafter is not None:
@@ -366,6 +369,10 @@ class Engine:
             self.memory.save(self._drafters, self.rule_config.rule)
         except OSError as exc:
             warnings.warn(f"cannot save the learned state: {exc}", UserWarning, stacklevel=2)
+
+    def _check_open(self) -> None:
+        if self._closed:  # its models are freed: using them would crash the process
+            raise RuntimeError("this Engine is closed; load another one to generate")
 
     def close(self) -> None:
         """Save what auto learned (remember=True), then free both models."""

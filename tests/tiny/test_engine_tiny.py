@@ -209,6 +209,20 @@ def test_closing_a_generation_ends_the_request_and_frees_the_engine(plain):
     assert plain.generate("a b", max_tokens=3).run().tokens
 
 
+def test_a_closed_engine_says_so_instead_of_crashing(tiny_pair):
+    """Its models are freed: a call would read freed memory (found: llama.cpp aborted the
+    process with std::out_of_range). Closing again is harmless."""
+    engine = Engine.load(tiny_pair[0], drafter="none", n_ctx=TINY_CTX)
+    assert engine.generate("the cat is", max_tokens=2).run().tokens
+    engine.close()
+    for call in (lambda: engine.generate("the cat is", max_tokens=2),
+                 lambda: engine.prompt_tokens("the cat"), engine.reset,
+                 lambda: engine.compile_grammar("json")):
+        with pytest.raises(RuntimeError, match="Engine is closed"):
+            call()
+    engine.close()
+
+
 def test_logits_view_equals_llama_cpp_pythons_own_pointer(tiny_pair):
     """The cached logits view reads what llama_get_logits points at, decode after decode, as
     the number of requested rows grows and shrinks (llama.cpp may move its output buffer: the
