@@ -10,8 +10,11 @@ Each configuration is replayed on every recorded answer (a fresh drafter per ans
 `lsd run`); the table shows the median and mean speedup over plain per prompt set. `remember`
 (e.g. `remember:auto`) replays as `lsd run` does with its learned state: each answer's fresh
 auto drafter starts from what the previous answers taught (restored as from the state file,
-lsd_local/learned.py), the first answer of a set from nothing. See
-lsd_local/bench/replay.py for what a replay models and what it leaves out.
+lsd_local/learned.py), the first answer of a set from nothing. With --mixed, one memory
+serves all sets, their answers interleaved (a process or state file serving several kinds
+of request). Each answer begins as a request of its family (lsd_local.learned.
+request_family; recordings made before families existed get them from the shipped prompt
+sets). See lsd_local/bench/replay.py for what a replay models and what it leaves out.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 from lsd_local.bench import replay as rp
 from lsd_local.drafters.auto import AutoDrafter
 from lsd_local.drafters.lookup import LookupDrafter
+from lsd_local.learned import request_family
 
 SETS = "humaneval,code-edit,chat,summarize"
 SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 33]
@@ -76,7 +80,8 @@ def record(args) -> None:
             engine.reset()
             gen = engine.generate(list(item.messages), max_tokens=args.max_tokens).run()
             records.append(rp.Recorded(f"{set_name}/{item.id}",
-                                       engine.prompt_tokens(list(item.messages)), gen.tokens))
+                                       engine.prompt_tokens(list(item.messages)), gen.tokens,
+                                       request_family(list(item.messages))))
             print(f"{records[-1].key}: {len(gen.tokens)} tokens", file=sys.stderr)
     engine.reset()
     curves = {c: rp.measure_cost_curve(engine.target, c, SIZES) for c in CONTEXTS}
@@ -87,23 +92,60 @@ def record(args) -> None:
     rp.save(args.output, records, curves)
 
 
+def add_families(records: list[rp.Recorded]) -> None:
+    """Give records made before families were recorded the family of their prompt, looked
+    up by key in the shipped prompt sets."""
+    from lsd_local.bench.prompts import load_set
+
+    messages = {}
+    for set_name in {r.key.split("/")[0] for r in records if r.family is None}:
+        for item in load_set(set_name, "all"):
+            messages[f"{set_name}/{item.id}"] = list(item.messages)
+    for rec in records:
+        if rec.family is None and rec.key in messages:
+            rec.family = request_family(messages[rec.key])
+
+
+def interleaved(records: list[rp.Recorded], sets: list[str]) -> list[rp.Recorded]:
+    """The records taken from each set in turn (the first of every set, then the second...)."""
+    by_set = [[r for r in records if r.key.split("/")[0] == s] for s in sets]
+    return [group[i] for i in range(max(map(len, by_set))) for group in by_set
+            if i < len(group)]
+
+
+def speedups_per_set(records, curves, config: str, sets: list[str],
+                     mixed: bool) -> dict[str, list[float]]:
+    """Per set, each answer's replayed speedup over plain under `config`; a `remember`
+    config keeps one memory per set, or one for all (mixed)."""
+    cost = lambda r: rp.nearest_curve(curves, len(r.prompt))  # noqa: E731
+    if mixed and config.startswith("remember:"):
+        order = interleaved(records, sets)
+        speedups = rp.replay_set(order, make_factory(config)(), cost)
+        out: dict[str, list[float]] = {s: [] for s in sets}
+        for rec, speedup in zip(order, speedups, strict=True):
+            out[rec.key.split("/")[0]].append(speedup)
+        return out
+    out = {}
+    for set_name in sets:
+        factory = make_factory(config)
+        if config.startswith("remember:"):
+            factory = factory()  # one memory per set, starting empty
+        chosen = [r for r in records if r.key.split("/")[0] == set_name]
+        out[set_name] = rp.replay_set(chosen, factory, cost)
+    return out
+
+
 def run(args) -> None:
     records, curves = rp.load(args.recording)
+    add_families(records)
     sets = sorted({r.key.split("/")[0] for r in records}, key=SETS.split(",").index)
-    configs = args.configs.split(",")
     print(f"{'config':44s} " + "".join(f"{s:>20s}" for s in sets))
-    for config in configs:
-        cells = []
-        for set_name in sets:
-            factory = make_factory(config)
-            if config.startswith("remember:"):
-                factory = factory()  # one memory per set, starting empty
-            chosen = [r for r in records if r.key.split("/")[0] == set_name]
-            speedups = rp.replay_set(chosen, factory,
-                                     lambda r: rp.nearest_curve(curves, len(r.prompt)))
-            cells.append(f"{np.median(speedups):.3f}x ({np.mean(speedups):.3f})")
+    for config in args.configs.split(","):
+        results = speedups_per_set(records, curves, config, sets, args.mixed)
+        cells = [f"{np.median(v):.3f}x ({np.mean(v):.3f})" for v in results.values()]
         print(f"{config:44s} " + "".join(f"{c:>20s}" for c in cells))
-    print("median (mean) speedup over plain per prompt set; replayed, not timed")
+    print("median (mean) speedup over plain per prompt set; replayed, not timed"
+          + ("; remember: one memory for all sets, interleaved" if args.mixed else ""))
 
 
 def main(argv=None) -> None:
@@ -120,6 +162,8 @@ def main(argv=None) -> None:
     rep = sub.add_parser("run", help="replay configurations on a recording")
     rep.add_argument("recording")
     rep.add_argument("--configs", default="plain,lookup:16,lookup:32,auto,remember:auto")
+    rep.add_argument("--mixed", action="store_true",
+                     help="remember across all sets, answers interleaved")
     args = parser.parse_args(argv)
     if args.command == "record":
         record(args)

@@ -64,6 +64,7 @@ AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
 P_MIN = 0.75  # draft model: stop greedy drafting under this top-1 probability (--draft-p-min)
 MAX_NGRAM = 12  # prompt lookup: longest n-gram matched
 MIN_NGRAM = 6  # prompt lookup: shortest n-gram matched
+RUN_CAP = 256  # prompt lookup: how far back a copy's run is measured (auto's copy model)
 DRAFTERS_KEPT = 4  # drafter settings whose learned state an Engine keeps (set_config)
 
 

@@ -277,7 +277,8 @@ class Engine:
                           np.random.default_rng(seed), constraint,
                           _grammar_top(self.rule_config, sampler, self.target.n_vocab))
         history = TokenBuffer(self.target.n_ctx)
-        rounds = self._request(prompt_ids, history, verifier, request, text, stats)
+        family = learned.request_family(prompt)  # lookup acceptance is learned per family too
+        rounds = self._request(prompt_ids, history, verifier, request, text, stats, family)
         return Generation(rounds, stats, text, history, len(prompt_ids))
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
@@ -297,8 +298,8 @@ class Engine:
         return None
 
     def _request(self, prompt_ids: list[int], history: TokenBuffer, verifier: Verifier,
-                 request: Request, text: TextAssembler,
-                 stats: GenerationStats) -> Iterator[RoundEvent]:
+                 request: Request, text: TextAssembler, stats: GenerationStats,
+                 family: str | None = None) -> Iterator[RoundEvent]:
         """One request from prefill to its last round; every statistic is written here.
 
         However it ends (finished, an exception, or abandoned: the consumer stops iterating
@@ -311,7 +312,7 @@ class Engine:
             self._busy = True
             process_warmup().request_started()
             if self._drafter is not None:
-                self._drafter.begin()
+                self._drafter.begin(family)
             t0 = perf_counter()
             stats.cached_prompt_tokens = self._prefill(prompt_ids, history)
             stats.prefill_seconds = perf_counter() - t0

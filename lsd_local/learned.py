@@ -19,9 +19,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
-FORMAT = 1  # bump when the layout of an entry changes: older files are then ignored
+FORMAT = 2  # bump when the layout of an entry changes: older files are then ignored
 MAX_ENTRIES = 64  # per section; the least recently saved go first
 HEADER_BYTES = 1 << 20  # a model file's identity hashes its first MiB (header, metadata)
 
@@ -45,6 +46,28 @@ def file_identity(path: str | os.PathLike) -> str:
     with open(path, "rb") as f:
         digest.update(f.read(HEADER_BYTES))
     return f"{stat.st_size}-{stat.st_mtime_ns}-{digest.hexdigest()[:16]}"
+
+
+def request_family(prompt: str | Sequence[dict]) -> str:
+    """A name for the kind of request, under which lookup acceptance is also learned: the
+    instruction a script or an editor repeats with each request, i.e. the system messages
+    and the first line of the first user message (the first line of a raw prompt), hashed
+    (the state file holds no prompt text). Requests that share it usually share how their
+    answers copy (code re-emitted whole, a summary quoting phrases); one-off chat questions
+    each get their own and fall back on what all requests taught."""
+    if isinstance(prompt, str):
+        parts = [_first_line(prompt)]
+    else:
+        messages = [m for m in prompt if isinstance(m, dict)]
+        parts = [str(m.get("content", "")) for m in messages if m.get("role") == "system"]
+        users = [m for m in messages if m.get("role") == "user"]
+        parts.append(_first_line(str(users[0].get("content", ""))) if users else "")
+    return key_of("family", *parts)[:16]
+
+
+def _first_line(text: str) -> str:
+    """The first non-blank line, stripped."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
 def key_of(*parts) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
+from .config import RUN_CAP
 from .drafters.lookup import lookup_match
 from .jit import claim_warmup, mark_failed, mark_ready, wait_ready
 from .verify._rows import row_entropy, row_top
@@ -51,7 +52,7 @@ def kernel_calls() -> list[tuple[object, tuple]]:
     targets = logits.argmax(axis=1)  # int64[K+1], as the verifiers pass it
     return [(fly_kernel, (logits, targets, draft, 0.6, 1, 3, False, loose)),
             (asd_kernel, (logits, targets, draft, 0.0, 2.0, 2, 6.0, loose)),
-            (lookup_match, (tokens, 12, 6, 8, out)), (row_top, (row, 4)),
+            (lookup_match, (tokens, 12, 6, 8, RUN_CAP, out)), (row_top, (row, 4)),
             (row_entropy, (row, row[1], 3, False))]
 
 

@@ -38,6 +38,7 @@ class Recorded:
     key: str  # "set/id"
     prompt: list[int]
     answer: list[int]
+    family: str | None = None  # lsd_local.learned.request_family of the prompt
 
 
 @dataclass
@@ -113,15 +114,19 @@ def dense_sequence(prompt: list[int], answer: list[int]) -> tuple[np.ndarray, in
 
 
 def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
-           cost: Callable[[int], float], k_cap: int = 64) -> ReplayResult:
+           cost: Callable[[int], float], k_cap: int = 64,
+           family: str | None = None) -> ReplayResult:
     """Run `drafter` (None: plain steps) over `answer` under the strict rule, through the
-    real round (`loop.step`) and K limit (`loop.draft_limit`), with ReplayTarget as target."""
+    real round (`loop.step`) and K limit (`loop.draft_limit`), with ReplayTarget as target;
+    the drafter begins a request of `family` as the engine would tell it."""
     dense, n_vocab = dense_sequence(prompt, answer)
     target = ReplayTarget(dense, n_vocab, cost)
     history = TokenBuffer(len(dense) + 1)
     history.set(target.sequence[:len(prompt)])
     request = Request(len(answer), k_cap, None, np.random.default_rng(0))
     verifier = Verifier(RuleConfig(), None)
+    if drafter is not None:
+        drafter.begin(family)
     lengths = []
     while history.n < len(dense):
         k = draft_limit(request, history.n - len(prompt), history.n, len(dense) + 1)
@@ -136,7 +141,7 @@ def replay_set(records: list[Recorded], make_drafter: Callable[[], object],
     out = []
     for rec in records:
         curve = costs(rec)
-        result = replay(rec.prompt, rec.answer, make_drafter(), curve, k_cap)
+        result = replay(rec.prompt, rec.answer, make_drafter(), curve, k_cap, rec.family)
         out.append(result.speedup(curve(1), len(rec.answer)))
     return out
 

@@ -11,19 +11,22 @@ import numpy as np
 
 from ..config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..estimators import AcceptanceModel, CostModel, best_k
+from ..lookup_acceptance import RunAcceptanceModel
 from .base import EMPTY_DRAFT, Draft, Drafter
 from .lookup import LookupDrafter
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
 # passage is being copied, and such proposals are mostly right where shorter matches depend on
-# the workload (measured shares: docs/auto.md), so the two are learned
-# apart, from these beliefs: a long match is drafted whole from the first round (copying a
-# function signature pays at once), a short one only once it has shown to be right. Chosen by
+# the workload (measured shares: docs/auto.md); the longer a copy has run, the likelier it
+# goes on. So lookup acceptance is learned per run length (LookupDrafter.last_run), in these
+# buckets, from these beliefs: a copy is drafted whole from the first round (copying a
+# function signature pays at once), a short match only once it has shown to be right. Chosen by
 # replaying recorded answers (bench/replay_auto.py) on the dev and test splits; their scoring
 # is free, so a wrong belief is corrected within a few proposals.
 LOOKUP_PRIOR = 0.5
 LONG_LOOKUP_PRIOR = 0.98
-LONG_MATCH = 12  # n-gram length from which a match counts as a copy (with any max_ngram)
+LONG_MATCH = 12  # run length from which a match counts as a copy (with any max_ngram)
+RUN_EDGES = (0, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)  # run buckets (lower edges)
 MODEL_PRIOR = 0.7  # a draft model stops under p_min, so what it drafts is mostly right
 EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
 EXPLORE_K = 2
@@ -39,6 +42,10 @@ CATCH_UP_ROUNDS = 64
 # this process's own evidence takes over within rounds if the machine or workload changed.
 RESTORED_COST_WEIGHT = 16.0
 RESTORED_TRIES = 50.0
+# Lookup acceptance comes back with this many tries per level (all requests', each family's):
+# copies break about once in a hundred tokens, which a few tries cannot tell (and this
+# generation's own evidence still takes over within a few proposals: lookup_acceptance).
+RESTORED_LOOKUP_TRIES = 500.0
 
 
 @dataclass
@@ -67,14 +74,14 @@ class AutoDrafter(Drafter):
         self.fixed_k = fixed_k
         self.explore_every = explore_every
         self.cost = CostModel()
-        self.acceptance = {"lookup": AcceptanceModel(LOOKUP_CAP, prior=lookup_prior),
-                           "lookup-long": AcceptanceModel(LOOKUP_CAP, prior=long_lookup_prior),
+        self.acceptance = {"lookup": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, lookup_prior,
+                                                        long_lookup_prior),
                            "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
-        # acceptance key -> [start, proposal int32[m], positions scored]: one pending lookup
-        # proposal per kind, so that a long match met while a short one is still being scored
-        # teaches the long model too
+        # "short"/"copy" -> [start, proposal int32[m], positions scored, run]: one pending
+        # lookup proposal per kind, so that a copy met while a short match is still being
+        # scored is learned too
         self._shadows: dict[str, list] = {}
         self._last_tried = {"lookup": 0, "model": 0}
         self.rounds = 0
@@ -90,12 +97,13 @@ class AutoDrafter(Drafter):
             return EMPTY_DRAFT
         proposal = (EMPTY_DRAFT if self.lookup is None
                     else self.lookup.propose(history, min(k, LOOKUP_CAP), grammar=grammar))
-        lookup_key = self._lookup_key()
-        choice = self._choose(history, len(proposal), k, lookup_key)
-        if len(proposal) and lookup_key not in self._shadows:
+        run = self.lookup.last_run if self.lookup is not None else 0
+        choice = self._choose(history, len(proposal), k, run)
+        kind = "copy" if run >= LONG_MATCH else "short"
+        if len(proposal) and kind not in self._shadows:
             # Lookup acceptance is learned from whole proposals against what gets committed
             # (verified or not, cut or not): every position is scored at no target cost.
-            self._shadows[lookup_key] = [len(history), proposal.tokens.copy(), 0]
+            self._shadows[kind] = [len(history), proposal.tokens.copy(), 0, run]
         if choice.source == "lookup":
             draft = replace(proposal, tokens=proposal.tokens[:choice.k], source="lookup")
         else:
@@ -114,8 +122,9 @@ class AutoDrafter(Drafter):
 
     def learned_acceptance(self) -> dict:
         """What the acceptance models hold (JSON-able), per kind of proposal."""
-        return {key: {"accepted": model.accepted.tolist(), "tried": model.tried.tolist()}
-                for key, model in self.acceptance.items()}
+        model = self.acceptance["model"]
+        return {"lookup": self.acceptance["lookup"].state(),
+                "model": {"accepted": model.accepted.tolist(), "tried": model.tried.tolist()}}
 
     def restore(self, costs: dict | None, acceptance: dict | None) -> None:
         """Start from what an earlier process learned (as learned_costs/learned_acceptance
@@ -133,8 +142,13 @@ class AutoDrafter(Drafter):
             if isinstance(draft_s, (int, float)) and draft_s > 0:
                 self.draft_token_s = float(draft_s)
         for key, saved in (acceptance or {}).items():
+            if not isinstance(saved, dict):
+                continue
+            if key == "lookup":
+                self.acceptance["lookup"].restore(saved, RESTORED_LOOKUP_TRIES)
+                continue
             model = self.acceptance.get(key)
-            if model is None or not isinstance(saved, dict):
+            if model is None:
                 continue
             accepted = np.asarray(saved.get("accepted", ()), np.float64)
             tried = np.asarray(saved.get("tried", ()), np.float64)
@@ -152,13 +166,8 @@ class AutoDrafter(Drafter):
         if used is not None:  # the drafter whose tokens were verified hears the verdict
             used.accept(n_drafted, n_accept, verify_seconds)
 
-    def _lookup_key(self) -> str:
-        """Which acceptance model describes the lookup proposal just made."""
-        match = self.lookup.last_match if self.lookup is not None else 0
-        return "lookup-long" if match >= LONG_MATCH else "lookup"
-
-    def _choose(self, history: np.ndarray, n_lookup: int, k: int,
-                lookup_key: str) -> _Choice:
+    def _choose(self, history: np.ndarray, n_lookup: int, k: int, run: int) -> _Choice:
+        """The best option this round; run: the lookup proposal's copy run."""
         if not n_lookup and self.model is None:  # nothing to draft with: no arithmetic
             return _Choice("none", 0, 0.0)
         t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2))
@@ -168,30 +177,30 @@ class AutoDrafter(Drafter):
         options = [plain]
         catch_up_s = 0.0
         if n_lookup:
-            options.append(self._option(lookup_key, min(n_lookup, k), t, 0.0))
+            k_max = min(n_lookup, k)
+            expected = self.acceptance["lookup"].expected_accepted(run, k_max)
+            options.append(self._option("lookup", expected, t, 0.0))
         if self.model is not None:
             d = self.draft_token_s if self.draft_token_s is not None else \
                 PRIOR_DRAFT_SHARE * t[0]
             catch_up_s = self.model.pending(history) * d * CATCH_UP_SHARE
-            options.append(self._option("model", min(k, MODEL_CAP), t, d,
-                                        catch_up_s / CATCH_UP_ROUNDS))
+            expected = self.acceptance["model"].expected_accepted(min(k, MODEL_CAP))
+            options.append(self._option("model", expected, t, d, catch_up_s / CATCH_UP_ROUNDS))
         if self.fixed_k is not None:
             options = [o for o in options if o.k > 0] or [plain]
         best = max(options, key=lambda o: o.rate)
         return self._explore(best, n_lookup, k, catch_up_s, float(t[0]))
 
-    def _option(self, key: str, k_max: int, t: np.ndarray, draft_s: float,
+    def _option(self, source: str, expected: np.ndarray, t: np.ndarray, draft_s: float,
                 catch_up: float = 0.0) -> _Choice:
-        """Best K for one drafter under acceptance model `key`: t float64[>= k_max + 1]
-        predicted target times; drafting costs draft_s per forward (k + 1 with the catch-up
-        pass) plus catch_up per round."""
-        source = "lookup" if key.startswith("lookup") else key
+        """Best K for one drafter: expected float64[k_max + 1] = S(k) under its acceptance
+        model, t float64[>= k_max + 1] predicted target times; drafting costs draft_s per
+        forward (k + 1 with the catch-up pass) plus catch_up per round."""
+        k_max = len(expected) - 1
         if self.fixed_k is not None:
             k = min(k_max, self.fixed_k)
-            expected = self.acceptance[key].expected_accepted(k)[k]
             cost = t[k] + draft_s * (k + 1) + catch_up
-            return _Choice(source, k, (1 + expected) / max(cost, 1e-9))
-        expected = self.acceptance[key].expected_accepted(k_max)
+            return _Choice(source, k, (1 + expected[k]) / max(cost, 1e-9))
         cost = t[:k_max + 1]
         if draft_s or catch_up:  # a lookup draft costs nothing to make: t(k + 1) alone
             ks = np.arange(k_max + 1)
@@ -227,29 +236,33 @@ class AutoDrafter(Drafter):
                 DRAFT_COST_DECAY * self.draft_token_s + (1 - DRAFT_COST_DECAY) * per_forward)
         return replace(draft, source=draft.source or "model")
 
-    def _resolve_shadow(self, key: str, history: np.ndarray) -> None:
-        """Score the pending lookup proposal of kind `key` against the tokens committed
+    def _resolve_shadow(self, kind: str, history: np.ndarray) -> None:
+        """Score the pending lookup proposal of kind `kind` against the tokens committed
         since it was made: positions up to the first mismatch were right, that one wrong. It
         stays pending (and no new one of its kind starts) until a mismatch or its whole length
         has been committed, scoring the newly committed positions each round, so that plain
         steps through a copied passage still score deep positions."""
-        shadow = self._shadows[key]
-        start, tokens, scored = shadow
+        shadow = self._shadows[kind]
+        start, tokens, scored, run = shadow
         available = history[start + scored:start + len(tokens)]
         fresh = tokens[scored:scored + len(available)]
         mismatch = np.flatnonzero(available != fresh)
+        model = self.acceptance["lookup"]
         if len(mismatch):
-            self.acceptance[key].update(len(tokens) - scored, int(mismatch[0]), scored)
-            del self._shadows[key]
+            model.update(run, len(tokens) - scored, int(mismatch[0]), scored)
+            del self._shadows[kind]
             return
-        self.acceptance[key].update(len(available), len(available), scored)
+        model.update(run, len(available), len(available), scored)
         shadow[2] = scored + len(available)
         if shadow[2] >= len(tokens):
-            del self._shadows[key]
+            del self._shadows[kind]
 
-    def begin(self) -> None:
-        """A new generation starts: a pending lookup proposal belongs to the old one."""
+    def begin(self, family: str | None = None) -> None:
+        """A new generation starts: a pending lookup proposal belongs to the old one.
+        family: what kind of request it is (lsd_local.learned.request_family), so that lookup
+        acceptance is also learned per kind."""
         self._shadows.clear()
+        self.acceptance["lookup"].begin(family)
         for drafter in (self.lookup, self.model):
             if drafter is not None:
                 drafter.begin()

@@ -33,8 +33,10 @@ class Drafter(ABC):
 
     name = "drafter"
 
-    def begin(self) -> None:  # noqa: B027 - a no-op for drafters without request state
-        """A request starts: drop what belonged to the previous one (not what was learned)."""
+    def begin(self, family: str | None = None) -> None:  # noqa: B027 - a no-op by default
+        """A request starts: drop what belonged to the previous one (not what was learned).
+        family: a name for the kind of request (lsd_local.learned.request_family) for
+        drafters that learn per kind; None when unnamed."""
 
     @abstractmethod
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,

@@ -1,6 +1,9 @@
 """What auto learned survives the process: a second engine over the same files starts from
-the first one's costs and acceptance (and drafts in its first round), a changed model file or
-a damaged state file starts empty, LSD_NO_STATE and remember=False save nothing."""
+the first one's costs and acceptance (per request family too), a changed model file or a
+damaged state file starts empty, LSD_NO_STATE and remember=False save nothing. (That a
+restored drafter drafts a running copy from its first round is tested on a scripted machine,
+tests/unit/test_controller.py: the tiny models' answers do not copy their prompts, and
+their decode times are too short to rank K by.)"""
 
 from __future__ import annotations
 
@@ -49,19 +52,6 @@ def test_the_second_process_starts_where_the_first_stopped(tiny_pair, cache_dir)
                                        np.array(saved["accepted"]) * model.tried.sum())
 
 
-def test_a_copying_answer_drafts_from_its_first_round(tiny_pair, cache_dir):
-    """Prompt lookup on a passage being copied: an empty engine spends its first round on a
-    plain step (it measures t(1)); one that remembers drafts at once."""
-    copy = "the cat is on the mat and the dog is in the house. " * 6
-    rounds = []
-    for _ in range(2):
-        with tinymodels.load_tiny(tiny_pair, "auto", remember=True) as engine:
-            rounds.append(next(iter(engine.generate(copy, max_tokens=40))))
-            engine.generate(copy, max_tokens=60).run()  # (what it learns is saved at close)
-    assert rounds[0].n_drafted == 0  # nothing known: the first round measures t(1)
-    assert rounds[1].n_drafted > 0 and rounds[1].draft_source == "lookup"
-
-
 def test_a_changed_model_file_starts_empty(tiny_pair, cache_dir, tmp_path):
     copy = tmp_path / "target.gguf"
     copy.write_bytes(tiny_pair[0].read_bytes())
@@ -104,3 +94,20 @@ def test_lsd_run_remembers_unless_fresh(tiny_pair, cache_dir):
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert json.loads((cache_dir / "learned.json").read_text())["costs"]
+
+
+def test_lookup_acceptance_is_remembered_per_request_family(tiny_pair, cache_dir):
+    """The engine names each request's family (its instruction): the state file holds what
+    lookup learned for it, and the next process restores it for the same instruction."""
+    copy = "Repeat this passage.\n" + "the cat is on the mat and the dog is in the house. " * 6
+    with tinymodels.load_tiny(tiny_pair, "auto", remember=True) as engine:
+        engine.generate(copy, max_tokens=40).run()
+        assert engine.drafter.acceptance["lookup"].family == learned.request_family(copy)
+    saved = json.loads((cache_dir / "learned.json").read_text())
+    (entry,) = saved["acceptance"].values()
+    family = learned.request_family(copy)
+    assert list(entry["lookup"]["families"]) == [family]
+    assert sum(entry["lookup"]["families"][family]["tried"]) > 0
+    with tinymodels.load_tiny(tiny_pair, "auto", remember=True) as engine:
+        model = engine.drafter.acceptance["lookup"]
+        assert list(model.families) == [family] and model.families[family][1].sum() > 0

@@ -151,3 +151,42 @@ def test_remembering_replay_starts_each_answer_from_the_previous_ones():
     assert warm[0] == pytest.approx(fresh[0])  # nothing to remember yet
     assert warm[1] > fresh[1] and warm[2] > fresh[2]
     assert remembering.last.cost.observed
+
+
+def test_mixed_replay_keeps_one_memory_for_all_sets_and_families_name_requests(capsys,
+                                                                               tmp_path):
+    """--mixed: the sets' answers interleaved through one remembering drafter, each begun as
+    a request of its family; recordings without families get them from the prompt sets."""
+    from lsd_local.bench.prompts import load_set
+    from lsd_local.learned import request_family
+
+    script = load_script()
+    he, chat = load_set("humaneval", "all")[:2], load_set("chat", "all")[:2]
+    copy_prompt = list(range(500, 560)) + ANSWER + [999] + ANSWER[:12]
+    records = [rp.Recorded(f"humaneval/{item.id}", copy_prompt, ANSWER[12:]) for item in he] + \
+        [rp.Recorded(f"chat/{item.id}", PROMPT, ANSWER) for item in chat]
+    script.add_families(records)
+    assert records[0].family == records[1].family == request_family(list(he[0].messages))
+    assert records[2].family != records[3].family  # each chat question its own
+    order = script.interleaved(records, ["humaneval", "chat"])
+    assert [r.key for r in order] == [records[i].key for i in (0, 2, 1, 3)]
+    begun = []
+
+    class Spy(AutoDrafter):
+        def begin(self, family=None):
+            begun.append(family)
+            super().begin(family)
+
+    remembering = script.Remembering(lambda: Spy(LookupDrafter()))
+    speedups = rp.replay_set(order, remembering, lambda r: linear)
+    assert begun == [r.family for r in order]
+    separate = script.speedups_per_set(records, {300: CostCurve([1, 33], [linear(1), linear(33)])},
+                                       "remember:auto", ["humaneval", "chat"], mixed=False)
+    assert len(speedups) == 4 and speedups[2] > 1.5  # the second copied answer, remembered
+    assert len(separate["humaneval"]) == 2 and len(separate["chat"]) == 2
+    rp.save(tmp_path / "rec.json", records, {300: CostCurve([1, 33], [linear(1), linear(33)])})
+    script.main(["run", str(tmp_path / "rec.json"), "--configs", "plain,remember:auto",
+                 "--mixed"])
+    out = capsys.readouterr().out
+    assert "one memory for all sets" in out and out.splitlines()[0].split()[1:] == \
+        ["humaneval", "chat"]

@@ -56,12 +56,22 @@ def test_lower_layers_import_nothing_above_them(folder, allowed):
     assert not {mod: ms for mod, ms in bad.items() if ms}
 
 
+ESTIMATORS = ("lsd_local.estimators", "lsd_local.lookup_acceptance")  # pure numpy models
+
+
 def test_drafters_use_only_the_verifiers_and_the_estimators():
     """Never llama_cpp or the backend (the draft model is a Model handed in), never the loop,
     the engine or anything above."""
-    allowed = ("lsd_local.drafters", "lsd_local.verify", "lsd_local.estimators") + tuple(LEAVES)
+    allowed = ("lsd_local.drafters", "lsd_local.verify") + ESTIMATORS + tuple(LEAVES)
     for mod, found in lsd_imports("drafters").items():
         assert not [m for m in found if not within(m, allowed)], mod
+
+
+def test_the_estimators_import_only_leaves():
+    for name in ESTIMATORS:
+        path = PACKAGE / (name.split(".")[-1] + ".py")
+        found = {m for m in imports(path) if m.split(".")[0] in ("lsd_local", "llama_cpp")}
+        assert not [m for m in found if not within(m, tuple(LEAVES))], name
 
 
 def test_leaves_import_no_other_lsd_module():

@@ -81,3 +81,22 @@ def test_the_cache_dir_and_the_switch(monkeypatch, tmp_path):
     for value, off in (("1", True), ("yes", True), ("0", False), ("", False)):
         monkeypatch.setenv("LSD_NO_STATE", value)
         assert learned.disabled() is off
+
+
+def test_request_families_name_the_instruction_not_the_content():
+    ask = "Summarize the following text in three sentences.\n\n"
+    one = [{"role": "user", "content": ask + "The cat sat on the mat."}]
+    two = [{"role": "user", "content": ask + "A mutex guards shared state."}]
+    family = learned.request_family(one)
+    assert family == learned.request_family(two)  # same instruction, other text
+    assert family == learned.request_family(  # later turns of the conversation too
+        [*one, {"role": "assistant", "content": "It sat."}, {"role": "user", "content": "Why?"}])
+    assert family != learned.request_family(
+        [{"role": "user", "content": "Add type hints to this function.\n\ndef f(x): ..."}])
+    with_system = [{"role": "system", "content": "You are terse."}, *one]
+    assert learned.request_family(with_system) != family  # the system prompt counts
+    assert learned.request_family("\n  Translate to French:\nhello") == \
+        learned.request_family("Translate to French:\ngoodbye")  # raw prompts: first line
+    assert learned.request_family("Translate to French:") != learned.request_family("Hi")
+    assert learned.request_family([]) == learned.request_family([{"role": "user"}])
+    assert "Summarize" not in family and len(family) == 16  # a hash: no prompt text saved

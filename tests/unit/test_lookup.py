@@ -1,5 +1,5 @@
 """Prompt lookup: the numba kernel and its numpy version (the fallback while kernels load)
-equal the obvious definition; hand-made cases."""
+equal the obvious definition (continuation, matched n-gram, run); hand-made cases."""
 
 from __future__ import annotations
 
@@ -8,26 +8,36 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lsd_local.config import RUN_CAP
 from lsd_local.drafters import LookupDrafter, lookup_match, lookup_reference
 from lsd_local.errors import ParameterError
 
 
-def lookup_obvious(tokens: list[int], max_ngram: int, min_ngram: int,
-                   k: int) -> tuple[list[int], int]:
-    """The definition in plain Python: for n from max_ngram down, the latest earlier start
-    whose n tokens equal the last n; what follows it, up to k tokens."""
+def lookup_obvious(tokens: list[int], max_ngram: int, min_ngram: int, k: int,
+                   run_cap: int = RUN_CAP) -> tuple[list[int], int, int]:
+    """The definition in plain Python: for n from max_ngram down, the earlier occurrences of
+    the last n tokens; each one's run is how many tokens before its end equal the tokens
+    before the end of the text (at most max(n, run_cap)); the longest run wins, the latest
+    occurrence among equals. What follows it, up to k tokens; its n; its run."""
     n = len(tokens)
+
+    def run(end: int, size: int) -> int:
+        length = 0
+        while length < end and tokens[end - length - 1] == tokens[n - length - 1]:
+            length += 1
+        return min(length, max(size, run_cap))
+
     for size in range(min(max_ngram, n - 1), min_ngram - 1, -1):
-        starts = [s for s in range(n - size) if tokens[s:s + size] == tokens[n - size:]]
-        if starts:
-            start = max(starts) + size
-            return tokens[start:start + k], size
-    return [], 0
+        ends = [s + size for s in range(n - size) if tokens[s:s + size] == tokens[n - size:]]
+        if ends:
+            best = max(ends, key=lambda end: (run(end, size), end))  # noqa: B023 - used here
+            return tokens[best:best + k], size, run(best, size)
+    return [], 0, 0
 
 
-def run_kernel(tokens, max_ngram, min_ngram, k):
+def run_kernel(tokens, max_ngram, min_ngram, k, run_cap=RUN_CAP):
     out = np.zeros(max(k, 1), np.int32)
-    m = lookup_match(np.asarray(tokens, np.int32), max_ngram, min_ngram, k, out)[0]
+    m = lookup_match(np.asarray(tokens, np.int32), max_ngram, min_ngram, k, run_cap, out)[0]
     return out[:m].tolist()
 
 
@@ -53,21 +63,46 @@ def test_continuation_may_run_into_the_tail():
     assert run_kernel([4, 4, 4], 2, 1, 5) == [4]
 
 
-@settings(max_examples=400, deadline=None)
-@given(tokens=st.lists(st.integers(0, 6), min_size=0, max_size=80),
-       max_ngram=st.integers(1, 5), k=st.integers(1, 64), data=st.data())
-def test_kernel_matches_reference(tokens, max_ngram, k, data):
+def test_the_occurrence_whose_copy_has_run_longest_wins():
+    """The text copies 1 2 3 4 5 6 7 (from position 0); "5 6 7" also occurs later after
+    other tokens. The later occurrence only matches the 3-gram, the first one continues the
+    copy: its continuation is proposed, with a run of 7."""
+    copy = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    tokens = copy + [0, 5, 6, 7, 30, 31] + [0] + copy[:7]
+    out = np.zeros(4, np.int32)
+    m, size, run = lookup_match(np.asarray(tokens, np.int32), 3, 1, 4, RUN_CAP, out)
+    assert (out[:m].tolist(), size, run) == ([8, 9, 0, 5], 3, 7)
+    found, size, run = lookup_reference(np.asarray(tokens, np.int32), 3, 1, 4)
+    assert (found.tolist(), size, run) == ([8, 9, 0, 5], 3, 7)
+
+
+def test_the_run_is_capped_and_never_shorter_than_the_match():
+    tokens = np.asarray(list(range(40)) + list(range(40)), np.int32)  # a 40-token copy
+    out = np.zeros(4, np.int32)
+    assert lookup_match(tokens, 3, 1, 4, 256, out)[1:] == (3, 40)
+    assert lookup_match(tokens, 3, 1, 4, 10, out)[1:] == (3, 10)
+    assert lookup_match(tokens, 3, 1, 4, 2, out)[1:] == (3, 3)  # the n-gram itself
+    assert lookup_reference(tokens, 3, 1, 4, 10)[1:] == (3, 10)
+
+
+@settings(max_examples=600, deadline=None)
+@given(tokens=st.lists(st.integers(0, 4), min_size=0, max_size=90),
+       max_ngram=st.integers(1, 5), k=st.integers(1, 64), run_cap=st.integers(1, 40),
+       data=st.data())
+def test_kernel_matches_reference(tokens, max_ngram, k, run_cap, data):
     min_ngram = data.draw(st.integers(1, max_ngram))
     arr = np.array(tokens, np.int32)
-    expected, expected_n = lookup_reference(arr, max_ngram, min_ngram, k)
-    assert (expected.tolist(), expected_n) == lookup_obvious(tokens, max_ngram, min_ngram, k)
-    got = run_kernel(arr, max_ngram, min_ngram, k)
+    expected, expected_n, expected_run = lookup_reference(arr, max_ngram, min_ngram, k, run_cap)
+    assert (expected.tolist(), expected_n, expected_run) == \
+        lookup_obvious(tokens, max_ngram, min_ngram, k, run_cap)
+    got = run_kernel(arr, max_ngram, min_ngram, k, run_cap)
     assert got == expected.tolist()
     assert len(got) <= k
     out = np.zeros(max(k, 1), np.int32)
-    m, n = lookup_match(arr, max_ngram, min_ngram, k, out)
-    assert (out[:m].tolist(), n) == (expected.tolist(), expected_n)
+    m, n, run = lookup_match(arr, max_ngram, min_ngram, k, run_cap, out)
+    assert (out[:m].tolist(), n, run) == (expected.tolist(), expected_n, expected_run)
     assert (n == 0) == (m == 0)  # a match always has a continuation
+    assert n == run == 0 or n <= run <= max(n, run_cap)
 
 
 def test_drafter_returns_draft_and_validates():
@@ -76,8 +111,9 @@ def test_drafter_returns_draft_and_validates():
     assert draft.tokens.tolist() == [3, 1, 2]
     assert draft.probs is None
     assert drafter.last_match == 2  # "1 2" matched; the 3-gram "3 1 2" did not
+    assert drafter.last_run == 2
     assert len(drafter.propose(np.array([1, 2, 3, 4], np.int32), 2)) == 0
-    assert drafter.last_match == 0
+    assert drafter.last_match == drafter.last_run == 0
     assert len(drafter.propose(np.array([1, 2], np.int32), 0)) == 0
     with pytest.raises(ParameterError, match="min_ngram"):
         LookupDrafter(max_ngram=2, min_ngram=3)
