@@ -28,7 +28,6 @@ from .config import (
     TOP_P,
     DrafterConfig,
     RuleConfig,
-    SamplerSettings,
     sampler_settings,
 )
 from .drafters.base import Drafter
@@ -41,6 +40,7 @@ from .statecache import StateCache
 from .stats import GenerationStats, RoundEvent
 from .templates import render_chat
 from .text import TextAssembler
+from .verify.constrain import grammar_top
 from .verify.verifier import Verifier
 from .warmup import process_warmup
 
@@ -207,6 +207,7 @@ class Engine:
         """Use these drafter and rule settings from the next generation on (a server's
         per-request settings). A drafter used before with the same settings comes back with
         what it learned (auto's costs and acceptance), unless `fresh_drafter`."""
+        self._check_open()
         self.check_config(drafter)
         if fresh_drafter or drafter not in self._drafters:
             self._drafters[drafter] = make_drafter(drafter, self.draft_model,
@@ -275,7 +276,7 @@ class Engine:
         text = TextAssembler(self.target.vocab.token_bytes, stop)
         request = Request(max_tokens, self.drafter_config.k_value, sampler,
                           np.random.default_rng(seed), constraint,
-                          _grammar_top(self.rule_config, sampler, self.target.n_vocab))
+                          grammar_top(self.rule_config, sampler, self.target.n_vocab))
         history = TokenBuffer(self.target.n_ctx)
         family = learned.request_family(prompt)  # lookup acceptance is learned per family too
         rounds = self._request(prompt_ids, history, verifier, request, text, stats, family)
@@ -309,6 +310,7 @@ class Engine:
         request's prefill keeps the longest common prefix and drops the rest, so a request cut
         mid-round leaves nothing to repair."""
         try:
+            self._check_open()  # a generation made before close() and iterated after it
             self._busy = True
             process_warmup().request_started()
             if self._drafter is not None:
@@ -390,13 +392,3 @@ class Engine:
     def __exit__(self, *exc) -> None:
         self.close()
 
-
-def _grammar_top(rule: RuleConfig, sampler: SamplerSettings | None, n_vocab: int) -> int:
-    """How many allowed tokens must be exact at the top of each row (constrain.py): the
-    sampler's top-k (0 = the whole row), FLy's top-k entropy, else just the argmax. FLy's
-    "normalized" entropy keeps 1: its gate then reads forbidden tokens under the argmax too."""
-    if sampler is not None:
-        return sampler.top_k if sampler.top_k < n_vocab else 0
-    if rule.rule == "fly" and rule.entropy == "topk":
-        return rule.entropy_top_k
-    return 1

@@ -120,6 +120,22 @@ class AcceptanceModel:
         return np.concatenate(([0.0], np.cumsum(reach)))
 
 
+def saved_counts(saved: object, shape: tuple[int, ...],
+                 names: tuple[str, str] = ("accepted", "tried")) -> tuple[np.ndarray, ...] | None:
+    """Two float64 arrays of `shape` read from a saved JSON object's fields `names`, or None
+    when the object or a field is missing, of another shape, not numbers, negative or not
+    finite: a damaged or hand-edited learned-state file must never stop a start."""
+    if not isinstance(saved, dict):
+        return None
+    try:
+        arrays = tuple(np.asarray(saved.get(name, ()), np.float64) for name in names)
+    except (TypeError, ValueError, OverflowError):  # strings, ragged lists, 10**400
+        return None
+    if any(a.shape != shape or not np.isfinite(a).all() or (a < 0).any() for a in arrays):
+        return None
+    return arrays
+
+
 def best_k(expected: np.ndarray, round_seconds: np.ndarray) -> tuple[int, float]:
     """expected float64[K+1] = S(k), round_seconds float64[K+1] = T(k+1) + D(k) for k = 0..K.
     Returns (k, committed tokens per second) maximising (1 + S(k)) / cost(k)."""

@@ -1,9 +1,10 @@
 """What `--drafter auto` learned, kept between processes: the target's verification cost per
 batch size and the draft model's cost per token (keyed by what they depend on: the model
 files, threads, placement and the llama.cpp build), and the acceptance statistics per
-drafter and kind of lookup match (keyed by the model pair, the rule and the drafter's
-settings). A script that runs `lsd run` once per request then starts where the last one
-stopped instead of spending its first rounds measuring.
+drafter (keyed by the model pair, the rule and the drafter's settings; lookup's per copy run
+and request family, lsd_local.lookup_acceptance). A script that runs `lsd run` once per
+request then starts where the last one stopped instead of spending its first rounds
+measuring.
 
 One JSON file under the user cache dir ($XDG_CACHE_HOME/lsd or ~/.cache/lsd), written
 whole to a temporary file and renamed over the old one: two processes saving at once may
@@ -22,7 +23,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-FORMAT = 2  # bump when the layout of an entry changes: older files are then ignored
+FORMAT = 1  # bump when the layout of an entry changes: older files are then ignored
 MAX_ENTRIES = 64  # per section; the least recently saved go first
 HEADER_BYTES = 1 << 20  # a model file's identity hashes its first MiB (header, metadata)
 

@@ -27,11 +27,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .estimators import saved_counts
+
 LONG_TERM_DECAY = 0.995  # weight of older long-term evidence, per update
 BUCKET_PRIOR_TRIES = 2.0  # an untested bucket takes its group's pooled rate with this weight
 FAMILY_PRIOR_TRIES = 4.0  # a family's evidence shrinks toward all requests' with this
 REQUEST_PRIOR_TRIES = 8.0  # the generation's evidence shrinks toward its family's with this
 MAX_FAMILIES = 32  # request families remembered (the least recently used go first)
+RUN_TABLE = 512  # runs below this find their bucket in a table (runs are <= RUN_CAP + 64)
 REQUEST_DECAY = 0.995  # weight of a generation's older evidence, per update (long ones)
 
 
@@ -43,21 +46,44 @@ class RunAcceptanceModel:
 
     def __init__(self, edges: Sequence[int], long_from: int, prior_short: float,
                  prior_long: float) -> None:
-        self.edges = np.asarray(edges, np.int64)
-        self.long = self.edges >= long_from  # bool[b]: the bucket's group
-        self.prior = np.where(self.long, prior_long, prior_short)  # float64[b]
+        self.edges = np.asarray(edges, np.int64)  # int64[b]: ascending from 0
+        if len(self.edges) == 0 or self.edges[0] != 0 or (np.diff(self.edges) <= 0).any():
+            raise ValueError(f"run bucket edges must ascend from 0, not {list(edges)}")
         size = len(self.edges)
-        self.accepted = np.zeros(size)  # float64[b]: decayed long-term accepts, all requests
-        self.tried = np.zeros(size)  # float64[b]: decayed long-term tries, all requests
-        # family -> (accepts, tries) float64[b] each, decayed long-term; the current one last
+        self.n_short = int(np.searchsorted(self.edges, long_from))  # buckets [0, n_short)
+        self.long = np.arange(size) >= self.n_short  # bool[b]: the bucket's group
+        self.prior = np.where(self.long, prior_long, prior_short)  # float64[b]
+        self._group_priors = np.array([prior_short, prior_long])  # float64[2]
+        self._upper = np.append(self.edges[1:], np.iinfo(np.int64).max)  # int64[b]
+        self._bucket_of = self.buckets_slow(0, RUN_TABLE)  # int64[RUN_TABLE]: run -> bucket
+        # float64[RUN_TABLE + 1, b]: row r counts the runs 0..r-1 per bucket, so the runs
+        # first..first+n-1 of an update count row first+n minus row first
+        self._below = np.vstack([np.zeros(size), np.cumsum(
+            np.eye(size)[self._bucket_of], axis=0)])
+        # evidence in one array so that an update is two operations: [level, (accepts,
+        # tries), b] for all requests (long-term), the current family, this generation
+        self._levels = np.zeros((3, 2, size))
+        self._decay = np.array([LONG_TERM_DECAY, LONG_TERM_DECAY, REQUEST_DECAY])[:, None]
+        # family -> (accepts, tries) float64[b] each, decayed long-term; the current one
+        # (last) is a view of its level
         self.families: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self.family: str | None = None  # the current generation's family (None: unnamed)
-        self.request_accepted = np.zeros(size)  # float64[b]: this generation's evidence
-        self.request_tried = np.zeros(size)
         self._rates: np.ndarray | None = None  # float64[b], cached until the evidence changes
 
+    accepted = property(lambda self: self._levels[0, 0])  # float64[b]: all requests
+    tried = property(lambda self: self._levels[0, 1])
+    request_accepted = property(lambda self: self._levels[2, 0])  # this generation
+    request_tried = property(lambda self: self._levels[2, 1])
+
     def buckets(self, run: int, n: int) -> np.ndarray:
-        """int64[n]: the buckets of runs run, run + 1, .., run + n - 1."""
+        """int64[n]: the buckets of runs run, run + 1, .., run + n - 1 (a run is >= 0)."""
+        run = max(run, 0)
+        if run + n <= RUN_TABLE:
+            return self._bucket_of[run:run + n]
+        return self.buckets_slow(run, n)
+
+    def buckets_slow(self, run: int, n: int) -> np.ndarray:
+        """buckets() by search (the definition; runs beyond the table)."""
         return np.searchsorted(self.edges, np.arange(run, run + n), side="right") - 1
 
     def update(self, run: int, n_drafted: int, n_accept: int, offset: int = 0) -> None:
@@ -67,38 +93,40 @@ class RunAcceptanceModel:
         if n_drafted <= 0:
             return
         n_accept = min(n_accept, n_drafted)
-        buckets = self.buckets(run + offset, min(n_accept + 1, n_drafted))
-        tried = np.bincount(buckets, minlength=len(self.edges))
-        accepted = np.bincount(buckets[:n_accept], minlength=len(self.edges))
-        levels = [(self.accepted, self.tried, LONG_TERM_DECAY),
-                  (self.request_accepted, self.request_tried, REQUEST_DECAY)]
-        if self.family is not None:
-            levels.append((*self.families[self.family], LONG_TERM_DECAY))
-        for level_accepted, level_tried, decay in levels:
-            level_accepted *= decay
-            level_accepted += accepted
-            level_tried *= decay
-            level_tried += tried
+        first = max(run + offset, 0)  # the run before the first scored position
+        self._levels *= self._decay[:, :, None]
+        self._levels[:, 0] += self._counts(first, n_accept)
+        self._levels[:, 1] += self._counts(first, min(n_accept + 1, n_drafted))
         self._rates = None
+
+    def _counts(self, first: int, n: int) -> np.ndarray:
+        """float64[b]: how many of the runs first..first+n-1 fall in each bucket."""
+        if first + n <= RUN_TABLE:
+            return self._below[first + n] - self._below[first]
+        # the overlap of that interval with each bucket's
+        return np.maximum(np.minimum(first + n, self._upper) -
+                          np.maximum(first, self.edges), 0).astype(np.float64)
 
     def rates(self) -> np.ndarray:
         """float64[b]: acceptance of the token after a run in each bucket, for this
         generation (cached until the evidence changes)."""
         if self._rates is None:
-            pooled = np.empty_like(self.tried)
-            for group in (self.long, ~self.long):
-                if group.any():
-                    prior = self.prior[group][0]
-                    pooled[group] = (self.accepted[group].sum() + 2.0 * prior) / \
-                        (self.tried[group].sum() + 2.0)
-            rates = (self.accepted + BUCKET_PRIOR_TRIES * pooled) / \
-                (self.tried + BUCKET_PRIOR_TRIES)
+            accepted, tried = self._levels[0]
+            sums = np.add.reduceat(self._levels[0], [0, self.n_short], axis=1) \
+                if 0 < self.n_short < len(self.edges) else None
+            if sums is None:  # one group only
+                pooled = (accepted.sum() + 2.0 * self.prior[0]) / (tried.sum() + 2.0)
+            else:  # an untested bucket takes its group's pooled rate
+                group = (sums[0] + 2.0 * self._group_priors) / (sums[1] + 2.0)
+                pooled = np.repeat(group, [self.n_short, len(self.edges) - self.n_short])
+            rates = (accepted + BUCKET_PRIOR_TRIES * pooled) / (tried + BUCKET_PRIOR_TRIES)
             if self.family is not None:
-                family_accepted, family_tried = self.families[self.family]
+                family_accepted, family_tried = self._levels[1]
                 rates = (family_accepted + FAMILY_PRIOR_TRIES * rates) / \
                     (family_tried + FAMILY_PRIOR_TRIES)
-            self._rates = (self.request_accepted + REQUEST_PRIOR_TRIES * rates) / \
-                (self.request_tried + REQUEST_PRIOR_TRIES)
+            request_accepted, request_tried = self._levels[2]
+            self._rates = (request_accepted + REQUEST_PRIOR_TRIES * rates) / \
+                (request_tried + REQUEST_PRIOR_TRIES)
         return self._rates
 
     def probabilities(self, run: int, k: int) -> np.ndarray:
@@ -114,16 +142,18 @@ class RunAcceptanceModel:
     def begin(self, family: str | None = None) -> None:
         """A new generation of request family `family` (None: unnamed): its own evidence
         starts empty; the long-term evidence (all requests', each family's) stays."""
+        if self.family is not None:  # keep the family's level, not views of it
+            self.families[self.family] = (self._levels[1, 0].copy(), self._levels[1, 1].copy())
         self.family = family
+        self._levels[1:] = 0.0
         if family is not None:
-            if family not in self.families:
-                size = len(self.edges)
-                self.families[family] = (np.zeros(size), np.zeros(size))
+            saved = self.families.get(family)
+            if saved is not None:
+                self._levels[1, 0], self._levels[1, 1] = saved
+            self.families[family] = (self._levels[1, 0], self._levels[1, 1])
             self.families.move_to_end(family)
             while len(self.families) > MAX_FAMILIES:
                 self.families.popitem(last=False)
-        self.request_accepted[:] = 0.0
-        self.request_tried[:] = 0.0
         self._rates = None
 
     def state(self) -> dict:
@@ -133,38 +163,36 @@ class RunAcceptanceModel:
                 "families": {name: {"accepted": accepted.tolist(), "tried": tried.tolist()}
                              for name, (accepted, tried) in self.families.items()}}
 
-    def restore(self, saved: dict, max_tries: float) -> None:
+    def restore(self, saved: object, max_tries: float) -> None:
         """Start from `state()` of an earlier process, each level scaled down to at most
-        max_tries tries in all; a level of another shape, or with negative or non-finite
-        counts, is ignored."""
+        max_tries tries in all; a level that is not valid (saved_counts) is ignored."""
+        if not isinstance(saved, dict):
+            return
         level = self._checked(saved, max_tries)
         if level is not None:
-            self.accepted, self.tried = level
+            self._levels[0, 0], self._levels[0, 1] = level
         families = saved.get("families")
         for name, entry in (families.items() if isinstance(families, dict) else ()):
             level = self._checked(entry, max_tries)
-            if level is not None and isinstance(name, str):
-                self.families[name] = level
-                self.families.move_to_end(name)
+            if level is None or not isinstance(name, str):
+                continue
+            if name == self.family:  # the current family's level is live
+                self._levels[1, 0], self._levels[1, 1] = level
+                level = (self._levels[1, 0], self._levels[1, 1])
+            self.families[name] = level
+            self.families.move_to_end(name)
+        if self.family is not None:  # the current one stays
+            self.families.move_to_end(self.family)
         while len(self.families) > MAX_FAMILIES:
             self.families.popitem(last=False)
-        if self.family is not None and self.family not in self.families:
-            self.family = None
         self._rates = None
 
-    def _checked(self, saved, max_tries: float) -> tuple[np.ndarray, np.ndarray] | None:
+    def _checked(self, saved: object, max_tries: float) -> tuple[np.ndarray, np.ndarray] | None:
         """(accepts, tries) float64[b] from a saved level, scaled to at most max_tries tries,
         or None when it is not a valid level of this model."""
-        if not isinstance(saved, dict):
+        level = saved_counts(saved, self.accepted.shape)
+        if level is None:
             return None
-        try:
-            accepted = np.asarray(saved.get("accepted", ()), np.float64)
-            tried = np.asarray(saved.get("tried", ()), np.float64)
-        except (TypeError, ValueError):
-            return None
-        if accepted.shape != self.accepted.shape or tried.shape != self.tried.shape or \
-                not (np.isfinite(accepted).all() and np.isfinite(tried).all()) or \
-                (accepted < 0).any() or (tried < 0).any():
-            return None
+        accepted, tried = level
         scale = min(1.0, max_tries / max(float(tried.sum()), 1e-9))
         return np.minimum(accepted, tried) * scale, tried * scale

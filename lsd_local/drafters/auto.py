@@ -4,13 +4,14 @@ and acceptance models of lsd_local.estimators."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from time import perf_counter
 
 import numpy as np
 
 from ..config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
-from ..estimators import AcceptanceModel, CostModel, best_k
+from ..estimators import AcceptanceModel, CostModel, best_k, saved_counts
 from ..lookup_acceptance import RunAcceptanceModel
 from .base import EMPTY_DRAFT, Draft, Drafter
 from .lookup import LookupDrafter
@@ -80,7 +81,7 @@ class AutoDrafter(Drafter):
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
         # "short"/"copy" -> [start, proposal int32[m], positions scored, run]: one pending
-        # lookup proposal per kind, so that a copy met while a short match is still being
+        # lookup proposal per kind, so that a copy met while a chance match is still being
         # scored is learned too
         self._shadows: dict[str, list] = {}
         self._last_tried = {"lookup": 0, "model": 0}
@@ -103,6 +104,10 @@ class AutoDrafter(Drafter):
         if len(proposal) and kind not in self._shadows:
             # Lookup acceptance is learned from whole proposals against what gets committed
             # (verified or not, cut or not): every position is scored at no target cost.
+            # A short match still pending when a copy is found is that copy's beginning:
+            # scoring both would count the same tokens twice.
+            if kind == "copy":
+                self._shadows.pop("short", None)
             self._shadows[kind] = [len(history), proposal.tokens.copy(), 0, run]
         if choice.source == "lookup":
             draft = replace(proposal, tokens=proposal.tokens[:choice.k], source="lookup")
@@ -126,36 +131,34 @@ class AutoDrafter(Drafter):
         return {"lookup": self.acceptance["lookup"].state(),
                 "model": {"accepted": model.accepted.tolist(), "tried": model.tried.tolist()}}
 
-    def restore(self, costs: dict | None, acceptance: dict | None) -> None:
+    def restore(self, costs: object, acceptance: object) -> None:
         """Start from what an earlier process learned (as learned_costs/learned_acceptance
-        gave it); entries of another shape are ignored."""
-        if costs:
-            weight = np.asarray(costs.get("weight", ()), np.float64)
-            seconds = np.asarray(costs.get("seconds", ()), np.float64)
-            if weight.shape == seconds.shape == self.cost._weight.shape and \
-                    np.isfinite(weight).all() and np.isfinite(seconds).all():
-                # the means come back, with the weight of a few observations: this
-                # process's own timings take over within rounds when the machine changed
-                scale = min(1.0, RESTORED_COST_WEIGHT / max(weight.sum(), 1e-9))
-                self.cost._weight[:], self.cost._seconds[:] = weight * scale, seconds * scale
-            draft_s = costs.get("draft_token_s")
-            if isinstance(draft_s, (int, float)) and draft_s > 0:
-                self.draft_token_s = float(draft_s)
-        for key, saved in (acceptance or {}).items():
-            if not isinstance(saved, dict):
-                continue
-            if key == "lookup":
-                self.acceptance["lookup"].restore(saved, RESTORED_LOOKUP_TRIES)
-                continue
-            model = self.acceptance.get(key)
-            if model is None:
-                continue
-            accepted = np.asarray(saved.get("accepted", ()), np.float64)
-            tried = np.asarray(saved.get("tried", ()), np.float64)
-            if accepted.shape == tried.shape == model.tried.shape and \
-                    np.isfinite(accepted).all() and np.isfinite(tried).all():
-                scale = min(1.0, RESTORED_TRIES / max(tried.sum(), 1e-9))
-                model.accepted[:], model.tried[:] = accepted * scale, tried * scale
+        gave it); parts that are not valid (another shape, damaged: saved_counts) are
+        ignored."""
+        if isinstance(costs, dict):
+            self._restore_costs(costs)
+        if not isinstance(acceptance, dict):
+            return
+        self.acceptance["lookup"].restore(acceptance.get("lookup"), RESTORED_LOOKUP_TRIES)
+        model = self.acceptance["model"]
+        level = saved_counts(acceptance.get("model"), model.tried.shape)
+        if level is not None:
+            accepted, tried = level
+            scale = min(1.0, RESTORED_TRIES / max(tried.sum(), 1e-9))
+            model.accepted[:], model.tried[:] = np.minimum(accepted, tried) * scale, tried * scale
+
+    def _restore_costs(self, costs: dict) -> None:
+        level = saved_counts(costs, self.cost._weight.shape, ("weight", "seconds"))
+        if level is not None:
+            # the means come back, with the weight of a few observations: this process's
+            # own timings take over within rounds when the machine changed
+            weight, seconds = level
+            scale = min(1.0, RESTORED_COST_WEIGHT / max(weight.sum(), 1e-9))
+            self.cost._weight[:], self.cost._seconds[:] = weight * scale, seconds * scale
+        draft_s = costs.get("draft_token_s")
+        if isinstance(draft_s, (int, float)) and not isinstance(draft_s, bool) and \
+                math.isfinite(draft_s) and draft_s > 0:
+            self.draft_token_s = float(draft_s)
 
     def accept(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
         """Learn t(n) from every round and the draft model's acceptance from its rounds."""

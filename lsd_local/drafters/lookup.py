@@ -1,5 +1,6 @@
-"""Prompt lookup decoding (Saxena 2023): propose what followed the most recent earlier
-occurrence of the last n tokens, trying n = max_ngram down to min_ngram."""
+"""Prompt lookup decoding (Saxena 2023): propose what followed an earlier occurrence of the
+last n tokens, trying n = max_ngram down to min_ngram; of several, the one whose copy has run
+longest (the most recent among equals), and say how long (the auto drafter learns by it)."""
 
 from __future__ import annotations
 
@@ -70,6 +71,8 @@ def lookup_reference(tokens: np.ndarray, max_ngram: int, min_ngram: int, k: int,
                 run = int(np.argmax(before)) if before.any() else span
                 if run > best_run:
                     best_end, best_run = source_end, run
+                    if run >= run_cap or run == source_end:
+                        break  # no earlier occurrence can run longer
             return tokens[best_end:best_end + k].copy(), size, best_run
     return np.zeros(0, np.int32), 0, 0
 

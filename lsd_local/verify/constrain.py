@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import RuleConfig, SamplerSettings
 from ..errors import GrammarError
 from ..jit import choose
 from ._rows import row_top, row_top_reference
@@ -99,3 +100,14 @@ def prepare_block(grammar, logits: np.ndarray, draft: np.ndarray, n_top: int,
         return len(draft)
     finally:
         state.close()
+
+
+def grammar_top(rule: RuleConfig, sampler: SamplerSettings | None, n_vocab: int) -> int:
+    """How many allowed tokens must be exact at the top of each row: the sampler's top-k
+    (0 = the whole row), FLy's top-k entropy, else just the argmax. FLy's "normalized"
+    entropy keeps 1: its gate then reads forbidden tokens under the argmax too."""
+    if sampler is not None:
+        return sampler.top_k if sampler.top_k < n_vocab else 0
+    if rule.rule == "fly" and rule.entropy == "topk":
+        return rule.entropy_top_k
+    return 1

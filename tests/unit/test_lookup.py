@@ -50,7 +50,8 @@ def test_most_recent_occurrence_wins():
 def test_longer_ngram_preferred():
     tokens = [7, 2, 8, 5, 2, 9, 9, 5, 2]  # "5 2" occurs at 3; "2" alone most recently at 4
     assert run_kernel(tokens, 2, 1, 2) == [9, 9]
-    assert run_kernel(tokens, 1, 1, 2) == [9, 9]  # most recent "2" is at 4 -> 9 9
+    # n = 1: the "2" at 4 follows a 5 as the last one does (run 2), the one at 1 does not
+    assert run_kernel(tokens, 1, 1, 2) == [9, 9]
 
 
 def test_no_match_and_short_history():

@@ -25,7 +25,8 @@ def test_a_draft_position_is_learned_at_its_run():
     assert acc.accepted.tolist() == [0, 0, 2, 0, 0, 0, 0, 0]
     assert acc.request_tried.tolist() == acc.tried.tolist()  # this generation's too
     acc.update(10, 3, 3, offset=2)  # the same draft's positions 3..5 later scored right
-    assert acc.accepted[3] == pytest.approx(3 * la.LONG_TERM_DECAY ** 0)  # runs 12, 13, 14
+    assert acc.accepted[3] == pytest.approx(3.0)  # runs 12, 13, 14 (nothing there to decay)
+    assert acc.tried[3] == pytest.approx(la.LONG_TERM_DECAY * 1 + 3)
     assert acc.buckets(10, 8).tolist() == [2, 2, 3, 3, 3, 3, 4, 4]
     assert acc.buckets(47, 3).tolist() == [6, 7, 7]  # the last bucket holds every longer run
 
@@ -141,6 +142,8 @@ def test_state_round_trip_scaled_to_at_most_max_tries():
     {"accepted": [-1.0] * len(EDGES), "tried": [1.0] * len(EDGES)},
     {"accepted": "many", "tried": None},
     {"accepted": [[1.0]], "tried": [[1.0]]},
+    {"accepted": [10 ** 400] * len(EDGES), "tried": [1] * len(EDGES)},  # JSON allows it
+    {"accepted": [1.0, [2.0]] + [1.0] * (len(EDGES) - 2), "tried": [1.0] * len(EDGES)},
 ])
 def test_a_bad_saved_level_is_ignored(bad):
     acc = model()
@@ -154,3 +157,22 @@ def test_a_bad_saved_level_is_ignored(bad):
     good = {"accepted": [2.0] * len(EDGES), "tried": [1.0] * len(EDGES)}
     acc.restore({"families": {"f": good}}, 50.0)  # accepts above tries are cut to the tries
     assert (acc.families["f"][0] <= acc.families["f"][1]).all()
+
+
+def test_bucket_counts_by_table_equal_the_definition():
+    """update() counts runs per bucket from a table (runs below RUN_TABLE) or by interval
+    overlap (beyond): both equal counting each run's bucket one by one."""
+    acc = model()
+    rng = np.random.default_rng(7)
+    for first, n in [(0, 0), (0, 1), (3, 9), (la.RUN_TABLE - 5, 10), (la.RUN_TABLE, 3),
+                     *zip(rng.integers(0, 2 * la.RUN_TABLE, 300), rng.integers(0, 40, 300))]:
+        expected = np.bincount(acc.buckets_slow(int(first), int(n)), minlength=len(EDGES))
+        np.testing.assert_array_equal(acc._counts(int(first), int(n)), expected)
+        np.testing.assert_array_equal(acc.buckets(int(first), int(n)),
+                                      acc.buckets_slow(int(first), int(n)))
+
+
+def test_edges_must_ascend_from_zero():
+    for edges in [(), (1, 4), (0, 4, 4), (0, 8, 4)]:
+        with pytest.raises(ValueError, match="ascend from 0"):
+            RunAcceptanceModel(edges, 12, 0.5, 0.9)

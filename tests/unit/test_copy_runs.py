@@ -1,0 +1,124 @@
+"""The auto drafter on copies that break early or run on: a simulated machine whose lookup
+proposals are right up to the end of a copy, with copy lengths mixed as in real answers
+(chance matches, a copied line, a copied function). No llama.cpp."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lsd_local.drafters.auto import AutoDrafter
+from lsd_local.drafters.base import Draft, Drafter
+
+
+class CopyWorld:
+    """Text alternating fresh stretches and copies of passages seen before. Lookup proposes
+    right up to a copy's end (wrong on fresh text); copies are short (geometric, mean 3),
+    a line of 12..20 tokens, or long (geometric, mean 150): one that has run for 12 tokens
+    often breaks within a few more, one that has run for 48 rarely does."""
+
+    def __init__(self, seed, n=30_000):
+        rng = np.random.default_rng(seed)
+        self.truth = rng.integers(0, 1000, n + 64).astype(np.int32)
+        self.copy_start = np.full(n + 64, -1)  # position -> start of its copy (-1: fresh)
+        self.copy_end = np.full(n + 64, -1)
+        pos = 0
+        while pos < n:
+            pos += int(rng.geometric(1 / 30))
+            kind = rng.random()
+            length = (int(rng.geometric(1 / 3)) if kind < 0.4 else
+                      int(rng.integers(12, 21)) if kind < 0.7 else int(rng.geometric(1 / 150)))
+            self.copy_start[pos:pos + length] = pos
+            self.copy_end[pos:pos + length] = pos + length
+            pos += length
+
+
+class CopyLookup(Drafter):
+    """Reports matches and runs as LookupDrafter does: a 6-gram plus the copy so far."""
+
+    def __init__(self, world, k_fixed=None):
+        self.world, self.k_fixed = world, k_fixed
+        self.last_match = self.last_run = 0
+
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        n, world = len(history), self.world
+        k = k if self.k_fixed is None else min(k, self.k_fixed)
+        tokens = world.truth[n:n + k].copy()
+        copied = max(0, n - world.copy_start[n]) if world.copy_end[n] >= 0 else 0
+        self.last_run = 6 + copied
+        self.last_match = min(12, self.last_run)
+        right = world.copy_end[n] - n if world.copy_end[n] >= 0 else 0
+        if right < k:
+            tokens[right] = (tokens[right] + 1) % 1000
+        return Draft(tokens)
+
+
+class Plain(Drafter):
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        return Draft(np.zeros(0, np.int32))
+
+
+def copy_rate(drafter, world, n_tokens, t, on_round=None):
+    """Tokens per virtual second over n_tokens; t(n) the cost of scoring n tokens."""
+    history, clock = np.zeros(0, np.int32), 0.0
+    while len(history) < n_tokens:
+        draft = drafter.propose(history, 32)
+        k, n = len(draft), len(history)
+        truth = world.truth[n:n + k + 1]
+        wrong = np.flatnonzero(draft.tokens != truth[:k])
+        n_accept = int(wrong[0]) if len(wrong) else k
+        clock += t(k + 1)
+        drafter.accept(k, n_accept, t(k + 1))
+        if on_round is not None:
+            on_round(drafter, k)
+        history = np.concatenate([history, truth[:n_accept + 1]])
+    return len(history) / clock
+
+
+def test_a_copy_that_has_run_long_is_drafted_longer_than_one_that_just_began():
+    """On measured CPU-like costs (t(33) ~ 14 t(1)), auto drafts a copy that has run for 48+
+    tokens longer than one at 12..15 (a per-position model cannot tell them apart), and beats
+    every fixed K."""
+    world = CopyWorld(seed=5)
+    t = lambda n: 0.6 + 0.4 * n  # noqa: E731
+    lookup = CopyLookup(world)
+    drafter = AutoDrafter(lookup)
+    copy_rate(drafter, world, 8000, t)  # learn
+    ks = {"young": [], "old": []}
+
+    def record(drafter, k):
+        run = lookup.last_run
+        if 12 <= run < 16 or run >= 48:
+            ks["young" if run < 16 else "old"].append(k)
+
+    rate = copy_rate(drafter, world, 16_000, t, record)
+    assert np.mean(ks["old"]) > 1.2 * np.mean(ks["young"]), ks
+    fixed = {k: copy_rate(CopyLookup(world, k) if k else Plain(), world, 16_000, t)
+             for k in (0, 2, 4, 8, 16, 32)}
+    assert rate > 1.1 * max(fixed.values()), (rate, fixed)
+
+
+def test_a_restored_drafter_drafts_a_running_copy_from_its_first_round(tmp_path):
+    """A scripted machine whose first run learns and whose second run starts right: what
+    the first drafter learned goes through the learned-state file (lsd_local.learned) into
+    a new one, which drafts a copy that has run long from its first round, about as long as
+    the experienced drafter would; a fresh one spends that round on a plain step."""
+    from lsd_local import learned
+
+    world = CopyWorld(seed=8)
+    t = lambda n: 0.6 + 0.4 * n  # noqa: E731
+    first = AutoDrafter(CopyLookup(world))
+    first.begin("copy-task")
+    copy_rate(first, world, 6000, t)
+    path = tmp_path / "learned.json"
+    learned.save(path, {"c": first.learned_costs()}, {"a": first.learned_acceptance()})
+    sections = learned.load(path)
+    restored, fresh = AutoDrafter(CopyLookup(world)), AutoDrafter(CopyLookup(world))
+    restored.restore(sections["costs"]["c"], sections["acceptance"]["a"])
+    start = int(np.flatnonzero(world.copy_end - np.arange(len(world.copy_end)) > 120)[0]) + 60
+    history = world.truth[:start]  # 60 tokens into a long copy
+    for drafter in (first, restored, fresh):
+        drafter.begin("copy-task")
+    experienced = len(first.propose(history, 32))
+    assert len(fresh.propose(history, 32)) == 0  # nothing known: it measures t(1)
+    got = len(restored.propose(history, 32))
+    assert got >= max(4, 0.7 * experienced)
