@@ -15,9 +15,11 @@ shown so far. Used by the auto drafter (lsd_local.drafters.auto) to choose K; pu
   (the engine names it by its instruction: lsd_local.learned.request_family), shrunk toward
   the rates of all requests; a family not seen before starts from those.
 - The generation: its own evidence, shrunk toward its family's rates with the weight of a
-  few tries, so that a request unlike its family shows within a few proposals. The long-term
-  rates keep a long memory so that they are estimated well (a copy breaks about once in a
-  hundred tokens).
+  few tries, so that a request unlike its family shows within a few proposals.
+The all-requests and family levels forget by LONG_TERM_DECAY per update (about the last 200
+scored proposals weigh) and come back from the state file with up to 500 tries each
+(lsd_local.drafters.auto): a copy breaks about once in a hundred tokens, which takes many
+tries to tell.
 """
 
 from __future__ import annotations

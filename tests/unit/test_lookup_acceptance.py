@@ -164,8 +164,9 @@ def test_bucket_counts_by_table_equal_the_definition():
     overlap (beyond): both equal counting each run's bucket one by one."""
     acc = model()
     rng = np.random.default_rng(7)
+    starts, lengths = rng.integers(0, 2 * la.RUN_TABLE, 300), rng.integers(0, 40, 300)
     for first, n in [(0, 0), (0, 1), (3, 9), (la.RUN_TABLE - 5, 10), (la.RUN_TABLE, 3),
-                     *zip(rng.integers(0, 2 * la.RUN_TABLE, 300), rng.integers(0, 40, 300))]:
+                     *zip(starts, lengths, strict=True)]:
         expected = np.bincount(acc.buckets_slow(int(first), int(n)), minlength=len(EDGES))
         np.testing.assert_array_equal(acc._counts(int(first), int(n)), expected)
         np.testing.assert_array_equal(acc.buckets(int(first), int(n)),
