@@ -309,8 +309,10 @@ class Engine:
         record which tokens their caches hold (backend.Model.cached_tokens), and the next
         request's prefill keeps the longest common prefix and drops the rest, so a request cut
         mid-round leaves nothing to repair."""
-        self._check_open()  # a generation made before close() and iterated after it (before
-        try:  # the try: nothing started, so the finally must not end a request)
+        # a generation made before close() and iterated after it is refused before the try:
+        # nothing has started, so the finally must not end a request
+        self._check_open()
+        try:
             self._busy = True
             process_warmup().request_started()
             if self._drafter is not None:
