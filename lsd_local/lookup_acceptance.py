@@ -53,8 +53,6 @@ class RunAcceptanceModel:
             raise ValueError(f"run bucket edges must ascend from 0, not {list(edges)}")
         size = len(self.edges)
         self.n_short = int(np.searchsorted(self.edges, long_from))  # buckets [0, n_short)
-        self.long = np.arange(size) >= self.n_short  # bool[b]: the bucket's group
-        self.prior = np.where(self.long, prior_long, prior_short)  # float64[b]
         self._group_priors = np.array([prior_short, prior_long])  # float64[2]
         self._upper = np.append(self.edges[1:], np.iinfo(np.int64).max)  # int64[b]
         self._bucket_of = self.buckets_slow(0, RUN_TABLE)  # int64[RUN_TABLE]: run -> bucket
@@ -116,8 +114,9 @@ class RunAcceptanceModel:
             accepted, tried = self._levels[0]
             sums = np.add.reduceat(self._levels[0], [0, self.n_short], axis=1) \
                 if 0 < self.n_short < len(self.edges) else None
-            if sums is None:  # one group only
-                pooled = (accepted.sum() + 2.0 * self.prior[0]) / (tried.sum() + 2.0)
+            if sums is None:  # one group only (every bucket short, or every one long)
+                prior = self._group_priors[int(self.n_short == 0)]
+                pooled = (accepted.sum() + 2.0 * prior) / (tried.sum() + 2.0)
             else:  # an untested bucket takes its group's pooled rate
                 group = (sums[0] + 2.0 * self._group_priors) / (sums[1] + 2.0)
                 pooled = np.repeat(group, [self.n_short, len(self.edges) - self.n_short])
