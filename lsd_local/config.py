@@ -62,6 +62,7 @@ MODEL_CAP = 8  # longest draft-model draft auto considers
 AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
               "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round
 P_MIN = 0.75  # draft model: stop greedy drafting under this top-1 probability (--draft-p-min)
+P_MIN_TOP_K = 10  # ... taken over the 10 likeliest tokens, as llama.cpp's draft sampler does
 MAX_NGRAM = 12  # prompt lookup: longest n-gram matched
 MIN_NGRAM = 6  # prompt lookup: shortest n-gram matched
 RUN_CAP = 256  # prompt lookup: how far back a copy's run is measured (auto's copy model)

@@ -31,7 +31,7 @@ import numpy as np
 from .config import RUN_CAP
 from .drafters.lookup import lookup_match
 from .jit import claim_warmup, mark_failed, mark_ready, wait_ready
-from .verify._rows import row_entropy, row_top
+from .verify._rows import row_entropy, row_top, row_top_share
 from .verify.asd import asd_kernel
 from .verify.fly import fly_kernel
 
@@ -53,7 +53,7 @@ def kernel_calls() -> list[tuple[object, tuple]]:
     return [(fly_kernel, (logits, targets, draft, 0.6, 1, 3, False, loose)),
             (asd_kernel, (logits, targets, draft, 0.0, 2.0, 2, 6.0, loose)),
             (lookup_match, (tokens, 12, 6, 8, RUN_CAP, out)), (row_top, (row, 4)),
-            (row_entropy, (row, row[1], 3, False))]
+            (row_entropy, (row, row[1], 3, False)), (row_top_share, (row, 10))]
 
 
 def _cached(kernel, args: tuple) -> bool:

@@ -125,7 +125,8 @@ ENGINE_OPTIONS = [
                  help="ASD: total logit regret one answer may spend on kept mismatches "
                       "(0 = strict)."),
     click.option("--p-min", type=click.FloatRange(0, 1), default=P_MIN, show_default=True,
-                 help="Draft model: stop drafting when its top-1 probability falls below."),
+                 help="Draft model: stop drafting when its top-1 probability (among its 10 "
+                      "likeliest tokens, as llama.cpp) falls below."),
     llama_option("--ctx", aliases=("-c", "--ctx-size"), type=click.IntRange(min=8), default=None,
                  help="Context size in tokens (prompt + answers). Default: the registry's, "
                       f"else {N_CTX}."),

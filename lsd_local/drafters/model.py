@@ -2,20 +2,29 @@
 
 Its KV cache is kept across rounds: before drafting, only the cached positions that disagree
 with the committed tokens are dropped (longest common prefix) and only what is new is
-evaluated. Greedy drafting stops early when the draft's top-1 probability falls under p_min
-(llama.cpp's --draft-p-min).
+evaluated. Greedy drafting stops early when the draft's top-1 probability falls under p_min,
+taken over its 10 likeliest tokens exactly as llama.cpp's --draft-p-min (its draft sampler
+keeps the top 10 and takes their softmax): one vectorized pass over the row instead of a
+softmax over the whole vocabulary (~30 us instead of ~180 on a 151k vocabulary).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..config import P_MIN, SamplerSettings
+from ..config import P_MIN, P_MIN_TOP_K, SamplerSettings
 from ..errors import check
-from ..verify._rows import row_argmax_prob
+from ..jit import choose
+from ..verify._rows import row_top_share, row_top_share_reference
 from ..verify.constrain import constrain_row
 from ..verify.sampling import draw, sampling_probs
 from .base import EMPTY_DRAFT, Draft, Drafter
+
+
+def greedy_choice(row: np.ndarray) -> tuple[int, float]:
+    """(argmax, its probability over the P_MIN_TOP_K likeliest tokens) of a C-contiguous
+    float32[V] logits row: the greedy draft token and its p_min test."""
+    return choose(row_top_share, row_top_share_reference)(row, P_MIN_TOP_K)
 
 
 class ModelDrafter(Drafter):
@@ -74,7 +83,7 @@ class ModelDrafter(Drafter):
                 token = draw(p, rng)
                 probs.append(p)
             else:
-                token, p_top = row_argmax_prob(row)
+                token, p_top = greedy_choice(row)
                 if p_top < self.p_min:
                     break
             tokens.append(int(token))

@@ -10,10 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import MAX_NGRAM, MIN_NGRAM, P_MIN, SamplerSettings
-from ..verify._rows import row_argmax_prob
 from .base import EMPTY_DRAFT, Draft
 from .lookup import lookup_any
-from .model import ModelDrafter
+from .model import ModelDrafter, greedy_choice
 
 
 class MultiLevelDrafter(ModelDrafter):
@@ -48,7 +47,7 @@ class MultiLevelDrafter(ModelDrafter):
         row = self.sync(history)
         n_draft = 0
         while n_draft < k:
-            token, p_top = row_argmax_prob(row)
+            token, p_top = greedy_choice(row)
             if p_top < self.p_min:
                 break
             self._work[n + n_draft] = token
@@ -61,7 +60,7 @@ class MultiLevelDrafter(ModelDrafter):
             rows = self._eval(batch, len(batch))
             n_ok = 0
             for i in range(len(guess)):
-                agreed, p_top = row_argmax_prob(rows[i])
+                agreed, p_top = greedy_choice(rows[i])
                 if agreed != guess[i] or p_top < self.p_min or n_draft == k:
                     break
                 self._work[n + n_draft] = agreed

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 from lsd_local.errors import ParameterError
 from lsd_local.verify import asd, default_window, fly, strict
 from lsd_local.verify._rows import (
-    row_argmax_prob,
-    row_argmax_prob_reference,
     row_entropy,
     row_entropy_reference,
+    row_top_share,
+    row_top_share_reference,
 )
 from lsd_local.verify.asd import asd_reference
 from lsd_local.verify.fly import fly_reference
@@ -267,33 +267,52 @@ def test_row_entropy_matches_reference():
                                              rel=1e-9, abs=1e-12)
 
 
-def test_row_argmax_prob():
-    row = np.array([0.0, 2.0, 1.0], np.float32)
-    token, p = row_argmax_prob(row)
+def test_row_top_share_is_the_softmax_over_the_top_k():
+    """llama.cpp's draft p: the top-1 probability among the top_k logits, renormalized."""
+    row = np.array([0.0, 2.0, 1.0, -1.0], np.float32)
+    token, p = row_top_share(row, 2)
     assert token == 1
-    assert p == pytest.approx(np.exp(2) / (1 + np.exp(2) + np.exp(1)))
+    assert p == pytest.approx(np.exp(2) / (np.exp(2) + np.exp(1)), rel=1e-12)
+    assert row_top_share(row, 4)[1] == pytest.approx(
+        np.exp(2) / (1 + np.exp(2) + np.exp(1) + np.exp(-1)), rel=1e-12)
+    assert row_top_share(row, 1) == (1, 1.0)
+    assert row_top_share(row, 10)[1] == pytest.approx(row_top_share(row, 4)[1], rel=1e-12)
 
 
-def test_row_argmax_prob_matches_the_float64_reference_on_random_rows():
-    """float32 exps summed in float64 stay within 1e-6 of the float64 reference on rows of
-    real vocabulary sizes, spreads and -inf (grammar) entries; NaN where it has NaN."""
+def random_share_row(rng: np.random.Generator) -> np.ndarray:
+    """float32[V] rows as drafters meet them: real vocabulary sizes and sizes around the
+    kernel's 64 slices, flat and peaked spreads, ties, -inf (grammar) rows, NaN, +inf, and
+    a top-k spread over few or many columns."""
+    n = int(rng.choice([1, 5, 63, 64, 65, 640, 641, 1000, 49152, 151936, 151937]))
+    row = (rng.normal(size=n) * rng.choice([0.1, 3.0, 30.0])).astype(np.float32)
+    if rng.random() < 0.3:
+        row = np.round(row).astype(np.float32)  # many ties at the top
+    if rng.random() < 0.3:
+        row[rng.random(n) < rng.choice([0.5, 0.999, 1.0])] = -np.inf
+    if rng.random() < 0.2:
+        row[rng.integers(n, size=int(rng.integers(1, 4)))] = np.nan
+    if rng.random() < 0.05:
+        row[int(rng.integers(n))] = np.inf
+    if rng.random() < 0.2:  # the top values in one column of the kernel's [64, n // 64] view
+        cols = max(1, n // 64)
+        row[int(rng.integers(cols))::cols][:12] = 50.0 + rng.random(min(12, n))
+    return row
+
+
+def test_row_top_share_matches_the_reference_on_random_rows():
+    """The kernel gives the reference's token and probability (to rounding) on 600 rows."""
     rng = np.random.default_rng(9)
-    for _ in range(200):
-        n = int(rng.choice([2, 300, 49152, 151936]))
-        row = (rng.normal(size=n) * rng.choice([0.1, 3.0, 30.0])).astype(np.float32)
-        if rng.random() < 0.3:
-            row[rng.random(n) < 0.5] = -np.inf
-            row[int(rng.integers(n))] = 0.5
-        if rng.random() < 0.1:
-            row[int(rng.integers(n))] = np.nan
-        token, p = row_argmax_prob(row)
+    for _ in range(600):
+        row = random_share_row(rng)
+        top_k = int(rng.choice([1, 2, 10, 100]))
+        token, p = row_top_share(row, top_k)
         with np.errstate(invalid="ignore"):
-            ref_token, ref_p = row_argmax_prob_reference(row)
+            ref_token, ref_p = row_top_share_reference(row, top_k)
         assert token == ref_token
         if np.isnan(ref_p):
             assert np.isnan(p)
         else:
-            assert p == pytest.approx(ref_p, rel=1e-6)
+            assert p == pytest.approx(ref_p, rel=1e-12)
 
 
 @pytest.mark.parametrize("call,name", [
@@ -320,13 +339,15 @@ def test_shape_errors():
 
 
 def test_argmaxes_return_the_first_nan_and_the_first_tie():
-    """The verifiers' and drafters' argmax is numpy's: the first NaN, else the first maximum
-    (what the references assume), whatever the row's length (numpy's SIMD loops differ with
-    it) and wherever the NaN or the tie sits."""
-    for row, first in (([0.0, np.nan, 2.0], 1), ([np.nan, 5.0], 0),
-                       ([1.0, 3.0, np.nan, np.nan], 2), ([2.0, 1.0, 2.0], 0)):
+    """The verifiers' argmax is numpy's: the first NaN, else the first maximum (what the
+    references assume), whatever the row's length (numpy's SIMD loops differ with it) and
+    wherever the NaN or the tie sits. A draft model's greedy token is the first maximum
+    with NaN skipped (a NaN is never a token worth drafting)."""
+    for row, first, drafted in (([0.0, np.nan, 2.0], 1, 2), ([np.nan, 5.0], 0, 1),
+                                ([1.0, 3.0, np.nan, np.nan], 2, 1), ([2.0, 1.0, 2.0], 0, 0)):
         row = np.array(row, np.float32)
-        assert row_argmax_prob(row)[0] == int(row.argmax()) == first
+        assert int(row.argmax()) == first
+        assert row_top_share(row, 10)[0] == drafted
     rng = np.random.default_rng(5)
     for _ in range(300):
         n = int(rng.integers(1, 70000))
@@ -338,5 +359,5 @@ def test_argmaxes_return_the_first_nan_and_the_first_tie():
         nan_at = np.flatnonzero(np.isnan(row))
         first = int(nan_at[0]) if len(nan_at) else int(np.flatnonzero(row == np.nanmax(row))[0])
         assert int(row.argmax()) == first
-        assert row_argmax_prob(row)[0] == first
+        assert row_top_share(row, 10)[0] == int(np.argmax(np.where(np.isnan(row), -np.inf, row)))
         assert strict_greedy(row[None, :], np.zeros(0, np.int32)) == (0, first)
