@@ -51,23 +51,50 @@ class CostModel:
         self.prior_slope = prior_slope
         self._weight = np.zeros(max_n + 1)  # float64[max_n + 1], index n
         self._seconds = np.zeros(max_n + 1)  # weighted sum of timings at n
+        # a size's first timing in this process, decayed alike; it stands in for the size
+        # only while nothing else is known (see observe)
+        self._first_weight = np.zeros(max_n + 1)  # float64[max_n + 1]: 0 or a decayed 1
+        self._first_seconds = np.zeros(max_n + 1)  # float64[max_n + 1]
 
     @property
     def observed(self) -> bool:
-        return bool(self._weight.any())
+        return bool(self._weight.any() or self._first_weight.any())
 
-    def observe(self, n: int, seconds: float) -> None:
+    def observe(self, n: int, seconds: float, first: bool = False) -> None:
+        """One timing of a batch of n. `first`: the first of n in this process, which pays
+        one-time costs (llama.cpp's logits buffer growing into new pages): it is ignored
+        when n is known, and otherwise stands in for n only until a later timing of n."""
         if not 1 <= n < len(self._weight) or not math.isfinite(seconds) or seconds <= 0:
             return
-        self._weight *= self.decay
-        self._seconds *= self.decay
+        for array in (self._weight, self._seconds, self._first_weight, self._first_seconds):
+            array *= self.decay
+        if first:
+            if not self.knows(n):
+                self._first_weight[n], self._first_seconds[n] = 1.0, seconds
+            return
         self._weight[n] += 1.0
         self._seconds[n] += seconds
+        self._first_weight[n] = self._first_seconds[n] = 0.0
+
+    def knows(self, n: int) -> bool:
+        """Whether batch size n has a current measured mean (not forgotten)."""
+        return 1 <= n < len(self._weight) and bool(self._weight[n] > STALE_WEIGHT)
+
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(weight, weighted seconds), float64[max_n + 1] each, index n: what is known of
+        each size, a first timing standing in where nothing else is (what is saved)."""
+        weight, seconds = self._weight, self._seconds
+        if self._first_weight.any():
+            standing_in = (weight <= STALE_WEIGHT) & (self._first_weight > STALE_WEIGHT)
+            weight = np.where(standing_in, self._first_weight, weight)
+            seconds = np.where(standing_in, self._first_seconds, seconds)
+        return weight, seconds
 
     def measured(self) -> tuple[np.ndarray, np.ndarray]:
         """(sizes int[m], mean seconds float64[m]) of the batch sizes seen."""
-        sizes = np.flatnonzero(self._weight > STALE_WEIGHT)
-        return sizes, self._seconds[sizes] / self._weight[sizes]
+        weight, seconds = self.counts()
+        sizes = np.flatnonzero(weight > STALE_WEIGHT)
+        return sizes, seconds[sizes] / weight[sizes]
 
     def predict(self, n: int | np.ndarray) -> np.ndarray:
         """Predicted seconds for batch size(s) n (0.0 before any observation)."""

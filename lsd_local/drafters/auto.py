@@ -85,6 +85,7 @@ class AutoDrafter(Drafter):
         # scored is learned too
         self._shadows: dict[str, list] = {}
         self._last_tried = {"lookup": 0, "model": 0}
+        self._most_rows = 0  # the largest batch this drafter has had verified
         self.rounds = 0
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -122,7 +123,8 @@ class AutoDrafter(Drafter):
     def learned_costs(self) -> dict:
         """What the cost models hold (JSON-able): t(n) per batch size, draft seconds per
         forward. Saved between processes by lsd_local.learned."""
-        return {"weight": self.cost._weight.tolist(), "seconds": self.cost._seconds.tolist(),
+        weight, seconds = self.cost.counts()
+        return {"weight": weight.tolist(), "seconds": seconds.tolist(),
                 "draft_token_s": self.draft_token_s}
 
     def learned_acceptance(self) -> dict:
@@ -162,7 +164,13 @@ class AutoDrafter(Drafter):
 
     def accept(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
         """Learn t(n) from every round and the draft model's acceptance from its rounds."""
-        self.cost.observe(n_drafted + 1, verify_seconds)
+        n = n_drafted + 1
+        # A batch with more logit rows than any before it in this process pays a one-time
+        # cost: llama.cpp grows its logits buffer, and the new pages fault on first write
+        # (+53 ms, 5500 faults, at 33 rows of Qwen's 151k logits on a ~540 ms step; none
+        # for a smaller batch met later).
+        self.cost.observe(n, verify_seconds, first=n > self._most_rows)
+        self._most_rows = max(self._most_rows, n)
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
             self.acceptance["model"].update(n_drafted, n_accept)
         used = {"lookup": self.lookup, "model": self.model}.get(self._used_source)

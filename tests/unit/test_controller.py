@@ -40,6 +40,27 @@ def test_cost_model_follows_a_change_and_forgets_stale_sizes():
     assert cost.predict(33) < 0.05
 
 
+def test_a_first_timing_stands_in_only_until_the_size_is_known():
+    """The first timing of a size in a process (one-time costs) is ignored when the size is
+    known, used while nothing else is, and replaced by the size's next timing."""
+    cost = CostModel()
+    for _ in range(10):
+        cost.observe(1, 0.040)
+        cost.observe(9, 0.250)
+    cost.observe(9, 0.400, first=True)  # known: ignored
+    assert cost.predict(9) == pytest.approx(0.250)
+    cost.observe(5, 0.300, first=True)  # unknown: the best there is
+    assert cost.predict(5) == pytest.approx(0.300)
+    assert 5 in cost.measured()[0]
+    weight, seconds = cost.counts()  # what is saved for the next process: the best there is
+    assert seconds[5] / weight[5] == pytest.approx(0.300) and weight[5] > 0.05
+    cost.observe(5, 0.120)  # a later timing replaces it
+    assert cost.predict(5) == pytest.approx(0.120)
+    fresh = CostModel()
+    fresh.observe(1, 0.050, first=True)
+    assert fresh.observed and fresh.predict(1) == pytest.approx(0.050)
+
+
 def test_acceptance_updates_tested_positions_only():
     acc = AcceptanceModel(4, decay=1.0)
     acc.update(4, 2)  # positions 1, 2 accepted, 3 rejected, 4 untested

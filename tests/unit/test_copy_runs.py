@@ -5,6 +5,7 @@ proposals are right up to the end of a copy, with copy lengths mixed as in real 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from lsd_local.drafters.auto import AutoDrafter
 from lsd_local.drafters.base import Draft, Drafter
@@ -66,8 +67,9 @@ def copy_rate(drafter, world, n_tokens, t, on_round=None):
         truth = world.truth[n:n + k + 1]
         wrong = np.flatnonzero(draft.tokens != truth[:k])
         n_accept = int(wrong[0]) if len(wrong) else k
-        clock += t(k + 1)
-        drafter.accept(k, n_accept, t(k + 1))
+        seconds = t(k + 1)
+        clock += seconds
+        drafter.accept(k, n_accept, seconds)
         if on_round is not None:
             on_round(drafter, k)
         history = np.concatenate([history, truth[:n_accept + 1]])
@@ -122,3 +124,48 @@ def test_a_restored_drafter_drafts_a_running_copy_from_its_first_round(tmp_path)
     assert len(fresh.propose(history, 32)) == 0  # nothing known: it measures t(1)
     got = len(restored.propose(history, 32))
     assert got >= max(4, 0.7 * experienced)
+
+
+class GrowthPenalty:
+    """t(n) plus a one-time cost whenever a batch has more rows than any before it in the
+    process: llama.cpp grows its logits buffer and clears it, faulting its new pages
+    (measured: +53 ms on a ~540 ms step at 33 rows of 151k logits; none for smaller
+    batches later)."""
+
+    def __init__(self, t, penalty):
+        self.t, self.penalty, self.most = t, penalty, 0
+
+    def __call__(self, n):
+        grows = n > self.most
+        self.most = max(self.most, n)
+        return self.t(n) * (1.0 + self.penalty * grows)
+
+
+def test_a_restored_drafter_does_not_learn_a_growing_batch_as_its_cost(tmp_path):
+    """A new process restores t(n) learned earlier for every size, then meets the one-time
+    cost of each batch larger than any before: while the restored sizes are known (their
+    weight decays with this process's rounds), its choices are the ones it makes without
+    that cost, and t(33) stays what it is. (The old code learned those timings and
+    diverged from round 2.)"""
+    from lsd_local import learned
+
+    world = CopyWorld(seed=11)
+    t = lambda n: 0.6 + 0.4 * n  # noqa: E731
+    first = AutoDrafter(CopyLookup(world))
+    copy_rate(first, world, 6000, t)
+    for n in list(range(1, 34)) * 30:  # an earlier process that met every size
+        first.cost.observe(n, t(n))
+    path = tmp_path / "learned.json"
+    learned.save(path, {"c": first.learned_costs()}, {"a": first.learned_acceptance()})
+    sections = learned.load(path)
+    runs = {}
+    for penalty in (0.0, 0.5):
+        drafter = AutoDrafter(CopyLookup(world))
+        drafter.restore(sections["costs"]["c"], sections["acceptance"]["a"])
+        ks = []
+        copy_rate(drafter, world, 600, GrowthPenalty(t, penalty),
+                  lambda d, k, ks=ks: ks.append(k))
+        runs[penalty] = (ks, float(drafter.cost.predict(33)))
+    assert len(runs[0.0][0]) > 200 and len(set(runs[0.0][0])) > 10, runs[0.0][0]
+    assert runs[0.5][0] == runs[0.0][0]
+    assert runs[0.5][1] == runs[0.0][1] == pytest.approx(t(33), rel=0.01)
