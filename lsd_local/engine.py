@@ -316,7 +316,7 @@ class Engine:
             self._busy = True
             process_warmup().request_started()
             if self._drafter is not None:
-                self._drafter.begin(family)
+                self._drafter.begin(family, rows_seen=self.target.most_logit_rows)
             t0 = perf_counter()
             stats.cached_prompt_tokens = self._prefill(prompt_ids, history)
             stats.prefill_seconds = perf_counter() - t0

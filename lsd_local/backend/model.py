@@ -144,6 +144,9 @@ class Model:
         self.n_batch: int = ll.llama_n_batch(ctx_p)
         self.placement = "CPU"  # where its layers went (Model.load says)
         self.n_cached = 0  # positions 0..n_cached-1 are in the KV cache
+        # the most logit rows one decode has asked for: llama.cpp's logits buffer has grown
+        # to hold them (a decode asking more grows it again, a one-time cost)
+        self.most_logit_rows = 0
         self._cached_tokens = np.zeros(self.n_ctx, np.int32)  # the token at each position
         self.supports_truncate = not (ll.llama_model_is_recurrent(model_p)
                                       or ll.llama_model_is_hybrid(model_p))
@@ -219,6 +222,7 @@ class Model:
             hi = min(lo + self.n_batch, last_start)
             self._decode_chunk(tokens[lo:hi], start_pos + lo, 0)
         self._decode_chunk(tokens[last_start:], start_pos + last_start, n_logit_rows)
+        self.most_logit_rows = max(self.most_logit_rows, n_logit_rows)
         if n_logit_rows == 0:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         logits = self._logits.rows(n_logit_rows)

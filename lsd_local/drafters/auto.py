@@ -85,7 +85,7 @@ class AutoDrafter(Drafter):
         # scored is learned too
         self._shadows: dict[str, list] = {}
         self._last_tried = {"lookup": 0, "model": 0}
-        self._most_rows = 0  # the largest batch this drafter has had verified
+        self._most_rows = 0  # the most logit rows the target has scored at once
         self.rounds = 0
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -165,8 +165,8 @@ class AutoDrafter(Drafter):
     def accept(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
         """Learn t(n) from every round and the draft model's acceptance from its rounds."""
         n = n_drafted + 1
-        # A batch with more logit rows than any before it in this process pays a one-time
-        # cost: llama.cpp grows its logits buffer, and the new pages fault on first write
+        # A batch with more logit rows than any before it in the target's context pays a
+        # one-time cost: llama.cpp grows its logits buffer and clears it, faulting new pages
         # (+53 ms, 5500 faults, at 33 rows of Qwen's 151k logits on a ~540 ms step; none
         # for a smaller batch met later).
         self.cost.observe(n, verify_seconds, first=n > self._most_rows)
@@ -268,10 +268,12 @@ class AutoDrafter(Drafter):
         if shadow[2] >= len(tokens):
             del self._shadows[kind]
 
-    def begin(self, family: str | None = None) -> None:
+    def begin(self, family: str | None = None, rows_seen: int = 0) -> None:
         """A new generation starts: a pending lookup proposal belongs to the old one.
         family: what kind of request it is (lsd_local.learned.request_family), so that lookup
-        acceptance is also learned per kind."""
+        acceptance is also learned per kind. rows_seen: the most logit rows the target has
+        scored at once (another drafter of the engine may have grown its buffer)."""
+        self._most_rows = max(self._most_rows, rows_seen)
         self._shadows.clear()
         self.acceptance["lookup"].begin(family)
         for drafter in (self.lookup, self.model):

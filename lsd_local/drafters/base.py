@@ -33,10 +33,12 @@ class Drafter(ABC):
 
     name = "drafter"
 
-    def begin(self, family: str | None = None) -> None:  # noqa: B027 - a no-op by default
+    def begin(self, family: str | None = None,  # noqa: B027 - a no-op by default
+              rows_seen: int = 0) -> None:
         """A request starts: drop what belonged to the previous one (not what was learned).
         family: a name for the kind of request (lsd_local.learned.request_family) for
-        drafters that learn per kind; None when unnamed."""
+        drafters that learn per kind; None when unnamed. rows_seen: the most logit rows the
+        target has scored in one decode so far (backend.Model.most_logit_rows)."""
 
     @abstractmethod
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,

@@ -24,6 +24,7 @@ from .base import EMPTY_DRAFT, Draft, Drafter
 def greedy_choice(row: np.ndarray) -> tuple[int, float]:
     """(argmax, its probability over the P_MIN_TOP_K likeliest tokens) of a C-contiguous
     float32[V] logits row: the greedy draft token and its p_min test."""
+    row = np.ascontiguousarray(row)  # the kernel views it as [64, V // 64]; free for C rows
     return choose(row_top_share, row_top_share_reference)(row, P_MIN_TOP_K)
 
 
@@ -84,7 +85,7 @@ class ModelDrafter(Drafter):
                 probs.append(p)
             else:
                 token, p_top = greedy_choice(row)
-                if p_top < self.p_min:
+                if not p_top >= self.p_min:  # NaN (no finite logit) stops too
                     break
             tokens.append(int(token))
             if len(tokens) == k:

@@ -48,7 +48,7 @@ class MultiLevelDrafter(ModelDrafter):
         n_draft = 0
         while n_draft < k:
             token, p_top = greedy_choice(row)
-            if p_top < self.p_min:
+            if not p_top >= self.p_min:  # NaN (no finite logit) stops too
                 break
             self._work[n + n_draft] = token
             n_draft += 1
@@ -61,7 +61,7 @@ class MultiLevelDrafter(ModelDrafter):
             n_ok = 0
             for i in range(len(guess)):
                 agreed, p_top = greedy_choice(rows[i])
-                if agreed != guess[i] or p_top < self.p_min or n_draft == k:
+                if agreed != guess[i] or not p_top >= self.p_min or n_draft == k:
                     break
                 self._work[n + n_draft] = agreed
                 n_draft += 1

@@ -149,7 +149,7 @@ def _scan_top(row, start, stop, step, top, best, best_value):
 
 
 @njit(cache=True, nogil=True)
-def row_top_share(row, top_k):  # row: float32[V] (C-contiguous), top_k >= 1
+def row_top_share(row, top_k):  # row: float32[V] (C-contiguous); top_k < 1 counts as 1
     """(argmax, its softmax probability over the top_k largest logits): llama.cpp's draft
     stopping test (its draft sampler keeps the top 10, then takes their softmax). NaN
     entries count as -inf; the argmax is the first maximum; the probability is NaN when the
@@ -160,6 +160,7 @@ def row_top_share(row, top_k):  # row: float32[V] (C-contiguous), top_k >= 1
     largest column maximum t is at most the row's k-th largest value (k columns hold a value
     of at least t), so only columns whose maximum reaches t, and the V % 64 values after the
     last slice, can hold a top value: ~k columns of 64, read exactly."""
+    top_k = max(top_k, 1)
     n = row.shape[0]
     n_cols = n // SHARE_SLICES
     n_main = n_cols * SHARE_SLICES
@@ -183,6 +184,7 @@ def row_top_share(row, top_k):  # row: float32[V] (C-contiguous), top_k >= 1
 def row_top_share_reference(row: np.ndarray, top_k: int) -> tuple[int, float]:
     """Obvious numpy version of row_top_share (tests; the fallback until kernels load, ~1 ms
     on a 151k row). row: float32[V]."""
+    top_k = max(top_k, 1)
     clean = np.where(np.isnan(row), -np.inf, row.astype(np.float64))
     best = int(np.argmax(clean))
     if not np.isfinite(clean[best]):

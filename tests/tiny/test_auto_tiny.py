@@ -54,6 +54,20 @@ def test_auto_drafts_when_copying_pays(tiny_pair):
     assert gen.stats.accepted_exact > 0
 
 
+def test_the_target_reports_its_largest_scored_batch_to_the_next_drafter(tiny_pair):
+    """The target counts the most logit rows one decode asked for (its llama.cpp logits
+    buffer grew to that), and a drafter made later is told at its first request, so that
+    its first batch of that size is not taken for a buffer growth."""
+    text = "the cat is on the mat and the dog is in the house " * 6
+    with Engine.load(tiny_pair[0], drafter="lookup", k=8, n_ctx=TINY_CTX) as eng:
+        gen = eng.generate(text, max_tokens=60).run()
+        largest = max(int(k) for k in gen.stats.draft_lengths) + 1
+        assert eng.target.most_logit_rows == largest > 1
+        eng.configure(drafter="auto")
+        eng.generate(text, max_tokens=1).run()
+        assert eng.drafter._most_rows == largest
+
+
 def test_fly_limits_with_auto_equal_strict(tiny_pair, plain):
     drafted = 0
     with Engine.load(tiny_pair[0], tiny_pair[1], drafter="auto", rule="fly", theta=math.inf,

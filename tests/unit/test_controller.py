@@ -59,6 +59,27 @@ def test_a_first_timing_stands_in_only_until_the_size_is_known():
     fresh = CostModel()
     fresh.observe(1, 0.050, first=True)
     assert fresh.observed and fresh.predict(1) == pytest.approx(0.050)
+    fresh.observe(17, 0.300, first=True)
+    for _ in range(700):  # a stand-in is forgotten as a measured size is, when unused
+        fresh.observe(1, 0.050)
+    assert fresh.measured()[0].tolist() == [1]
+
+
+def test_a_batch_size_the_target_already_scored_is_learned_from_its_first_timing():
+    """Whether a batch grows llama.cpp's logits buffer is the target's history, not the
+    drafter's: a drafter begun after the target scored 33 rows at once learns its first
+    33-row timing; one that knows of no such batch leaves it out (the size is known)."""
+    told, untold = AutoDrafter(None), AutoDrafter(None)
+    for drafter in (told, untold):
+        for _ in range(10):
+            drafter.cost.observe(1, 0.040)
+            drafter.cost.observe(33, 0.500)
+    told.begin(rows_seen=33)
+    untold.begin()
+    for drafter in (told, untold):
+        drafter.accept(32, 32, 0.600)
+    assert told.cost.predict(33) > 0.505
+    assert untold.cost.predict(33) == pytest.approx(0.500)
 
 
 def test_acceptance_updates_tested_positions_only():

@@ -279,6 +279,25 @@ def test_row_top_share_is_the_softmax_over_the_top_k():
     assert row_top_share(row, 10)[1] == pytest.approx(row_top_share(row, 4)[1], rel=1e-12)
 
 
+def test_row_top_share_reads_the_columns_that_hold_the_top_values():
+    """A 6400-entry row (the kernel's [64, 100] view): the 10 largest values all in one
+    column, the 11th in another; and one top value in each of 10 columns. The share is over
+    exactly the 10 largest, the 11th left out."""
+    row = np.zeros(6400, np.float32)
+    row[7::100][:10] = np.arange(10, 20)  # column 7 holds 10..19
+    row[42] = 9.5  # the 11th largest, column 42
+    top = np.arange(10, 20, dtype=np.float64)
+    token, p = row_top_share(row, 10)
+    assert token == 7 + 9 * 100
+    assert p == pytest.approx(1.0 / np.exp(top - 19).sum(), rel=1e-12)
+    spread = np.zeros(6405, np.float32)  # [64, 100] and 5 values after the view
+    spread[np.arange(10) * 100 + np.arange(10)] = np.arange(10, 20)  # columns 0..9
+    spread[6403] = 9.5  # in the tail: read too, and left out of the top 10
+    assert row_top_share(spread, 10) == (909, pytest.approx(1.0 / np.exp(top - 19).sum()))
+    assert row_top_share(spread, 11)[1] == pytest.approx(
+        1.0 / (np.exp(top - 19).sum() + np.exp(9.5 - 19)))
+
+
 def random_share_row(rng: np.random.Generator) -> np.ndarray:
     """float32[V] rows as drafters meet them: real vocabulary sizes and sizes around the
     kernel's 64 slices, flat and peaked spreads, ties, -inf (grammar) rows, NaN, +inf, and
@@ -304,7 +323,7 @@ def test_row_top_share_matches_the_reference_on_random_rows():
     rng = np.random.default_rng(9)
     for _ in range(600):
         row = random_share_row(rng)
-        top_k = int(rng.choice([1, 2, 10, 100]))
+        top_k = int(rng.choice([0, 1, 2, 10, 100]))
         token, p = row_top_share(row, top_k)
         with np.errstate(invalid="ignore"):
             ref_token, ref_p = row_top_share_reference(row, top_k)
