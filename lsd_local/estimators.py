@@ -55,10 +55,11 @@ class CostModel:
         # only while nothing else is known (see observe)
         self._first_weight = np.zeros(max_n + 1)  # float64[max_n + 1]: 0 or a decayed 1
         self._first_seconds = np.zeros(max_n + 1)  # float64[max_n + 1]
+        self._any_first = False  # whether _first_weight holds anything (saves work per round)
 
     @property
     def observed(self) -> bool:
-        return bool(self._weight.any() or self._first_weight.any())
+        return bool(self._any_first or self._weight.any())
 
     def observe(self, n: int, seconds: float, first: bool = False) -> None:
         """One timing of a batch of n. `first`: the first of n in this process, which pays
@@ -66,15 +67,21 @@ class CostModel:
         when n is known, and otherwise stands in for n only until a later timing of n."""
         if not 1 <= n < len(self._weight) or not math.isfinite(seconds) or seconds <= 0:
             return
-        for array in (self._weight, self._seconds, self._first_weight, self._first_seconds):
-            array *= self.decay
+        self._weight *= self.decay
+        self._seconds *= self.decay
+        if self._any_first:
+            self._first_weight *= self.decay
+            self._first_seconds *= self.decay
         if first:
             if not self.knows(n):
                 self._first_weight[n], self._first_seconds[n] = 1.0, seconds
+                self._any_first = True
             return
         self._weight[n] += 1.0
         self._seconds[n] += seconds
-        self._first_weight[n] = self._first_seconds[n] = 0.0
+        if self._any_first and self._first_weight[n]:
+            self._first_weight[n] = self._first_seconds[n] = 0.0
+            self._any_first = bool(self._first_weight.any())
 
     def knows(self, n: int) -> bool:
         """Whether batch size n has a current measured mean (not forgotten)."""
@@ -84,7 +91,7 @@ class CostModel:
         """(weight, weighted seconds), float64[max_n + 1] each, index n: what is known of
         each size, a first timing standing in where nothing else is (what is saved)."""
         weight, seconds = self._weight, self._seconds
-        if self._first_weight.any():
+        if self._any_first:
             standing_in = (weight <= STALE_WEIGHT) & (self._first_weight > STALE_WEIGHT)
             weight = np.where(standing_in, self._first_weight, weight)
             seconds = np.where(standing_in, self._first_seconds, seconds)
@@ -106,10 +113,12 @@ class CostModel:
             slope = self.prior_slope * times[0] / sizes[0]
         else:
             slope = 0.5 * max(0.0, (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]))
-        inside = np.interp(n, sizes, times)
-        beyond = times[-1] + slope * (n - sizes[-1])
-        below = times[0] * n / sizes[0]
-        return np.where(n > sizes[-1], beyond, np.where(n < sizes[0], below, inside))
+        # np.interp holds the end values outside the measured sizes: add the slope beyond
+        # the largest, scale below the smallest (few numpy calls: this runs every round)
+        predicted = np.interp(n, sizes, times) + slope * np.maximum(n - sizes[-1], 0.0)
+        if (n < sizes[0]).any():
+            predicted = np.where(n < sizes[0], times[0] * n / sizes[0], predicted)
+        return predicted
 
 
 class AcceptanceModel:
