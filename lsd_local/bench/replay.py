@@ -10,7 +10,10 @@ runs during a replay, so one takes seconds and two settings compare exactly.
 
 What a replay leaves out: drafting time (it only suits drafters without a model: lookup, auto
 without a draft model), per-round Python overhead, and numerical differences between batched
-and single-token evaluation (strict runs agree with plain on 75-100 % of answers).
+and single-token evaluation (strict runs agree with plain on 75-100 % of answers). What it
+can add: `growth_s_per_row`, the one-time cost of a batch with more logit rows than any
+before it in the process (llama.cpp grows and clears its logits buffer: ~2.7 ms per added
+row of Qwen2.5's 151k logits on the 2-core VM), off by default.
 """
 
 from __future__ import annotations
@@ -71,10 +74,13 @@ class ReplayTarget:
     agreement with the recorded answer, and each decode advances a virtual clock by t(n).
     Token ids are made dense (0..distinct-1) so that rows stay small."""
 
-    def __init__(self, sequence: np.ndarray, n_vocab: int, cost: Callable[[int], float]):
+    def __init__(self, sequence: np.ndarray, n_vocab: int, cost: Callable[[int], float],
+                 growth_s_per_row: float = 0.0):
         self.sequence = sequence  # int32[n]: prompt + recorded answer, dense ids
         self.n_vocab = n_vocab
         self.cost = cost
+        self.growth_s_per_row = growth_s_per_row
+        self.most_rows = 0  # the most logit rows one decode asked for
         self.now = 0.0  # virtual seconds spent by decodes
         self.n_cached = 0  # positions a real model would hold (the loop truncates by it)
 
@@ -84,6 +90,9 @@ class ReplayTarget:
     def decode(self, tokens: np.ndarray, start_pos: int, n_rows: int) -> np.ndarray:
         """logits float32[n_rows, n_vocab] for the last n_rows of tokens at start_pos.."""
         self.now += self.cost(len(tokens))
+        if n_rows > self.most_rows:  # the logits buffer grows (a one-time cost)
+            self.now += (n_rows - self.most_rows) * self.growth_s_per_row
+            self.most_rows = n_rows
         self.n_cached = start_pos + len(tokens)
         rows = np.zeros((n_rows, self.n_vocab), np.float32)
         first = start_pos + len(tokens) - n_rows  # position of the token row 0 follows
@@ -115,12 +124,13 @@ def dense_sequence(prompt: list[int], answer: list[int]) -> tuple[np.ndarray, in
 
 def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
            cost: Callable[[int], float], k_cap: int = 64,
-           family: str | None = None) -> ReplayResult:
+           family: str | None = None, growth_s_per_row: float = 0.0) -> ReplayResult:
     """Run `drafter` (None: plain steps) over `answer` under the strict rule, through the
     real round (`loop.step`) and K limit (`loop.draft_limit`), with ReplayTarget as target;
-    the drafter begins a request of `family` as the engine would tell it."""
+    the drafter begins a request of `family` as the engine would tell it; growth_s_per_row:
+    see the module docstring."""
     dense, n_vocab = dense_sequence(prompt, answer)
-    target = ReplayTarget(dense, n_vocab, cost)
+    target = ReplayTarget(dense, n_vocab, cost, growth_s_per_row)
     history = TokenBuffer(len(dense) + 1)
     history.set(target.sequence[:len(prompt)])
     request = Request(len(answer), k_cap, None, np.random.default_rng(0))
@@ -136,12 +146,14 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
 
 
 def replay_set(records: list[Recorded], make_drafter: Callable[[], object],
-               costs: Callable[[Recorded], CostCurve], k_cap: int = 64) -> list[float]:
+               costs: Callable[[Recorded], CostCurve], k_cap: int = 64,
+               growth_s_per_row: float = 0.0) -> list[float]:
     """Per-record speedup over plain decoding, a fresh drafter for each (as `lsd run`)."""
     out = []
     for rec in records:
         curve = costs(rec)
-        result = replay(rec.prompt, rec.answer, make_drafter(), curve, k_cap, rec.family)
+        result = replay(rec.prompt, rec.answer, make_drafter(), curve, k_cap, rec.family,
+                        growth_s_per_row)
         out.append(result.speedup(curve(1), len(rec.answer)))
     return out
 

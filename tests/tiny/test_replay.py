@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 
 from lsd_local import Engine
@@ -58,6 +59,19 @@ def test_a_wrong_token_ends_the_accepted_prefix():
     assert result.draft_lengths[:12] == [4] * 12
     # 12 rounds leave 4 tokens: a 3-token draft keeps 2 (+1), then one plain step
     assert result.draft_lengths[12:] == [3, 0] and result.rounds == 14
+
+
+def test_a_growing_batch_pays_its_one_time_cost_once():
+    """With growth_s_per_row, a decode asking more logit rows than any before it costs the
+    added rows once more; a smaller or equal batch later does not."""
+    target = rp.ReplayTarget(np.arange(50, dtype=np.int32), 50, lambda n: 1.0,
+                             growth_s_per_row=0.25)
+    target.decode(np.arange(4, dtype=np.int32), 0, 4)  # 4 new rows: 1 + 4 * 0.25
+    target.decode(np.arange(2, dtype=np.int32), 4, 2)  # 1
+    target.decode(np.arange(6, dtype=np.int32), 6, 6)  # 2 rows more: 1 + 0.5
+    assert target.now == pytest.approx(2.0 + 1.0 + 1.5)
+    plain = rp.replay(PROMPT, ANSWER, None, linear, growth_s_per_row=0.25)
+    assert plain.seconds == pytest.approx(rp.replay(PROMPT, ANSWER, None, linear).seconds + 0.25)
 
 
 def test_cost_curve_interpolates_and_extrapolates():
