@@ -13,6 +13,16 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
+def _insert_descending(top, value):  # top: float[k], descending; value > top[-1]
+    """Put value into its place in top, dropping the smallest."""
+    pos = top.shape[0] - 1
+    while pos > 0 and top[pos - 1] < value:
+        top[pos] = top[pos - 1]
+        pos -= 1
+    top[pos] = value
+
+
+@njit(cache=True, nogil=True)
 def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
     """Entropy of softmax(row): over the top_k largest probabilities (unnormalized: the FLy
     reference code's and vLLM's h), or the full entropy divided by log V when `normalized`."""
@@ -30,11 +40,7 @@ def row_entropy(row, row_max, top_k, normalized):  # row: float32[V]
         if e > 0.0:  # 0 log 0 = 0: a -inf (grammar-masked) logit adds nothing, not NaN
             weighted += e * shifted
         if shifted > top[top_k - 1]:
-            pos = top_k - 1
-            while pos > 0 and top[pos - 1] < shifted:
-                top[pos] = top[pos - 1]
-                pos -= 1
-            top[pos] = shifted
+            _insert_descending(top, shifted)
     log_total = np.log(total)
     if normalized:  # a one-token vocabulary has no uncertainty (and log V = 0)
         return (log_total - weighted / total) / np.log(n) if n > 1 else 0.0
@@ -123,11 +129,7 @@ def _kth_largest(values, k):  # values: float32[n], 1 <= k <= n
     top = np.full(k, -np.inf, np.float32)
     for v in values:
         if v > top[k - 1]:
-            pos = k - 1
-            while pos > 0 and top[pos - 1] < v:
-                top[pos] = top[pos - 1]
-                pos -= 1
-            top[pos] = v
+            _insert_descending(top, v)
     return top[k - 1]
 
 
@@ -140,11 +142,7 @@ def _scan_top(row, start, stop, step, top, best, best_value):
         if v > best_value or (v == best_value and i < best):
             best, best_value = i, v
         if v > top[k - 1]:  # False for NaN
-            pos = k - 1
-            while pos > 0 and top[pos - 1] < v:
-                top[pos] = top[pos - 1]
-                pos -= 1
-            top[pos] = v
+            _insert_descending(top, v)
     return best, best_value
 
 
