@@ -51,8 +51,8 @@ class CostModel:
         self.prior_slope = prior_slope
         self._weight = np.zeros(max_n + 1)  # float64[max_n + 1], index n
         self._seconds = np.zeros(max_n + 1)  # weighted sum of timings at n
-        # a size's first timing in this process, decayed alike; it stands in for the size
-        # only while nothing else is known (see observe)
+        # a timing that paid a one-time cost (see observe), decayed alike; it stands in for
+        # its size only while nothing else is known
         self._first_weight = np.zeros(max_n + 1)  # float64[max_n + 1]: 0 or a decayed 1
         self._first_seconds = np.zeros(max_n + 1)  # float64[max_n + 1]
         self._any_first = False  # whether _first_weight holds anything (saves work per round)
@@ -62,9 +62,9 @@ class CostModel:
         return bool(self._any_first or self._weight.any())
 
     def observe(self, n: int, seconds: float, first: bool = False) -> None:
-        """One timing of a batch of n. `first`: the first of n in this process, which pays
-        one-time costs (llama.cpp's logits buffer growing into new pages): it is ignored
-        when n is known, and otherwise stands in for n only until a later timing of n."""
+        """One timing of a batch of n. `first`: a batch that paid a one-time cost (more
+        logit rows than any before it: llama.cpp's logits buffer grew into new pages): it is
+        ignored when n is known, and otherwise stands in for n until a later timing of n."""
         if not 1 <= n < len(self._weight) or not math.isfinite(seconds) or seconds <= 0:
             return
         self._weight *= self.decay
