@@ -9,7 +9,9 @@ values live in docs/ (pages named below), not in comments that go stale.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 from .errors import ParameterError, check
 
@@ -20,6 +22,16 @@ MAX_TOKENS = 256  # tokens per answer: the library and `lsd bench`
 CLI_MAX_TOKENS = 512  # tokens per answer: `lsd run` / `lsd chat`
 # `lsd serve` answers until EOS, a stop string or a full context unless told (llama-server's
 # n_predict = -1, OpenAI's "no max_tokens")
+
+SPLIT_MODES = ("none", "layer", "row")  # how one model spreads over several GPUs
+
+
+def lsd_cache_dir() -> Path:
+    """lsd's folder under the user cache dir ($XDG_CACHE_HOME/lsd or ~/.cache/lsd), read at
+    call time: what it keeps between processes (learned.json, cpu-probe.json)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lsd"
+
 
 # --- conversations kept in RAM (statecache.py; `lsd serve --state-cache`) ------------------
 STATE_CACHE = 4  # saved conversations
@@ -61,7 +73,7 @@ LOOKUP_CAP = 32  # longest lookup draft auto considers
 MODEL_CAP = 8  # longest draft-model draft auto considers
 AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
               "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round
-P_MIN = 0.75  # draft model: stop greedy drafting under this top-1 probability (--draft-p-min)
+P_MIN = 0.75  # draft model: stop greedy drafting under this top-1 probability (--p-min)
 P_MIN_TOP_K = 10  # ... taken over the 10 likeliest tokens, as llama.cpp's draft sampler does
 MAX_NGRAM = 12  # prompt lookup: longest n-gram matched
 MIN_NGRAM = 6  # prompt lookup: shortest n-gram matched
@@ -186,3 +198,30 @@ class DrafterConfig(_Settings):
         check(self.max_ngram >= 1, "max_ngram", f"{self.max_ngram} (must be >= 1)")
         check(1 <= self.min_ngram <= self.max_ngram, "min_ngram",
               f"{self.min_ngram} (must be within 1..max_ngram)")
+
+
+@dataclass(frozen=True)
+class LoadOptions(_Settings):
+    """How to load one model: context, threads, GPU placement, llama.cpp's buffer types."""
+
+    n_ctx: int = N_CTX
+    n_batch: int = N_BATCH
+    n_threads: int | None = None  # None: physical cores
+    n_gpu_layers: int | str = "auto"  # "auto"/"all": every layer when a GPU may take them
+    devices: str | None = None  # llama.cpp's --device: "CUDA0,CUDA1", "none"; None: all
+    main_gpu: int = 0
+    split_mode: str = "layer"
+    tensor_split: tuple[float, ...] | None = None
+    # llama.cpp's extra buffer types (repacked weights, AMX): None decides per machine (off
+    # where the CPU traps AMX: backend/cpu_probe.py), True turns them off (-nr), False on
+    no_repack: bool | None = None
+    verbose: bool = False
+
+    def validate(self) -> None:
+        check(self.n_ctx >= 8, "n_ctx", f"{self.n_ctx} (must be at least 8)")
+        check(self.n_batch >= 1, "n_batch", f"{self.n_batch} (must be at least 1)")
+        check(self.n_threads is None or self.n_threads >= 1, "n_threads", f"{self.n_threads}")
+        check(self.split_mode in SPLIT_MODES, "split_mode",
+              f"{self.split_mode!r} (choose one of {', '.join(SPLIT_MODES)})")
+        check(isinstance(self.n_gpu_layers, int) or self.n_gpu_layers in ("auto", "all"),
+              "n_gpu_layers", f"{self.n_gpu_layers!r} (an integer, 'auto' or 'all')")

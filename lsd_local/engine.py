@@ -38,7 +38,7 @@ from .loading import add_rpc, load_models, open_memory, pair_doubts
 from .loop import Request, TokenBuffer, run_rounds
 from .statecache import StateCache
 from .stats import GenerationStats, RoundEvent
-from .templates import render_chat
+from .templates import prompt_text, prompt_tokens
 from .text import TextAssembler
 from .verify.constrain import grammar_top
 from .verify.verifier import Verifier
@@ -102,6 +102,8 @@ class Engine:
         info = ([f"draft {draft.path.name} has another vocabulary than {target.path.name}: "
                  "it drafts through text (cross-vocabulary)"] if cross_vocab else [])
         doubts = pair_doubts(target, draft)
+        if target.repack.notice:  # lsd turned llama.cpp's extra buffer types off by itself
+            doubts.append(target.repack.notice)
         self.placement = {"target": target.placement}  # where the layers went, per model
         if draft is not None:
             self.placement["draft"] = draft.placement
@@ -130,7 +132,8 @@ class Engine:
              split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
              p_min: float = P_MIN, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
              chat_template: str | None = None, verbose: bool = False,
-             remember: bool = False, **rule_params) -> Engine:
+             remember: bool = False, no_repack: bool | None = None,
+             **rule_params) -> Engine:
         """Load the target GGUF (and a draft GGUF: one with another vocabulary drafts through
         text, see drafters/crossvocab.py).
 
@@ -150,6 +153,9 @@ class Engine:
         remember: start the auto drafter from what earlier processes learned about these
         models on this machine, and save it back on close (lsd_local/learned.py; off while
         LSD_NO_STATE is set).
+        no_repack: True loads without llama.cpp's extra buffer types (its -nr); None (default)
+        turns them off only where the CPU traps AMX (a one-time probe; LSD_NO_REPACK=1 forces
+        it off), False keeps them on.
         """
         drafter = drafter or ("model" if draft is not None else "lookup")
         dcfg = DrafterConfig().with_changes(drafter=drafter, k=k, p_min=p_min,
@@ -162,7 +168,7 @@ class Engine:
                            n_threads=n_threads, n_gpu_layers=n_gpu_layers, devices=device,
                            main_gpu=main_gpu, split_mode=split_mode,
                            tensor_split=tuple(tensor_split) if tensor_split else None,
-                           verbose=verbose)
+                           no_repack=no_repack, verbose=verbose)
         draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
                              else draft_n_gpu_layers, devices=draft_device or device)
         if rpc:
@@ -237,15 +243,13 @@ class Engine:
     def prompt_tokens(self, prompt: str | Sequence[dict]) -> list[int]:
         """Tokenize a raw prompt string, or chat messages through the model's chat template."""
         self._check_open()
-        vocab = self.target.vocab
-        if isinstance(prompt, str):
-            return vocab.tokenize(prompt, add_special=True)
-        bos = vocab.token_bytes(vocab.bos_token).decode("utf-8", "replace")
-        eos = vocab.token_bytes(vocab.eos_token).decode("utf-8", "replace")
-        text = render_chat(self.chat_template, prompt, bos_token=bos, eos_token=eos)
-        add_bos = vocab.add_bos and not (bos and text.startswith(bos))
-        tokens = vocab.tokenize(text, add_special=False)
-        return ([vocab.bos_token] if add_bos else []) + tokens
+        return prompt_tokens(self.chat_template, prompt, self.target.vocab)
+
+    def prompt_text(self, prompt: str | Sequence[dict]) -> str:
+        """The prompt as text for a program that adds the BOS token itself (llama.cpp's
+        tools): see templates.prompt_text."""
+        self._check_open()
+        return prompt_text(self.chat_template, prompt, self.target.vocab)
 
     def generate(self, prompt: str | Sequence[dict], *, max_tokens: int = MAX_TOKENS,
                  temperature: float = TEMPERATURE, top_k: int = TOP_K, top_p: float = TOP_P,

@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from .config import lsd_cache_dir
+
 FORMAT = 1  # bump when the layout of an entry changes: older files are then ignored
 MAX_ENTRIES = 64  # per section; the least recently saved go first
 HEADER_BYTES = 1 << 20  # a model file's identity hashes its first MiB (header, metadata)
@@ -30,8 +32,7 @@ HEADER_BYTES = 1 << 20  # a model file's identity hashes its first MiB (header, 
 
 def state_path() -> Path:
     """Where the learned state lives."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lsd" / "learned.json"
+    return lsd_cache_dir() / "learned.json"
 
 
 def disabled() -> bool:

@@ -76,8 +76,11 @@ def open_memory(engine, n_threads: int | None):
     threads, placement and llama.cpp build; acceptance by the model pair (see learned.py)."""
     target = learned.file_identity(engine.target.path)
     draft = learned.file_identity(engine.draft_model.path) if engine.draft_model else None
+    # weights loaded without extra buffer types run at another speed (keys made before
+    # that option existed stay valid for the default)
+    repack = () if engine.target.repack.use_extra_bufts else ("no extra buffer types",)
     cost_key = learned.key_of("cost", target, draft, n_threads or physical_cores(),
-                              engine.placement, build_identity())
+                              engine.placement, build_identity(), *repack)
     notices: list[str] = []
     memory = learned.Memory(learned.state_path(), cost_key,
                             learned.key_of("pair", target, draft), notices.append)

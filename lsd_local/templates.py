@@ -64,3 +64,34 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
                                add_generation_prompt=add_generation_prompt)
     except jinja2.TemplateError as exc:
         raise LsdError(f"the model's chat template failed on these messages: {exc}") from None
+
+
+def _special(vocab, token: int) -> str:
+    return vocab.token_bytes(token).decode("utf-8", "replace")
+
+
+def render_prompt(template: str | None, messages: Sequence[dict], vocab) -> str:
+    """Chat messages as prompt text, the template given the vocabulary's BOS and EOS text
+    (`vocab`: a backend Vocab)."""
+    return render_chat(template, messages, bos_token=_special(vocab, vocab.bos_token),
+                       eos_token=_special(vocab, vocab.eos_token))
+
+
+def prompt_tokens(template: str | None, prompt: str | Sequence[dict], vocab) -> list[int]:
+    """A raw prompt tokenized with the vocabulary's special tokens (BOS), or chat messages
+    rendered by the template and tokenized: a BOS the template wrote is not added again."""
+    if isinstance(prompt, str):
+        return vocab.tokenize(prompt, add_special=True)
+    text = render_prompt(template, prompt, vocab)
+    bos = _special(vocab, vocab.bos_token)
+    add_bos = vocab.add_bos and not (bos and text.startswith(bos))
+    return ([vocab.bos_token] if add_bos else []) + vocab.tokenize(text, add_special=False)
+
+
+def prompt_text(template: str | None, prompt: str | Sequence[dict], vocab) -> str:
+    """What `prompt_tokens` evaluates, as text for a program that tokenizes with special
+    tokens and adds the vocabulary's BOS itself (llama.cpp's tools): a BOS text the template
+    wrote is left out, since that program adds it as a token."""
+    text = prompt if isinstance(prompt, str) else render_prompt(template, prompt, vocab)
+    bos = _special(vocab, vocab.bos_token)
+    return text[len(bos):] if vocab.add_bos and bos and text.startswith(bos) else text

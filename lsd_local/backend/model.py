@@ -22,19 +22,20 @@ from pathlib import Path
 import llama_cpp as ll
 import numpy as np
 
-from ..config import N_BATCH, N_CTX
+from ..config import LoadOptions
 from ..errors import (
     ContextOverflowError,
     IncompatibleModelsError,
     ModelLoadError,
     check,
 )
+from .cpu_probe import RepackDecision, repack_decision
 from .devices import device_array, list_devices, offload_layers, select_devices
 from .gguf_check import check_gguf
 from .logits import LogitsView, check_finite
 from .vocab import Vocab
 
-SPLIT_MODES = {"none": 0, "layer": 1, "row": 2}
+SPLIT_MODE_IDS = {"none": 0, "layer": 1, "row": 2}  # llama_split_mode
 GGUF_MAGIC = b"GGUF"
 
 
@@ -80,30 +81,6 @@ def physical_cores() -> int:
 
 
 @dataclass(frozen=True)
-class LoadOptions:
-    """How to load one model: context, threads and GPU placement."""
-
-    n_ctx: int = N_CTX
-    n_batch: int = N_BATCH
-    n_threads: int | None = None  # None: physical cores
-    n_gpu_layers: int | str = "auto"  # "auto"/"all": every layer when a GPU may take them
-    devices: str | None = None  # llama.cpp's --device: "CUDA0,CUDA1", "none"; None: all
-    main_gpu: int = 0
-    split_mode: str = "layer"
-    tensor_split: tuple[float, ...] | None = None
-    verbose: bool = False
-
-    def validate(self) -> None:
-        check(self.n_ctx >= 8, "n_ctx", f"{self.n_ctx} (must be at least 8)")
-        check(self.n_batch >= 1, "n_batch", f"{self.n_batch} (must be at least 1)")
-        check(self.n_threads is None or self.n_threads >= 1, "n_threads", f"{self.n_threads}")
-        check(self.split_mode in SPLIT_MODES, "split_mode",
-              f"{self.split_mode!r} (choose one of {', '.join(SPLIT_MODES)})")
-        check(isinstance(self.n_gpu_layers, int) or self.n_gpu_layers in ("auto", "all"),
-              "n_gpu_layers", f"{self.n_gpu_layers!r} (an integer, 'auto' or 'all')")
-
-
-@dataclass(frozen=True)
 class SeqState:
     """A saved cache: the tokens it held (int32[n]) and llama.cpp's bytes (uint8[size])."""
 
@@ -143,6 +120,7 @@ class Model:
         self.n_ctx: int = ll.llama_n_ctx(ctx_p)
         self.n_batch: int = ll.llama_n_batch(ctx_p)
         self.placement = "CPU"  # where its layers went (Model.load says)
+        self.repack = RepackDecision(True)  # llama.cpp's extra buffer types (Model.load says)
         self.n_cached = 0  # positions 0..n_cached-1 are in the KV cache
         # the most logit rows one decode has asked for: llama.cpp's logits buffer has grown
         # to hold them (a decode asking more grows it again, a one-time cost)
@@ -164,7 +142,6 @@ class Model:
     def load(cls, path: str | os.PathLike, opts: LoadOptions | None = None) -> Model:
         """Load a GGUF file; raise ModelLoadError with llama.cpp's reason when it fails."""
         opts = opts or LoadOptions()
-        opts.validate()
         path = Path(path).expanduser()
         _check_gguf_file(path)
         check_gguf(path)  # damage llama.cpp would abort the process on
@@ -182,6 +159,7 @@ class Model:
             raise ModelLoadError(f"cannot create a context for {path.name}: {reason}")
         model = cls(path, model_p, ctx_p, opts)
         model.placement = placement.describe(ll.llama_model_n_layer(model_p))
+        model.repack = repack_decision(opts.no_repack, build_identity())
         return model
 
     def chat_template(self) -> str | None:
@@ -348,8 +326,9 @@ def _model_params(opts: LoadOptions):
             params.devices = ctypes.cast(array, ctypes.c_void_p)
             params._devices_ref = array  # keep the array alive as long as params
     params.n_gpu_layers = n_gpu_layers
+    params.use_extra_bufts = repack_decision(opts.no_repack, build_identity()).use_extra_bufts
     params.main_gpu = opts.main_gpu
-    params.split_mode = SPLIT_MODES[opts.split_mode]
+    params.split_mode = SPLIT_MODE_IDS[opts.split_mode]
     if opts.tensor_split:
         # llama.cpp reads llama_max_devices() floats from this pointer: pad with zeros
         n_max = ll.llama_max_devices()

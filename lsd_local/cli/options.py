@@ -124,7 +124,8 @@ ENGINE_OPTIONS = [
     click.option("--budget", type=click.FloatRange(min=0), default=ASD_BUDGET, show_default=True,
                  help="ASD: total logit regret one answer may spend on kept mismatches "
                       "(0 = strict)."),
-    click.option("--p-min", type=click.FloatRange(0, 1), default=P_MIN, show_default=True,
+    llama_option("--p-min", aliases=("--draft-p-min",), type=click.FloatRange(0, 1),
+                 default=P_MIN, show_default=True,
                  help="Draft model: stop drafting when its top-1 probability (among its 10 "
                       "likeliest tokens, as llama.cpp) falls below."),
     llama_option("--ctx", aliases=("-c", "--ctx-size"), type=click.IntRange(min=8), default=None,
@@ -159,6 +160,11 @@ ENGINE_OPTIONS = [
                  help="Fraction of the model per GPU, e.g. 3,1."),
     llama_option("--main-gpu", aliases=("-mg",), type=int, default=0, show_default=True,
                  help="GPU for the whole model (split mode none) or for small tensors."),
+    llama_option("--no-repack", aliases=("-nr",), is_flag=True,
+                 help="Load without llama.cpp's extra buffer types (repacked weights, AMX), "
+                      "as llama.cpp's option of that name. Default: they are used, except "
+                      "where the CPU traps AMX (found by a one-time probe); LSD_NO_REPACK=1 "
+                      "also turns them off."),
     click.option("--fresh", is_flag=True,
                  help="Start auto's cost and acceptance estimates empty and save nothing "
                       "(default: continue from earlier runs of these models on this "
@@ -241,7 +247,7 @@ def engine_arguments(model: str | None, opts: dict, probe_devices: bool = True) 
         p_min=opts["p_min"], verbose=opts["verbose"], theta=opts["theta"],
         window=opts["window"], entropy_top_k=opts["entropy_top_k"], entropy=opts["entropy"],
         gate=opts["gate"], max_exceptions=opts["max_exceptions"], budget=opts["budget"],
-        remember=not opts["fresh"])
+        remember=not opts["fresh"], no_repack=True if opts["no_repack"] else None)
 
 
 def offload_expected(opts: dict, probe_devices: bool) -> bool:

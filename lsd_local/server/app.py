@@ -256,6 +256,8 @@ async def health(request: Request) -> Response:
     status = "shutting_down" if state.shutting_down else scheduler.state
     body = {"status": "ok" if status == "ready" else status,
             "queue": scheduler.queue_length, "processing": int(scheduler.busy)}
+    if status == "failed" and scheduler.failure:
+        body["reason"] = scheduler.failure
     return JSONResponse(body, status_code=200 if status == "ready" else 503)
 
 

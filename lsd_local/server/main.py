@@ -73,6 +73,8 @@ def report_event(notify: Callable[[str], None], metrics, kind: str, data: dict) 
         notify(f"restart {data['attempt']} failed: {data['message']}")
     elif kind == "restarted":
         notify("the engine process is back")
+    elif kind == "failed":
+        notify(f"giving up: {data['message']}")
 
 
 async def serve_async(worker: WorkerSettings, settings: ServerSettings, host: str, port: int,

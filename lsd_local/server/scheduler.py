@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import signal
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -25,6 +26,9 @@ STOP_WAIT = 10.0  # seconds the engine process gets to exit after "stop", then i
 RESTART_ATTEMPTS = 8
 RESTART_BACKOFF = 1.0
 RESTART_PAUSE_MAX = 30.0
+# deaths by the same signal with no request finished in between that make a crash count as
+# deterministic (a CPU trapping an instruction llama.cpp uses): the server stops restarting
+SAME_SIGNAL_DEATHS = 3
 
 
 class QueueFull(Exception):
@@ -98,8 +102,10 @@ class Scheduler:
         self.max_queue = max_queue
         self.on_event = on_event  # metrics and log lines: ("restart", {...}), ...
         self.state = "loading"  # loading | ready | restarting | failed | stopped
+        self.failure: str | None = None  # why the state is "failed"
         self.info: dict = {}
         self.restarts = 0
+        self._deaths: list[int | None] = []  # exit codes since a request last finished
         self._waiting: deque[Ticket] = deque()
         self._current: Ticket | None = None
         self._worker: _Worker | None = None
@@ -156,7 +162,7 @@ class Scheduler:
     def submit(self, job: Job) -> Ticket:
         """Queue a job; QueueFull when --max-queue requests already wait."""
         if self.state in ("failed", "stopped"):
-            raise EngineUnavailable(f"the engine is {self.state}")
+            raise EngineUnavailable(self.failure or f"the engine is {self.state}")
         idle = self._current is None and not self._waiting and self.state == "ready"
         if not idle and len(self._waiting) >= self.max_queue:
             raise QueueFull(f"{len(self._waiting)} requests are waiting (--max-queue)")
@@ -224,6 +230,7 @@ class Scheduler:
             return  # a late message of a request already ended
         ticket.started = True
         if kind in ("done", "error"):
+            self._deaths.clear()  # the engine finished a request: earlier deaths were chance
             self._finish(ticket, message)
         else:
             ticket.messages.put_nowait(message)
@@ -239,8 +246,11 @@ class Scheduler:
         self._worker = None
         self.state = "restarting"
         self._ready.clear()
+        self._deaths.append(exitcode)
+        reason = repeated_signal(self._deaths)
         current = self._current
-        if current is not None and not current.started and not current.retried:
+        if current is not None and not current.started and not current.retried \
+                and reason is None:
             # it died before taking this job (right after the previous one): send it again
             current.retried = True
             self._current = None
@@ -250,7 +260,11 @@ class Scheduler:
         elif current is not None:
             self._finish(current, ("error", current.job.id, 500,
                                    f"the engine process died (exit code {exitcode}) during "
-                                   "this request; it is being restarted", None))
+                                   f"this request; {reason or 'it is being restarted'}", None))
+        if reason is not None:
+            self.on_event("failed", {"message": reason})
+            self._fail(reason)
+            return
         self.on_event("restart", {"exitcode": exitcode})
         asyncio.get_running_loop().create_task(self._restart())
 
@@ -270,8 +284,32 @@ class Scheduler:
             return
         if self.state == "stopped":
             return
+        self._fail("the engine process could not be restarted")
+
+    def _fail(self, reason: str) -> None:
+        """Give up on the engine: /health says failed with `reason`, and every waiting and
+        later request gets 503 naming it."""
         self.state = "failed"
+        self.failure = reason
         for ticket in list(self._waiting):
             self._waiting.remove(ticket)
-            self._finish(ticket, ("error", ticket.job.id, 503,
-                                  "the engine process could not be restarted", None))
+            self._finish(ticket, ("error", ticket.job.id, 503, reason, None))
+
+
+def repeated_signal(deaths: list[int | None]) -> str | None:
+    """Why to stop restarting, when the last SAME_SIGNAL_DEATHS deaths (exit codes since a
+    request last finished) were all by one signal; else None."""
+    last = deaths[-SAME_SIGNAL_DEATHS:]
+    if len(last) < SAME_SIGNAL_DEATHS or len(set(last)) != 1 or last[0] is None \
+            or last[0] >= 0:
+        return None
+    number = -last[0]
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    what = signal.strsignal(number) or name
+    hint = (" (this CPU may trap an instruction llama.cpp uses: try --no-repack)"
+            if number == signal.SIGILL else "")
+    return (f"the engine process was killed by {name} ({what}) {len(last)} times in a row "
+            f"with no request finished in between; it is not restarted again{hint}")

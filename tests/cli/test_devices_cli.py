@@ -30,10 +30,11 @@ def test_devices_lists_the_cpu():
 def test_llama_cpp_spellings_give_the_same_answer(tiny_pair):
     ours = invoke("run", "--json", "-m", tiny_pair[0], "--draft", tiny_pair[1], "--ctx", "256",
                   "--threads", "2", "--max-tokens", "12", "--seed", "3", "--temperature",
-                  "0.8", "--n-gpu-layers", "0", "--draft-n-gpu-layers", "0", "the cat")
+                  "0.8", "--n-gpu-layers", "0", "--draft-n-gpu-layers", "0", "--p-min", "0.5",
+                  "--no-repack", "the cat")
     theirs = invoke("run", "--json", "-m", tiny_pair[0], "-md", tiny_pair[1], "-c", "256",
                     "-t", "2", "-n", "12", "-s", "3", "--temp", "0.8", "-ngl", "0", "-ngld",
-                    "0", "-sm", "layer", "-mg", "0", "the cat")
+                    "0", "-sm", "layer", "-mg", "0", "--draft-p-min", "0.5", "-nr", "the cat")
     assert ours.exit_code == theirs.exit_code == 0, theirs.output
     assert json.loads(ours.stdout)["text"] == json.loads(theirs.stdout)["text"]
     assert json.loads(theirs.stdout)["stats"]["generated_tokens"] == 12
@@ -42,7 +43,8 @@ def test_llama_cpp_spellings_give_the_same_answer(tiny_pair):
 def test_help_shows_one_spelling():
     text = invoke("run", "--help").stdout
     assert "--n-gpu-layers" in text and "--temperature" in text and "--ctx" in text
-    for alias in ("-ngl", "--temp ", "-md", "-ngld", "-devd", "--ctx-size"):
+    for alias in ("-ngl", "--temp ", "-md", "-ngld", "-devd", "--ctx-size", "--draft-p-min",
+                  "-nr"):
         assert alias not in text, alias
 
 

@@ -255,6 +255,27 @@ def test_engine_death_mid_stream_is_an_error_event_and_the_server_recovers(tiny_
         assert srv.metric("lsd_engine_restarts_total") == 1
 
 
+def test_an_engine_killed_by_one_signal_three_times_is_not_restarted_again(tiny_pair):
+    """A deterministic crash (a CPU that traps what llama.cpp uses) must not restart forever:
+    after three SIGILL deaths with no request finished, /health says failed and why, and
+    requests get 503 naming it."""
+    with serving.Server(tiny_pair[0], "--ctx", CTX) as srv:
+        for death in range(3):
+            _, response = long_request(srv)
+            os.kill(srv.engine_pid(), signal.SIGILL)
+            while serving.read_event(response) is not None:
+                pass
+            if death < 2:
+                srv.wait_for("the engine process is back")
+        srv.wait_for("giving up: the engine process was killed by SIGILL")
+        status, _, body = srv.request("GET", "/health")
+        health = json.loads(body)
+        assert status == 503 and health["status"] == "failed", health
+        assert "SIGILL" in health["reason"] and "--no-repack" in health["reason"]
+        status, answer = srv.post("/v1/completions", {"prompt": "the", "max_tokens": 4})
+        assert status == 503 and "SIGILL" in answer["error"]["message"]
+
+
 def test_sigterm_lets_the_stream_finish_then_exits_0(tiny_pair):
     srv = serving.Server(tiny_pair[0], "--ctx", CTX)
     with srv:

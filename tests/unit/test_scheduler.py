@@ -129,3 +129,69 @@ def test_a_job_that_cannot_be_sent_fails_alone(fake_workers):
         assert (await bad.messages.get())[2] == 500
         assert worker.sent == [("job", good.job)]
     asyncio.run(main())
+
+
+async def run_and_die(scheduler, worker, code: int, finish: bool = False) -> sched.Ticket:
+    """One request that the engine takes (and finishes, with `finish`), then its death."""
+    ticket = scheduler.submit(job())
+    await settle()
+    scheduler._on_message(worker, ("started", ticket.job.id, 3))
+    if finish:
+        scheduler._on_message(worker, ("done", ticket.job.id, "stop", {}, False))
+    worker.loop.call_soon(worker.on_exit, worker, code)
+    return ticket
+
+
+async def restarted(scheduler, fake_workers, spawned: int) -> None:
+    for _ in range(50):
+        await settle()
+        if scheduler.state != "restarting" and len(fake_workers.spawned) >= spawned:
+            return
+
+
+def test_three_deaths_by_one_signal_in_a_row_stop_the_restarts(fake_workers):
+    async def main():
+        events = []
+        scheduler = sched.Scheduler(None, max_queue=4, on_event=lambda k, d: events.append(k))
+        await scheduler.start()
+        tickets = []
+        for n in range(sched.SAME_SIGNAL_DEATHS):
+            await settle()
+            tickets.append(await run_and_die(scheduler, fake_workers.spawned[-1], -4))
+            await restarted(scheduler, fake_workers, n + 2)
+        assert scheduler.state == "failed" and "SIGILL" in scheduler.failure
+        assert "--no-repack" in scheduler.failure
+        assert len(fake_workers.spawned) == sched.SAME_SIGNAL_DEATHS  # no fourth process
+        assert events.count("restart") == sched.SAME_SIGNAL_DEATHS - 1
+        assert events.count("failed") == 1
+        messages = [await tickets[-1].messages.get() for _ in range(2)]
+        assert messages[1][2] == 500 and "SIGILL" in messages[1][3]
+        with pytest.raises(sched.EngineUnavailable, match="SIGILL"):
+            scheduler.submit(job())
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("codes,finished", [
+    ((-4, -4, -4), (False, True, False)),  # a request finished in between
+    ((-4, -11, -4), (False, False, False)),  # not one signal
+    ((1, 1, 1), (False, False, False)),  # exits, not signals
+])
+def test_deaths_that_are_not_one_repeated_signal_restart(fake_workers, codes, finished):
+    async def main():
+        scheduler = sched.Scheduler(None, max_queue=4)
+        await scheduler.start()
+        for n, (code, finish) in enumerate(zip(codes, finished, strict=True)):
+            await settle()
+            await run_and_die(scheduler, fake_workers.spawned[-1], code, finish)
+            await restarted(scheduler, fake_workers, n + 2)
+        assert scheduler.state == "ready" and scheduler.failure is None
+        assert len(fake_workers.spawned) == len(codes) + 1
+    asyncio.run(main())
+
+
+def test_repeated_signal_names_the_signal_and_only_a_run_of_them():
+    assert sched.repeated_signal([-4, -4]) is None
+    assert sched.repeated_signal([-9, -4, -4, -4]).startswith(
+        "the engine process was killed by SIGILL")
+    assert "--no-repack" not in sched.repeated_signal([-11, -11, -11])
+    assert sched.repeated_signal([None, None, None]) is None
