@@ -227,30 +227,66 @@ def parse_speed(log: str) -> float | None:
     return None
 
 
+# What llama.cpp's tools print on stdout around the answer: whether the prompt comes first
+# (after two newlines and maybe a BOS piece), what follows the answer, and what follows it
+# when the answer ended with an end-of-generation token
+TOOL_OUTPUT = {
+    "llama-completion": (False, "\n\n", " [end of text]\n\n"),
+    "llama-speculative-simple": (True, "\n\n\n\n", "\n\n\n\n"),
+}
+
+
+def answer_text(command: list[str], stdout: str, prompt: str) -> str | None:
+    """The answer a known llama.cpp tool printed (None for other commands, or when its
+    output has not the expected shape)."""
+    shape = TOOL_OUTPUT.get(Path(command[0]).name) if command else None
+    if shape is None:
+        return None
+    echoes_prompt, after, after_eog = shape
+    text = stdout
+    if echoes_prompt:
+        at = stdout.find(prompt)
+        if not stdout.startswith("\n\n") or at < 0:
+            return None
+        text = stdout[at + len(prompt):]
+    for ending in (after_eog, after):
+        if text.endswith(ending):
+            return text[:len(text) - len(ending)]
+    return None
+
+
 def run_external(models: BenchModels, config: BenchConfig, item: PromptItem,
                  max_tokens: int) -> dict:
-    """Run the command on the prompt text (chat template applied, in a file); parse tok/s."""
-    from ..templates import render_chat
-
-    text = render_chat(models.engine(False).chat_template, list(item.messages))
+    """Run the command on the prompt lsd evaluates; parse tok/s and, for llama.cpp's tools,
+    the answer. The file holds the prompt text plus one newline: llama.cpp's -f drops one
+    trailing newline (common/arg.cpp), and a chat prompt ends in one."""
+    engine = models.engine(False)
+    text = engine.prompt_text(list(item.messages))
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False,
-                                     encoding="utf-8") as f:
-        f.write(text)
+                                     encoding="utf-8", newline="") as f:
+        f.write(text + "\n")
     try:
         values = {"prompt_file": f.name, "max_tokens": max_tokens, "target": models.target,
                   "draft": models.draft or "", "threads": models.n_threads or os.cpu_count(),
                   "ctx": models.n_ctx}
         cmd = [part.format(**values) for part in shlex.split(config.command)]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        out = subprocess.run(cmd, capture_output=True, timeout=900)
     except (OSError, KeyError, subprocess.TimeoutExpired) as exc:
         raise LsdError(f"external {config.name!r} failed: {exc}") from None
     finally:
         os.unlink(f.name)
-    tps = parse_speed(out.stdout + out.stderr)
+    stdout = out.stdout.decode("utf-8", "replace")
+    log = stdout + out.stderr.decode("utf-8", "replace")
+    tps = parse_speed(log)
     if tps is None:
         raise LsdError(f"external {config.name!r}: no tokens/s in its output (exit "
-                       f"{out.returncode}):\n{(out.stdout + out.stderr)[-800:]}")
-    return {"tps": tps}
+                       f"{out.returncode}):\n{log[-800:]}")
+    answer = answer_text(cmd, stdout, text)
+    if answer is None:
+        return {"tps": tps, "external": True}
+    # llama-speculative-simple may commit a round past -n: compare the common part
+    return {"tps": tps, "external": True, "text": answer, "may_run_past": True,
+            "tokens": engine.target.vocab.tokenize(answer, add_special=False)}
 
 
 @dataclass(frozen=True)

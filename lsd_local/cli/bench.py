@@ -16,7 +16,7 @@ from .options import complete_model, notify
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
                        " -t {{threads}} --temp 0 -c {{ctx}} -no-cnv --no-display-prompt",
-    "llama.cpp:ngram": "{bin}/llama-speculative-simple -m {{target}} -md {{target}} "
+    "llama.cpp:ngram": "{bin}/llama-speculative-simple -m {{target}} "
                        "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c {{ctx}} "
                        "--spec-type ngram-simple",
     "llama.cpp:draft": "{bin}/llama-speculative-simple -m {{target}} -md {{draft}} "
@@ -92,7 +92,8 @@ def bench(model: str | None, **opts) -> None:
     if opts["tune"]:
         names = ["plain"] + tune_grid(opts["tune_drafter"], tune_ks(opts["tune_drafter"]))
     configs = with_grammar(parse_configs(names, draft is not None), opts["grammar"])
-    externals = list(opts["external"]) + llama_cpp_externals(opts["llama_cpp_bin"], draft)
+    externals = list(opts["external"]) + llama_cpp_externals(
+        opts["llama_cpp_bin"], draft, bool(opts["llama_cpp_bin"]) and repack_off())
     if externals and opts["grammar"]:
         raise ParameterError("invalid external: external commands cannot take --grammar")
     configs += [parse_external(text) for text in externals]
@@ -154,15 +155,27 @@ def resolve_bench_models(model: str | None, draft: str | None):
     return target, draft_path, spec.chat_template if spec else None
 
 
-def llama_cpp_externals(folder: str | None, draft: Path | None) -> list[str]:
+def llama_cpp_externals(folder: str | None, draft: Path | None,
+                        no_repack: bool = False) -> list[str]:
+    """llama.cpp's tools as external columns; with `no_repack` they load as lsd does where
+    the CPU traps AMX (their -nr)."""
     if not folder:
         return []
     out = []
     for name, template in LLAMA_CPP_COMMANDS.items():
         if "{draft}" in template and draft is None:
             continue
-        out.append(f"{name}={template.format(bin=Path(folder).resolve())}")
+        extra = " -nr" if no_repack else ""
+        out.append(f"{name}={template.format(bin=Path(folder).resolve())}{extra}")
     return out
+
+
+def repack_off() -> bool:
+    """Whether lsd loads models without llama.cpp's extra buffer types on this machine."""
+    from ..backend import build_identity
+    from ..backend.cpu_probe import repack_decision
+
+    return not repack_decision(None, build_identity()).use_extra_bufts
 
 
 def run_and_print(models, options):
@@ -191,11 +204,13 @@ def run_and_print(models, options):
 
 def finish(result, opts) -> None:
     from ..bench.cost import format_costs
-    from ..bench.report import choices, format_table
+    from ..bench.report import choices, differing_answers, format_table
     from ..bench.suite import write_outputs
     from ..bench.tune import candidate_scores, choose, format_tuning
 
     click.echo(format_table(result.summaries))
+    for line in differing_answers(result.rows):
+        click.echo(f"warning: {line}")
     auto = choices(result.rows)
     if auto:
         click.echo("what auto chose:\n" + "\n".join(auto) + "\n")

@@ -138,3 +138,65 @@ def test_cold_runs_each_prompt_in_its_own_process(tiny_pair, qa_set, tmp_path, m
     assert all(r["tps"] > 0 and r["n_tokens"] == 12 for r in runs[True])
     learned = json.loads((tmp_path / "cache" / "lsd" / "learned.json").read_text())
     assert learned["costs"]  # the cold processes of strict:auto saved what they learned
+
+
+FAKE_TOOL = '''#!{python}
+"""Stands in for llama.cpp's {name}: -f drops one trailing newline, as common/arg.cpp does;
+the prompt it got goes to got-{name}.txt; it writes ANSWER the way the real tool prints."""
+import sys
+args = sys.argv[1:]
+prompt = open(args[args.index("-f") + 1], encoding="utf-8", newline="").read()
+prompt = prompt[:-1] if prompt.endswith("\\n") else prompt
+open(r"{folder}/got-{name}.txt", "a", encoding="utf-8", newline="").write(prompt + "\\0")
+answer = open(r"{folder}/answer.txt", encoding="utf-8").read()
+if "{name}" == "llama-completion":
+    sys.stdout.write(answer + "\\n\\n")
+else:
+    sys.stdout.write("\\n\\n" + prompt + answer + "\\n\\n\\n\\n")
+sys.stderr.write("decoded 4 tokens in 0.5 seconds\\n")
+'''
+
+
+def test_llama_cpp_columns_get_lsds_prompt_bytes_and_their_answers_are_checked(
+        qa_set, tmp_path):
+    """The C++ peers must answer the same prompt: the file they read holds exactly the text
+    lsd evaluates (after llama.cpp's -f drops a newline), and an answer that is not lsd's
+    plain greedy answer is flagged."""
+    import tinymodels
+
+    from lsd_local import Engine
+    from lsd_local.templates import CHATML
+
+    spec = tinymodels.TinySpec()
+    weights = tinymodels.random_weights(spec, 259 + len(spec.words))
+    model = tinymodels.write_gguf(tmp_path / "chatml.gguf", spec, weights, CHATML)
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for name in ("llama-completion", "llama-speculative-simple"):
+        tool = folder / name
+        tool.write_text(FAKE_TOOL.format(python=sys.executable, name=name, folder=folder))
+        tool.chmod(0o755)
+    (folder / "answer.txt").write_text("not what lsd wrote")
+    out = tmp_path / "cpp.json"
+    result = bench(model, "--prompts", qa_set, "--limit", "2", "--max-tokens", "8",
+                   "--configs", "plain", "--llama-cpp", folder, "--json", out, "--no-cost")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["runs"]
+    items = [json.loads(line) for line in qa_set.read_text().splitlines()]
+    messages = [item["messages"] for item in items if item["split"] == "test"][:2]
+    with Engine.load(model, drafter="none") as eng:
+        expected = [eng.prompt_text(m) for m in messages]
+        assert expected[0].endswith("assistant\n")  # what llama.cpp's -f would cut
+        assert eng.prompt_tokens(expected[0]) == eng.prompt_tokens(messages[0])
+    for name in ("llama-completion", "llama-speculative-simple"):
+        got = (folder / f"got-{name}.txt").read_text(encoding="utf-8").split("\0")[:-1]
+        assert got[-2:] == expected  # (the first call is the warm-up's)
+    assert "warning: llama.cpp:plain: 2 of 2 answers differ" in result.output
+    assert "warning: llama.cpp:ngram: 2 of 2 answers differ" in result.output
+    assert all(r["text"] == "not what lsd wrote" for r in rows if r.get("external"))
+    plain = [r for r in rows if r["config"] == "plain"]
+    (folder / "answer.txt").write_text(plain[0]["text"])  # now the same answer as lsd's
+    result = bench(model, "--prompts", qa_set, "--limit", "1", "--max-tokens", "8",
+                   "--configs", "plain", "--llama-cpp", folder, "--json", out, "--no-cost")
+    assert result.exit_code == 0 and "warning" not in result.output, result.output
+    assert all(s["identical"] == 1.0 for s in json.loads(out.read_text())["summaries"])

@@ -246,3 +246,45 @@ def test_tune_grid_and_choice_respect_the_floor():
     assert best["strict"]["config"] == "strict:lookup:16"
     assert tune.choose(scores, 0.5)["fly"]["config"] == "fly:lookup:theta=0.6"
     assert "<- best" in tune.format_tuning(scores, best, 0.99)
+
+
+# --- llama.cpp's tools as external columns: the answer they wrote -------------------------
+
+PROMPT = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.mark.parametrize("tool,stdout,expected", [
+    ("llama-completion", "Hello!\n\nBye\n\n", "Hello!\n\nBye"),  # cut by -n
+    ("llama-completion", "Hello!\n [end of text]\n\n", "Hello!\n"),  # ended by EOS
+    ("llama-speculative-simple", f"\n\n{PROMPT}Hello!\n\n\n\n\n\n", "Hello!\n\n"),
+    ("llama-speculative-simple", f"\n\n<s>{PROMPT}Hi\n\n\n\n", "Hi"),  # a BOS piece first
+    ("llama-speculative-simple", "\n\nanother prompt: Hi\n\n\n\n", None),
+    ("llama-completion", "no ending", None),
+    ("my-script", "Hello!\n\n", None),
+])
+def test_the_answer_is_read_from_what_llama_cpps_tools_print(tool, stdout, expected):
+    from lsd_local.bench.runner import answer_text
+
+    assert answer_text([f"/opt/llama/bin/{tool}", "-f", "p.txt"], stdout, PROMPT) == expected
+
+
+def test_an_answer_that_ran_past_the_limit_matches_the_cut_baseline():
+    from lsd_local.bench.report import differing_answers, same_answer
+
+    base = {"text": "def f(x):", "finish_reason": "length"}
+    past = {"text": "def f(x):\n  return", "may_run_past": True}
+    assert same_answer(past, base)
+    assert not same_answer(past, {**base, "finish_reason": "stop"})
+    assert not same_answer({"text": "def f(x):\n  return"}, base)  # lsd's own configs: equal
+    rows = [row("plain", "a", 10.0, [1], finish_reason="length"),
+            row("plain", "b", 10.0, [2], finish_reason="stop"),
+            row("plain", "c", 10.0, [3], finish_reason="stop"),
+            row("cpp", "a", 30.0, [1], external=True, may_run_past=True, text="1 and more"),
+            row("cpp", "b", 30.0, [2], external=True, may_run_past=True, text="2 and more"),
+            {"set": "s", "id": "c", "rep": 0, "config": "cpp", "tps": 1.0, "external": True}]
+    lines = differing_answers(rows)
+    assert lines == ["cpp: 1 of 2 answers differ from lsd's plain decoding: their speeds "
+                     "compare different answers",
+                     "cpp: 1 answers could not be read from its output: their speeds are "
+                     "not checked against the same text"]
+    assert differing_answers(rows[:4]) == []
