@@ -11,7 +11,7 @@ side: tokens after the first over the time after the first chunk; for lsd run, w
 reports). Then two conversations alternate for --turns turns each: at the last turn, prompt
 tokens, tokens evaluated and prefill time, for lsd serve with and without its conversation
 cache and for llama-server (its prompt cache in RAM). Needs the Qwen pair
-(shared/models/fetch-models.sh) in $LSD_MODELS_DIR.
+(bench/fetch-models.sh) in $LSD_MODELS_DIR.
 """
 
 from __future__ import annotations
@@ -219,5 +219,5 @@ def conversations(servers: dict, args, prompts: list) -> None:
 
 if __name__ == "__main__":
     if not TARGET.exists():
-        raise SystemExit(f"{TARGET} missing: run shared/models/fetch-models.sh")
+        raise SystemExit(f"{TARGET} missing: run bench/fetch-models.sh")
     main()

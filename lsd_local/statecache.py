@@ -47,7 +47,7 @@ class Snapshot:
 
 class StateCache:
     """Up to `capacity` saved conversations (least recently used goes first), at most
-    `max_bytes` in all. Used by Engine's prefill: `switch_to(engine, prompt)`."""
+    `max_bytes` in all. Used by Engine's prefill: `switch_to(target, draft, prompt)`."""
 
     def __init__(self, capacity: int, max_bytes: int = STATE_CACHE_MAX_BYTES,
                  min_tokens: int = STATE_CACHE_MIN_TOKENS) -> None:

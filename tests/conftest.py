@@ -68,5 +68,5 @@ def tiny_other_vocab(tiny_dir) -> Path:
 def qwen_pair() -> tuple[Path, Path]:
     target, draft = models_dir() / QWEN_TARGET, models_dir() / QWEN_DRAFT
     if not (target.exists() and draft.exists()):
-        pytest.skip(f"Qwen pair not in {models_dir()}: run shared/models/fetch-models.sh")
+        pytest.skip(f"Qwen pair not in {models_dir()}: run bench/fetch-models.sh")
     return target, draft

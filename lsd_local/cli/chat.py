@@ -1,4 +1,4 @@
-"""`lsd chat` (and `lsd run MODEL` on a terminal): the REPL over a Conversation."""
+"""`lsd chat` (and `lsd run MODEL` on a terminal): the REPL over a ChatSession."""
 
 from __future__ import annotations
 

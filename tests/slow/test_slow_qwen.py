@@ -1,6 +1,6 @@
 """Opt-in tests on the real Qwen2.5-Coder 1.5B/0.5B pair (`pytest -m slow`).
 
-Fetch the models with ../shared/models/fetch-models.sh (into $LSD_MODELS_DIR); without them
+Fetch the models with bench/fetch-models.sh (into $LSD_MODELS_DIR); without them
 these tests are skipped with that reason.
 """
 

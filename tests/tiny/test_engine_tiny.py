@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from tinymodels import TINY_CTX, load_tiny
 
-from lsd_local import Engine, Origin
+from lsd_local import Engine, Origin, ParameterError
 from lsd_local.backend import LoadOptions, Model
 
 PROMPTS = ["the cat is", "def f(x): return", "a b a b a b", "in the end it is"]
@@ -154,7 +154,6 @@ def test_sampled_first_token_follows_the_target(tiny_pair):
 
 
 def test_asd_refuses_sampling(tiny_pair):
-    from lsd_local import ParameterError
     with load_tiny(tiny_pair, "lookup", rule="asd") as eng, \
             pytest.raises(ParameterError, match="greedy"):
         eng.generate("x", temperature=0.5)
@@ -176,7 +175,8 @@ def test_configure_switches_drafter_k_and_rule(tiny_pair, plain):
         # an earlier Generation keeps its own tokens
         assert first.tokens == second.tokens == greedy(plain, PROMPTS[0], 40)
         assert loose.stats.generated_tokens == 40
-    with load_tiny(tiny_pair, "lookup") as eng, pytest.raises(Exception, match="draft model"):
+    with load_tiny(tiny_pair, "lookup") as eng, \
+            pytest.raises(ParameterError, match="needs a draft model"):
         eng.configure(drafter="model")
 
 

@@ -54,9 +54,12 @@ def test_every_documented_command_parses(page, args):
             warnings.simplefilter("ignore", DeprecationWarning)
             pending = [*context.protected_args, *context.args]
         name, command, rest = cli.resolve_command(context, pending)
-        command.make_context(name, rest, parent=context)
+        parsed = command.make_context(name, rest, parent=context)
     except click.exceptions.Exit:  # --help, --version: parsed fine
-        pass
+        assert {"--help", "--version"} & set(words), args
+        return
+    assert cli.commands[name] is command and parsed.command is command
+    assert not parsed.args, f"{page}: lsd {args}: left over {parsed.args}"
 
 
 @pytest.mark.parametrize("page,args", [(p, a) for p, a, runs in COMMANDS if runs])
