@@ -40,12 +40,12 @@ def run_demo(clone: Path) -> tuple[float, float]:
 
 
 def wait_for_background_compiles(limit: float = 600.0) -> None:
-    """A cold run leaves its kernel compile running (`python -m lsd_local.warmup`, of any
+    """A cold run leaves its kernel compile running (`python -m lsd_local.kernels.warmup`, of any
     clone: run nothing else meanwhile): the warm runs start after it."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        if "lsd_local.warmup" not in ps:
+        if "lsd_local.kernels.warmup" not in ps:
             return
         time.sleep(0.2)
     raise SystemExit(f"a kernel compile still runs after {limit:.0f} s")

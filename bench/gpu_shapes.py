@@ -96,7 +96,7 @@ def verification_costs(path: Path, max_k: int, n_gpu_layers) -> tuple[str, list[
     """(placement, seconds to score K tokens with K logit rows for K = 1..max_k) after a
     512-token context, medians of 5 interleaved repeats (estimators.measure_decode_times)."""
     from lsd_local.backend import LoadOptions, Model
-    from lsd_local.estimators import measure_decode_times
+    from lsd_local.drafters.auto.estimators import measure_decode_times
 
     model = Model.load(path, LoadOptions(n_ctx=2048, n_batch=512, n_gpu_layers=n_gpu_layers))
     try:

@@ -12,7 +12,7 @@ Each configuration is replayed on every recorded answer (a fresh drafter per ans
 auto drafter starts from what the previous answers taught (restored as from the state file,
 lsd_local/learned.py), the first answer of a set from nothing. With --mixed, one memory
 serves all sets, their answers interleaved (a process or state file serving several kinds
-of request). Each answer begins as a request of its family (lsd_local.learned.
+of request). Each answer begins as a request of its family (lsd_local.drafters.auto.learned.
 request_family; recordings made before families existed get them from the shipped prompt
 sets). See lsd_local/bench/replay.py for what a replay models and what it leaves out.
 """
@@ -25,9 +25,9 @@ import sys
 import numpy as np
 
 from lsd_local.bench import replay as rp
-from lsd_local.drafters.auto import AutoDrafter
+from lsd_local.drafters.auto.learned import request_family
+from lsd_local.drafters.auto.policy import AutoDrafter
 from lsd_local.drafters.lookup import LookupDrafter
-from lsd_local.learned import request_family
 
 SETS = "humaneval,code-edit,chat,summarize"
 SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 33]
@@ -70,7 +70,7 @@ def make_factory(config: str):
 def record(args) -> None:
     from lsd_local import Engine
     from lsd_local.bench.prompts import load_set
-    from lsd_local.warmup import load_kernels_now
+    from lsd_local.kernels.warmup import load_kernels_now
 
     engine = Engine.load(args.model, drafter="none", n_threads=args.threads, n_ctx=4096)
     load_kernels_now()  # nothing loads beside the cost-curve timings below

@@ -124,7 +124,7 @@ def main() -> None:
                         help="fixed logits instead of llama_decode (warm caches)")
     args = parser.parse_args()
     from lsd_local import Engine
-    from lsd_local.warmup import load_kernels_now
+    from lsd_local.kernels.warmup import load_kernels_now
 
     load_kernels_now()
     for mode, settings in MODES.items():

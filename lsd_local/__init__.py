@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from .config import DRAFTERS, RULES, DrafterConfig, RuleConfig, SamplerSettings
 from .errors import (
     ContextOverflowError,
+    EngineBusyError,
     IncompatibleModelsError,
     LsdError,
     ModelLoadError,
@@ -22,12 +23,14 @@ from .errors import (
 from .stats import GenerationStats, Origin, RoundEvent
 
 if TYPE_CHECKING:  # loaded lazily: see __getattr__
-    from .engine import Engine, Generation
+    from .engine import Engine
+    from .generation import Generation
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DRAFTERS", "RULES", "ContextOverflowError", "DrafterConfig", "Engine", "Generation",
+    "DRAFTERS", "RULES", "ContextOverflowError", "DrafterConfig", "Engine", "EngineBusyError",
+    "Generation",
     "GenerationStats", "SamplerSettings",
     "IncompatibleModelsError", "LsdError", "ModelLoadError", "ModelOutputError", "Origin",
     "ParameterError", "RoundEvent", "RuleConfig", "__version__",
@@ -37,8 +40,12 @@ __all__ = [
 def __getattr__(name: str):
     """Engine and Generation load llama.cpp: imported on first use, so that processes that
     never run a model (lsd serve's HTTP side, `lsd --help`) do not load it."""
-    if name in ("Engine", "Generation"):
-        from . import engine
+    if name == "Engine":
+        from .engine import Engine
 
-        return getattr(engine, name)
+        return Engine
+    if name == "Generation":
+        from .generation import Generation
+
+        return Generation
     raise AttributeError(f"module 'lsd_local' has no attribute {name!r}")

@@ -225,3 +225,69 @@ class LoadOptions(_Settings):
               f"{self.split_mode!r} (choose one of {', '.join(SPLIT_MODES)})")
         check(isinstance(self.n_gpu_layers, int) or self.n_gpu_layers in ("auto", "all"),
               "n_gpu_layers", f"{self.n_gpu_layers!r} (an integer, 'auto' or 'all')")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Everything `Engine.load` takes besides the model files (plain values that cross to
+    `lsd serve`'s engine process); `engine_settings` builds it from typed settings or
+    keyword conveniences."""
+
+    drafter: DrafterConfig
+    rule: RuleConfig
+    load: LoadOptions  # the target's
+    draft_load: LoadOptions  # the draft model's
+    rpc: tuple[str, ...] = ()  # llama.cpp RPC servers "host:port", added as devices first
+    draft_device_given: bool = False  # draft_load.devices was chosen (else local with RPC)
+    chat_template: str | None = None  # Jinja text overriding the GGUF's template
+    remember: bool = False  # start auto from what earlier processes learned, save it back
+
+
+LOAD_KEYWORDS = {"device": "devices"}  # keyword conveniences spelled otherwise than fields
+DRAFT_LOAD_KEYWORDS = {"draft_n_gpu_layers": "n_gpu_layers", "draft_device": "devices"}
+
+
+def setting_names(cls) -> set[str]:
+    """The fields of a settings class but its selector (DrafterConfig's `drafter`,
+    RuleConfig's `rule`): what keyword conveniences may name."""
+    return {f.name for f in fields(cls)} - {"drafter", "rule"}
+
+
+def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = None,
+                    rule: RuleConfig | str | None = None, load: LoadOptions | None = None,
+                    draft_load: LoadOptions | None = None, rpc: str | tuple | list | None = None,
+                    chat_template: str | None = None, remember: bool = False,
+                    **keywords) -> EngineSettings:
+    """The one place where Engine.load's keyword conveniences become typed settings: each
+    keyword names a field of DrafterConfig (k, p_min, max_ngram, min_ngram), RuleConfig
+    (theta, window, ..., budget) or LoadOptions (n_ctx, n_threads, n_gpu_layers, device,
+    ..., no_repack, verbose), or the draft's LoadOptions (draft_n_gpu_layers, draft_device);
+    they apply on top of the typed settings given. `drafter` defaults to "model" with a draft
+    model, else "lookup". ParameterError names an unknown keyword or an invalid value."""
+    by_name = {"drafter": (setting_names(DrafterConfig), {}),
+               "rule": (setting_names(RuleConfig), {}),
+               "load": (setting_names(LoadOptions) | set(LOAD_KEYWORDS), {}),
+               "draft": (set(DRAFT_LOAD_KEYWORDS), {})}
+    for name, value in keywords.items():
+        group = next((g for g, (names, _) in by_name.items() if name in names), None)
+        if group is None:
+            raise ParameterError(f"unknown parameter: {name}", param=name)
+        by_name[group][1][name] = value
+    dcfg = drafter if isinstance(drafter, DrafterConfig) else DrafterConfig(
+        drafter or ("model" if has_draft else "lookup"))
+    dcfg = dcfg.with_changes(**by_name["drafter"][1])
+    rcfg = rule if isinstance(rule, RuleConfig) else RuleConfig(rule or "strict")
+    rcfg = rcfg.with_changes(**by_name["rule"][1])
+    changes = {LOAD_KEYWORDS.get(k, k): v for k, v in by_name["load"][1].items()}
+    if isinstance(changes.get("tensor_split"), list):
+        changes["tensor_split"] = tuple(changes["tensor_split"])
+    opts = (load or LoadOptions()).with_changes(**changes)
+    opts = opts.with_changes(n_batch=max(opts.n_batch, dcfg.k_value + 1))  # a block per pass
+    draft_changes = {DRAFT_LOAD_KEYWORDS[k]: v for k, v in by_name["draft"][1].items()
+                     if v is not None}
+    dopts = (draft_load or opts).with_changes(**draft_changes)
+    endpoints = tuple(e.strip() for e in (rpc.split(",") if isinstance(rpc, str) else rpc or ())
+                      if e.strip())
+    return EngineSettings(dcfg, rcfg, opts, dopts, endpoints,
+                          draft_device_given=draft_load is not None or "devices" in draft_changes,
+                          chat_template=chat_template, remember=remember)

@@ -1,239 +1,159 @@
-"""The public engine: load a target (and optional draft), then generate with speculation."""
+"""The public engine: load a target (and optional draft), then hand out one Generation at a
+time (generation.py owns each request from start to close)."""
 
 from __future__ import annotations
 
 import os
+import threading
 import warnings
-from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Sequence
 from dataclasses import replace
-from time import perf_counter
 
 import numpy as np
 
-from . import learned
-from .backend import Grammar, LoadOptions, Model, schema_to_gbnf, vocab_compatible
+from .backend import Grammar, Model, recurrent_message, vocab_compatible
 from .config import (
-    DRAFTERS_KEPT,
-    MAX_NGRAM,
     MAX_TOKENS,
-    MIN_NGRAM,
     MIN_P,
-    N_BATCH,
-    N_CTX,
-    P_MIN,
     STATE_CACHE_MAX_BYTES,
     TEMPERATURE,
     TOP_K,
     TOP_P,
     DrafterConfig,
+    EngineSettings,
     RuleConfig,
+    engine_settings,
     sampler_settings,
+    setting_names,
 )
+from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
-from .drafters.factory import make_drafter
-from .errors import ContextOverflowError, ParameterError, check
-from .grammars import grammar_text, load_schema
-from .loading import add_rpc, load_models, open_memory, pair_doubts
-from .loop import Request, TokenBuffer, run_rounds
+from .drafters.pool import DrafterPool
+from .errors import ContextOverflowError, EngineBusyError, ParameterError, check
+from .generation import EngineParts, Generation
+from .grammars import compile_constraint
+from .kernels.warmup import process_warmup
+from .loop import LoopSettings
+from .models.loading import load_models, open_learned, pair_doubts
 from .statecache import StateCache
-from .stats import GenerationStats, RoundEvent
 from .templates import prompt_text, prompt_tokens
 from .text import TextAssembler
 from .verify.constrain import grammar_top
 from .verify.verifier import Verifier
-from .warmup import process_warmup
-
-
-class Generation:
-    """A running generation: iterate for RoundEvents; `stats`, `text`, `finish_reason` and
-    `tokens` are filled in as it goes and final once iteration ends."""
-
-    def __init__(self, rounds: Iterator[RoundEvent], stats: GenerationStats,
-                 text: TextAssembler, history: TokenBuffer, n_prompt: int) -> None:
-        self._rounds = rounds  # Engine._request: it keeps `stats` up to date
-        self.stats = stats
-        self._text = text
-        self._history = history
-        self._n_prompt = n_prompt
-
-    def __iter__(self) -> Iterator[RoundEvent]:
-        """The rounds. Leaving the loop early (break, an exception, Ctrl-C) ends the request
-        for good: this wrapper dies with the loop, and closing it closes the request, which
-        frees the engine at once. Iterating again then yields nothing more."""
-        yield from self._rounds
-
-    def close(self) -> None:
-        """End the request now, for good (what leaving the loop early does implicitly)."""
-        self._rounds.close()
-
-    def run(self) -> Generation:
-        """Consume every round; returns self for chaining."""
-        for _ in self:
-            pass
-        return self
-
-    @property
-    def text(self) -> str:
-        return self._text.released_text
-
-    @property
-    def finish_reason(self) -> str | None:
-        return self.stats.finish_reason
-
-    @property
-    def tokens(self) -> list[int]:
-        """Generated token ids (EOS included when the model emitted one)."""
-        return self._history.view()[self._n_prompt:].tolist()
 
 
 class Engine:
     """Speculative decoding over llama.cpp. Create with `Engine.load(...)`."""
 
-    def __init__(self, target: Model, draft: Model | None, drafter: DrafterConfig,
-                 rule: RuleConfig, chat_template: str | None = None,
-                 cross_vocab: bool = False) -> None:
+    def __init__(self, target: Model, draft: Model | None, settings: EngineSettings,
+                 cross_vocab: bool = False, learned=None) -> None:
         self.target = target
-        self.chat_template = chat_template or target.chat_template()
         self.draft_model = draft
+        self.chat_template = settings.chat_template or target.chat_template()
         self.cross_vocab = cross_vocab  # the draft drafts through text (other vocabulary)
-        # what a user should know about the pair (the CLI prints these); doubtful choices are
-        # also Python warnings for library users
-        info = ([f"draft {draft.path.name} has another vocabulary than {target.path.name}: "
-                 "it drafts through text (cross-vocabulary)"] if cross_vocab else [])
-        doubts = pair_doubts(target, draft)
-        if target.repack.notice:  # lsd turned llama.cpp's extra buffer types off by itself
-            doubts.append(target.repack.notice)
         self.placement = {"target": target.placement}  # where the layers went, per model
         if draft is not None:
             self.placement["draft"] = draft.placement
-        self.notices = info + doubts
+        # what a user should know (the CLI prints these); doubtful choices are also Python
+        # warnings for library users
+        doubts = pair_doubts(target, draft) + ([target.repack.notice] if target.repack.notice
+                                               else [])
+        self.notices = ([f"draft {draft.path.name} has another vocabulary than "
+                         f"{target.path.name}: it drafts through text (cross-vocabulary)"]
+                        if cross_vocab else []) + doubts
         for notice in doubts:
             warnings.warn(notice, UserWarning, stacklevel=3)
-        self.drafter_config = drafter
-        self.rule_config = rule
-        self._drafter = make_drafter(drafter, draft, target if cross_vocab else None)
-        # by settings, most recently used last: each keeps what it learned
-        self._drafters = OrderedDict([(drafter, self._drafter)])
-        self._busy = False
-        # conversations set aside in RAM (None: only the live cache is reused); see
-        # `keep_conversations`
-        self.state_cache: StateCache | None = None
-        self.memory: learned.Memory | None = None  # what auto learned, across processes
+        self.learned = learned  # what auto learned, across processes (drafters/auto/learned)
+        self._pool = DrafterPool(draft, target if cross_vocab else None, learned)
+        self.drafter_config = settings.drafter
+        self.rule_config = settings.rule
+        self._drafter = self._pool.get(settings.drafter, settings.rule.rule)
+        self.state_cache: StateCache | None = None  # see keep_conversations
+        self._lock = threading.Lock()  # one generation at a time, across threads too
+        self._active: weakref.ref[Generation] | None = None
         self._closed = False
 
     @classmethod
     def load(cls, target: str | os.PathLike, draft: str | os.PathLike | None = None, *,
-             drafter: str | None = None, rule: str = "strict", k: int | None = None,
-             n_ctx: int = N_CTX, n_threads: int | None = None,
-             n_gpu_layers: int | str = "auto", draft_n_gpu_layers: int | str | None = None,
-             device: str | None = None, draft_device: str | None = None,
-             rpc: str | Sequence[str] | None = None, main_gpu: int = 0,
-             split_mode: str = "layer", tensor_split: Sequence[float] | None = None,
-             p_min: float = P_MIN, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
-             chat_template: str | None = None, verbose: bool = False,
-             remember: bool = False, no_repack: bool | None = None,
-             **rule_params) -> Engine:
+             drafter: DrafterConfig | str | None = None, rule: RuleConfig | str | None = None,
+             **settings) -> Engine:
         """Load the target GGUF (and a draft GGUF: one with another vocabulary drafts through
         text, see drafters/crossvocab.py).
 
         drafter: "auto" (lookup, the draft model if given, or no draft, chosen per round by
         measured cost and acceptance), "model" (needs draft), "lookup", "multilevel" (needs
-        draft) or "none"; default "model" with a draft, else "lookup". k: an int, "auto"
-        (chosen per round) or None (the drafter's default; "auto" for the auto drafter).
-        rule: "strict", "fly" or "asd"; FLy takes theta/window/entropy_top_k/entropy, ASD
-        gate/max_exceptions/budget (see RuleConfig).
-        chat_template (Jinja) overrides the template stored in the GGUF.
-        Placement: n_gpu_layers "auto" (default) puts every layer on the GPUs when the
-        devices allowed hold one, else none; an integer is llama.cpp's (-1: all). device /
-        draft_device: llama.cpp's device names ("CUDA0,CUDA1", "none" = CPU only; default
-        every device). rpc: "host:port,..." llama.cpp RPC servers, checked and added as
-        devices first; the target spreads over them, the draft stays on local devices
-        unless draft_device names them. `placement` says where each model went.
-        remember: start the auto drafter from what earlier processes learned about these
-        models on this machine, and save it back on close (lsd_local/learned.py; off while
-        LSD_NO_STATE is set).
-        no_repack: True loads without llama.cpp's extra buffer types (its -nr); None (default)
-        turns them off only where the CPU traps AMX (a one-time probe; LSD_NO_REPACK=1 forces
-        it off), False keeps them on.
+        draft) or "none", or a DrafterConfig; default "model" with a draft, else "lookup".
+        rule: "strict", "fly" or "asd", or a RuleConfig. Every other setting is a keyword of
+        config.engine_settings, which builds the typed settings in one place: the drafter's
+        (k: an int, "auto" or None for the drafter's default; p_min, max_ngram, min_ngram),
+        the rule's (FLy theta/window/entropy_top_k/entropy, ASD gate/max_exceptions/budget),
+        loading (load=LoadOptions, or n_ctx, n_threads, n_gpu_layers "auto"/"all"/int,
+        device, main_gpu, split_mode, tensor_split, no_repack, verbose; draft_load, or
+        draft_n_gpu_layers, draft_device), rpc ("host:port,...": llama.cpp RPC servers the
+        target spreads over), chat_template (Jinja, overriding the GGUF's) and remember
+        (start auto from what earlier processes learned about these models on this machine
+        and save it back on close; off while LSD_NO_STATE is set). `placement` says where
+        each model went.
         """
-        drafter = drafter or ("model" if draft is not None else "lookup")
-        dcfg = DrafterConfig().with_changes(drafter=drafter, k=k, p_min=p_min,
-                                            max_ngram=max_ngram, min_ngram=min_ngram)
-        rcfg = RuleConfig().with_changes(rule=rule, **rule_params)
-        if drafter in ("model", "multilevel") and draft is None:
-            raise ParameterError(f"invalid drafter: {drafter!r} needs a draft model (draft=...)",
-                                 param="drafter")
-        opts = LoadOptions(n_ctx=n_ctx, n_batch=max(N_BATCH, dcfg.k_value + 1),
-                           n_threads=n_threads, n_gpu_layers=n_gpu_layers, devices=device,
-                           main_gpu=main_gpu, split_mode=split_mode,
-                           tensor_split=tuple(tensor_split) if tensor_split else None,
-                           no_repack=no_repack, verbose=verbose)
-        draft_opts = replace(opts, n_gpu_layers=n_gpu_layers if draft_n_gpu_layers is None
-                             else draft_n_gpu_layers, devices=draft_device or device)
-        if rpc:
-            draft_opts = add_rpc(rpc, draft_opts, draft_device)
+        return cls.from_settings(target, draft, engine_settings(
+            has_draft=draft is not None, drafter=drafter, rule=rule, **settings))
+
+    @classmethod
+    def from_settings(cls, target: str | os.PathLike, draft: str | os.PathLike | None,
+                      spec: EngineSettings) -> Engine:
+        """Load with typed settings (what `load` builds from its keywords; `lsd serve` hands
+        them to its engine process)."""
+        if spec.drafter.uses_draft_model and draft is None:
+            raise ParameterError(f"invalid drafter: {spec.drafter.drafter!r} needs a draft "
+                                 "model (draft=...)", param="drafter")
         process_warmup().start()  # cached numba kernels load while the models load
-        target_model, draft_model, speculate = load_models(target, draft, drafter, opts,
-                                                            draft_opts)
+        target_model, draft_model, speculate = load_models(target, draft, spec)
         if not speculate:  # auto on a model whose state cannot be cut: plain, and says why
-            engine = cls(target_model, None, replace(dcfg, drafter="none", k=None), rcfg,
-                         chat_template)
-            engine.notices.append(f"{target_model.path.name} is a recurrent/hybrid model whose "
-                                  "cache cannot drop rejected tokens: plain decoding")
-            warnings.warn(engine.notices[-1], UserWarning, stacklevel=2)
+            plain = replace(spec, drafter=replace(spec.drafter, drafter="none", k=None))
+            engine = cls(target_model, None, plain)
+            engine.notices.append(f"{recurrent_message(target_model)}: plain decoding")
+            warnings.warn(engine.notices[-1], UserWarning, stacklevel=3)
             return engine
         cross_vocab = draft_model is not None and not vocab_compatible(target_model, draft_model)
-        engine = cls(target_model, draft_model, dcfg, rcfg, chat_template, cross_vocab)
-        if remember and not learned.disabled():
-            engine.memory = open_memory(engine, n_threads)
-            engine.memory.restore(engine._drafter, dcfg, rcfg.rule)
+        notices: list[str] = []
+        learned = open_learned(target_model, draft_model, spec, notices.append) \
+            if spec.remember else None
+        engine = cls(target_model, draft_model, spec, cross_vocab, learned)
+        engine.notices.extend(notices)
         return engine
 
-    def configure(self, *, drafter: str | None = None, k: int | str | None = None,
-                  rule: str | None = None, p_min: float | None = None,
-                  max_ngram: int | None = None, min_ngram: int | None = None,
-                  fresh_drafter: bool = False, **rule_params) -> None:
-        """Change drafter, K or rule (e.g. chat's /mode) on the loaded models. Unnamed settings
-        keep their values, and so does a drafter argument left at None; a new drafter given
-        without k gets its own default K; rule parameters are applied as given (window=None
-        restores the default window). `fresh_drafter` starts the drafter's learned costs and
-        acceptance over even when its settings do not change (each benchmark run)."""
-        changes = {name: value for name, value in (("drafter", drafter), ("k", k),
-                   ("p_min", p_min), ("max_ngram", max_ngram), ("min_ngram", min_ngram))
-                   if value is not None}
-        if drafter is not None and k is None:
-            changes["k"] = None
-        dcfg = self.drafter_config.with_changes(**changes)
-        rcfg = self.rule_config.with_changes(**({"rule": rule} if rule else {}), **rule_params)
-        self.set_config(dcfg, rcfg, fresh_drafter=fresh_drafter)
-
-    def set_config(self, drafter: DrafterConfig, rule: RuleConfig, *,
-                   fresh_drafter: bool = False) -> None:
-        """Use these drafter and rule settings from the next generation on (a server's
-        per-request settings). A drafter used before with the same settings comes back with
-        what it learned (auto's costs and acceptance), unless `fresh_drafter`."""
+    def configure(self, drafter: DrafterConfig | str | None = None,
+                  rule: RuleConfig | str | None = None, *, fresh_drafter: bool = False,
+                  **changes) -> None:
+        """Use other drafter and rule settings from the next generation on (chat's /mode, a
+        server's per-request settings). Typed settings replace the current ones; a name
+        ("lookup", "fly") or keyword changes (k, p_min, theta, ...) apply to them, unnamed
+        settings keep their values, a new drafter given by name without k gets its own
+        default K, and window=None restores FLy's default window. Settings used before come
+        back with what their drafter learned, unless `fresh_drafter` (each benchmark run)."""
         self._check_open()
-        self.check_config(drafter)
-        if fresh_drafter or drafter not in self._drafters:
-            self._drafters[drafter] = make_drafter(drafter, self.draft_model,
-                                                   self.target if self.cross_vocab else None)
-            if self.memory is not None and not fresh_drafter:
-                self.memory.restore(self._drafters[drafter], drafter, rule.rule)
-        self._drafters.move_to_end(drafter)
-        while len(self._drafters) > DRAFTERS_KEPT:  # a client varying p_min or K must not
-            self._drafters.popitem(last=False)  # make the engine grow without end
-        self._drafter = self._drafters[drafter]
-        self.drafter_config = drafter
-        self.rule_config = rule
-
-    def check_config(self, drafter: DrafterConfig) -> None:
-        """ParameterError when these drafter settings cannot run on the loaded models."""
-        if drafter.uses_draft_model and self.draft_model is None:
-            raise ParameterError(f"invalid drafter: {drafter.drafter!r} needs a draft model, "
+        dcfg, rcfg = self.drafter_config, self.rule_config
+        drafter_changes = {name: changes.pop(name) for name in setting_names(DrafterConfig)
+                           if name in changes}
+        if isinstance(drafter, DrafterConfig):
+            dcfg = drafter
+        elif drafter is not None:
+            dcfg = dcfg.with_changes(drafter=drafter, k=None)
+        dcfg = dcfg.with_changes(**{name: value for name, value in drafter_changes.items()
+                                    if value is not None})
+        if isinstance(rule, RuleConfig):
+            rcfg = rule
+        elif rule is not None:
+            rcfg = rcfg.with_changes(rule=rule)
+        rcfg = rcfg.with_changes(**changes)
+        if dcfg.uses_draft_model and self.draft_model is None:
+            raise ParameterError(f"invalid drafter: {dcfg.drafter!r} needs a draft model, "
                                  "and this engine was loaded without one", param="drafter")
-        check(drafter.k_value + 1 <= self.target.n_batch, "k",
-              f"{drafter.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
+        check(dcfg.k_value + 1 <= self.target.n_batch, "k",
+              f"{dcfg.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
+        self._drafter = self._pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
+        self.drafter_config, self.rule_config = dcfg, rcfg
 
     @property
     def drafter(self) -> Drafter | None:
@@ -256,8 +176,10 @@ class Engine:
                  min_p: float = MIN_P, seed: int | None = None, stop: Sequence[str] = (),
                  grammar: str | os.PathLike | None = None,
                  json_schema: dict | str | os.PathLike | None = None) -> Generation:
-        """Start generating. `prompt` is raw text, or chat messages [{'role', 'content'}]
-        rendered with the GGUF's chat template. Iterate the result for RoundEvents.
+        """Start a generation; iterate it for RoundEvents. `prompt` is raw text, or chat
+        messages [{'role', 'content'}] rendered with the GGUF's chat template. One generation
+        at a time: EngineBusyError while another one of this engine is unfinished (finish or
+        close it first; `with engine.generate(...) as gen:` closes it for you).
 
         grammar: a shipped grammar name ("json", "json_object", ...: see grammars/), a .gbnf
         file or GBNF text; json_schema: a dict, JSON text or a .json file. Every token the
@@ -266,8 +188,6 @@ class Engine:
         check(max_tokens >= 0, "max_tokens", f"{max_tokens} (must be >= 0)")
         sampler = sampler_settings(temperature, top_k, top_p, min_p)
         verifier = Verifier(self.rule_config, sampler)
-        if self._busy:
-            raise RuntimeError("this Engine is already generating; finish that generation first")
         prompt_ids = self.prompt_tokens(prompt)
         if not prompt_ids:
             raise ParameterError("invalid prompt: it is empty (no tokens)", param="prompt")
@@ -275,82 +195,38 @@ class Engine:
             raise ContextOverflowError(
                 f"the prompt has {len(prompt_ids)} tokens but the context holds "
                 f"{self.target.n_ctx} (raise n_ctx or shorten the prompt)")
-        constraint = self.compile_grammar(grammar, json_schema)
-        stats = GenerationStats(prompt_tokens=len(prompt_ids))
-        text = TextAssembler(self.target.vocab.token_bytes, stop)
-        request = Request(max_tokens, self.drafter_config.k_value, sampler,
-                          np.random.default_rng(seed), constraint,
-                          grammar_top(self.rule_config, sampler, self.target.n_vocab))
-        history = TokenBuffer(self.target.n_ctx)
-        family = learned.request_family(prompt)  # lookup acceptance is learned per family too
-        rounds = self._request(prompt_ids, history, verifier, request, text, stats, family)
-        return Generation(rounds, stats, text, history, len(prompt_ids))
+        with self._lock:  # claimed before the grammar is made: a busy engine makes nothing
+            self._check_idle()
+            constraint = self.compile_grammar(grammar, json_schema)
+            settings = LoopSettings(max_tokens, self.drafter_config.k_value, sampler,
+                                    np.random.default_rng(seed), constraint,
+                                    grammar_top(self.rule_config, sampler, self.target.n_vocab))
+            parts = EngineParts(self.target, self.draft_model, self._drafter, self.state_cache,
+                                self._check_open, self._release)
+            gen = Generation(parts, prompt_ids, settings, verifier,
+                             TextAssembler(self.target.vocab.token_bytes, stop),
+                             request_family(prompt))
+            self._active = weakref.ref(gen)
+        return gen
+
+    def _check_idle(self) -> None:
+        active = self._active() if self._active is not None else None
+        if active is not None and not active.finished:
+            raise EngineBusyError(
+                "this Engine is already generating: finish or close the first generation "
+                "(gen.close(), or `with engine.generate(...) as gen:`) before starting another")
+
+    def _release(self, gen: Generation) -> None:
+        with self._lock:
+            if self._active is not None and self._active() in (gen, None):
+                self._active = None
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:
         """The grammar state for a request (None without a constraint); GrammarError with the
         line and column when the grammar or schema is invalid."""
         self._check_open()
-        if grammar is not None and json_schema is not None:
-            raise ParameterError("invalid grammar: give a grammar or a JSON schema, not both",
-                                 param="grammar")
-        if json_schema is not None:
-            schema, label = load_schema(json_schema)
-            return Grammar.compile(self.target, schema_to_gbnf(schema, label), source=label)
-        if grammar is not None:
-            text, label = grammar_text(grammar)
-            return Grammar.compile(self.target, text, source=label)
-        return None
-
-    def _request(self, prompt_ids: list[int], history: TokenBuffer, verifier: Verifier,
-                 request: Request, text: TextAssembler, stats: GenerationStats,
-                 family: str | None = None) -> Iterator[RoundEvent]:
-        """One request from prefill to its last round; every statistic is written here.
-
-        However it ends (finished, an exception, or abandoned: the consumer stops iterating
-        and the generator is closed), the `finally` frees the grammar, marks the engine idle
-        and lets the kernel warm-up proceed. Nothing restores the KV caches: both models
-        record which tokens their caches hold (backend.Model.cached_tokens), and the next
-        request's prefill keeps the longest common prefix and drops the rest, so a request cut
-        mid-round leaves nothing to repair."""
-        # a generation made before close() and iterated after it is refused before the try:
-        # nothing has started, so the finally must not end a request
-        self._check_open()
-        try:
-            self._busy = True
-            process_warmup().request_started()
-            if self._drafter is not None:
-                self._drafter.begin(family, rows_seen=self.target.most_logit_rows)
-            t0 = perf_counter()
-            stats.cached_prompt_tokens = self._prefill(prompt_ids, history)
-            stats.prefill_seconds = perf_counter() - t0
-            if request.max_tokens == 0:
-                stats.finish_reason = "length"
-                return
-            for event in run_rounds(self.target, self._drafter, verifier, history, request,
-                                    text):
-                stats.add_round(event)
-                stats.finish_reason = event.finish_reason or stats.finish_reason
-                yield event
-        finally:
-            stats.regret_spent = verifier.regret_spent
-            self._busy = False
-            try:
-                if request.grammar is not None:
-                    request.grammar.close()
-            finally:
-                process_warmup().request_ended()
-
-    def _prefill(self, prompt_ids: list[int], history: TokenBuffer) -> int:
-        """Evaluate all but the last prompt token, reusing the cached common prefix; return
-        how many prompt tokens the cache already held."""
-        prompt = np.asarray(prompt_ids, np.int32)
-        if self.state_cache is not None:  # another conversation's cache may serve it better
-            self.state_cache.switch_to(self.target, self.draft_model, prompt)
-        keep = self.target.reuse_prefix(prompt, len(prompt) - 1)
-        history.set(prompt)
-        self.target.decode(prompt[keep:-1], keep, 0)
-        return keep
+        return compile_constraint(self.target, grammar, json_schema)
 
     def keep_conversations(self, count: int, max_bytes: int = STATE_CACHE_MAX_BYTES) -> None:
         """Keep the KV state of up to `count` other conversations in RAM (at most `max_bytes`
@@ -359,23 +235,19 @@ class Engine:
         self.state_cache = StateCache(count, max_bytes) if count > 0 else None
 
     def reset(self) -> None:
-        """Forget every cached token (the next prompt is evaluated from scratch); the drafter
-        forgets what it built from them (not what it learned about costs)."""
+        """Forget every cached token (the next prompt is evaluated from scratch); the drafters
+        forget what they built from them (not what they learned about costs)."""
         self._check_open()
         self.target.truncate(0)
-        for drafter in self._drafters.values():
-            if drafter is not None:
-                drafter.reset()
+        self._pool.reset()
         if self.draft_model is not None:
             self.draft_model.truncate(0)
 
     def save_learned(self) -> None:
         """Save what the auto drafters learned (with remember=True; a cache dir that cannot
         be written is a warning, never an error)."""
-        if self.memory is None:
-            return
         try:
-            self.memory.save(self._drafters, self.rule_config.rule)
+            self._pool.save(self.rule_config.rule)
         except OSError as exc:
             warnings.warn(f"cannot save the learned state: {exc}", UserWarning, stacklevel=2)
 
@@ -384,10 +256,14 @@ class Engine:
             raise RuntimeError("this Engine is closed; load another one to generate")
 
     def close(self) -> None:
-        """Save what auto learned (remember=True), then free both models."""
+        """Save what auto learned (remember=True), end an unfinished generation's hold on
+        this engine (iterating it then raises), then free both models."""
         if not self._closed:
             self.save_learned()
             self._closed = True
+            active = self._active() if self._active is not None else None
+            if active is not None:
+                active.close()
         self.target.close()
         if self.draft_model is not None:
             self.draft_model.close()
@@ -397,4 +273,3 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
-

@@ -23,6 +23,11 @@ class ModelOutputError(LsdError):
     """llama.cpp produced unusable output (NaN logits): a broken model file or backend."""
 
 
+class EngineBusyError(LsdError, RuntimeError):
+    """A generation was started while another one of the same Engine is unfinished (an
+    engine has one KV cache: two interleaved generations would corrupt each other)."""
+
+
 class ParameterError(LsdError, ValueError):
     """An invalid parameter value; the message names the parameter (and `param` holds its
     name when one parameter is at fault, e.g. for the server's error objects)."""

@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from .errors import GrammarError
-from .resources import data_path
+from .errors import GrammarError, ParameterError
+from .models.resources import data_path
 
 GRAMMAR_SUFFIX = ".gbnf"
 
@@ -70,3 +70,24 @@ def load_schema(spec: dict | str | os.PathLike) -> tuple[dict, str]:
         raise GrammarError(f"invalid {label}: line {exc.lineno}, column {exc.colno}: "
                            f"{exc.msg}") from None
     return schema, label
+
+
+def compile_constraint(model, grammar: str | os.PathLike | None = None,
+                       json_schema: dict | str | os.PathLike | None = None):
+    """The grammar state (a backend Grammar) for a request on `model` (a backend Model; None
+    without a constraint); GrammarError with the line and column when the grammar or schema
+    is invalid, ParameterError when both are given."""
+    # imported here: lsd serve's HTTP process reads grammar names from this module and must
+    # not load llama.cpp
+    from .backend import Grammar, schema_to_gbnf
+
+    if grammar is not None and json_schema is not None:
+        raise ParameterError("invalid grammar: give a grammar or a JSON schema, not both",
+                             param="grammar")
+    if json_schema is not None:
+        schema, label = load_schema(json_schema)
+        return Grammar.compile(model, schema_to_gbnf(schema, label), source=label)
+    if grammar is not None:
+        text, label = grammar_text(grammar)
+        return Grammar.compile(model, text, source=label)
+    return None

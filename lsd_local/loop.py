@@ -1,6 +1,7 @@
-"""The round loop. `step` is one speculative round, top to bottom: draft, score the block in
-one target pass, verify, commit, truncate. `run_rounds` repeats it and turns committed tokens
-into text, stop strings and a finish reason.
+"""The round. `step` is one speculative round, top to bottom: draft, score the block in one
+target pass, verify, commit, truncate; it returns the round's RoundEvent (its text is the
+request's business: generation.py repeats `step` and turns committed tokens into text, stop
+strings and a finish reason).
 
 Invariant between rounds: `history` holds the committed tokens c[0..n-1]; the target's KV cache
 holds c[0..n-2]; c[n-1] is pending. A round evaluates [c[n-1], d1..dK] at positions n-1..n-1+K
@@ -10,7 +11,7 @@ truncates the target cache to n+L. A plain decoding step is the same round with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -19,7 +20,6 @@ import numpy as np
 from .config import SamplerSettings
 from .drafters.base import EMPTY_DRAFT, Draft, Drafter
 from .stats import Origin, RoundEvent
-from .text import TextAssembler
 from .verify import Verdict
 from .verify.constrain import prepare_block
 from .verify.verifier import Verifier
@@ -45,8 +45,8 @@ class TokenBuffer:
 
 
 @dataclass(frozen=True)
-class Request:
-    """Per-request settings of the loop."""
+class LoopSettings:
+    """Per-request settings of the rounds."""
 
     max_tokens: int
     k: int  # largest draft per round (0 = plain decoding)
@@ -56,31 +56,11 @@ class Request:
     grammar_top: int = 1  # allowed tokens exact at the top of each row (constrain.py)
 
 
-@dataclass(frozen=True)
-class Round:
-    """What one `step` committed and what it cost."""
-
-    tokens: list[int]  # committed ids: accepted draft tokens, then the target's next token
-    origins: list[Origin]  # one per token
-    eog: bool  # the last token ends the generation
-    n_drafted: int
-    draft_source: str  # drafter whose tokens were verified ("none": no draft)
-    draft_seconds: float
-    verify_seconds: float  # the target pass and the verifier (grammar work included)
-    constrain_seconds: float  # grammar checks and masks
-    commit_seconds: float  # committing, the grammar's advance, the cache truncation
-
-    @property
-    def n_accepted(self) -> int:
-        """Draft tokens kept (the target's own token excluded)."""
-        return len(self.tokens) - 1 if self.origins[-1] is Origin.TARGET else len(self.tokens)
-
-
 def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
-         req: Request, k: int, clock: Callable[[], float] = perf_counter) -> Round:
+         req: LoopSettings, k: int, clock: Callable[[], float] = perf_counter) -> RoundEvent:
     """One round with at most k draft tokens. `target` is a backend Model (or anything with
     its decode/truncate/n_cached/vocab.is_eog) whose cache holds history[:-1]; so does it
-    afterwards."""
+    afterwards. The event's text is left empty."""
     t0 = clock()
     draft = EMPTY_DRAFT
     if drafter is not None and k > 0:
@@ -101,46 +81,20 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     if target.n_cached >= history.n:  # rows past the commit: a rejection, an EOG or grammar cut
         target.truncate(history.n - 1)
     source = (draft.source or drafter.name) if len(draft) and drafter is not None else "none"
-    return Round(tokens, origins, eog, len(draft), source, t1 - t0, t2 - t1, constrain_s,
-                 clock() - t2)
+    n_accepted = len(tokens) - 1 if origins[-1] is Origin.TARGET else len(tokens)
+    return RoundEvent(tuple(tokens), tuple(origins), "", (), len(draft), n_accepted,
+                      sum(o is Origin.DRAFT_LOOSE for o in origins), t1 - t0, t2 - t1,
+                      clock() - t2, draft_source=source, constrain_seconds=constrain_s,
+                      eog=eog)
 
 
-def draft_limit(req: Request, generated: int, n: int, n_ctx: int) -> int:
+def draft_limit(req: LoopSettings, generated: int, n: int, n_ctx: int) -> int:
     """The most tokens the next round may draft: it commits at most k + 1, within max_tokens
     and the context (n + k + 1 <= n_ctx)."""
     return min(req.k, req.max_tokens - generated - 1, n_ctx - n - 1)
 
 
-def run_rounds(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
-               req: Request, text: TextAssembler) -> Iterator[RoundEvent]:
-    """Generate until EOS, a stop string, max_tokens or a full context; one event per round."""
-    generated = 0
-    while True:
-        k = draft_limit(req, generated, history.n, target.n_ctx)
-        done = step(target, drafter, verifier, history, req, k)
-        t_text = perf_counter()
-        generated += len(done.tokens)
-        n_text = len(done.tokens) - 1 if done.eog else len(done.tokens)  # EOG shows nothing
-        for token, origin in zip(done.tokens[:n_text], done.origins[:n_text], strict=True):
-            text.add(token, origin)
-        finish = _finish_reason(done.eog, generated, req, history.n, target.n_ctx)
-        if finish:
-            text.finish()
-        delta, spans = text.release(final=finish is not None)
-        if text.stopped:
-            finish = "stop"
-        yield RoundEvent(
-            tokens=tuple(done.tokens), origins=tuple(done.origins), text=delta, spans=spans,
-            n_drafted=done.n_drafted, n_accepted=done.n_accepted, draft_source=done.draft_source,
-            n_loose=sum(o is Origin.DRAFT_LOOSE for o in done.origins),
-            draft_seconds=done.draft_seconds, verify_seconds=done.verify_seconds,
-            other_seconds=done.commit_seconds + perf_counter() - t_text, finish_reason=finish,
-            constrain_seconds=done.constrain_seconds)
-        if finish:
-            return
-
-
-def _grammar_block(req: Request, logits: np.ndarray, draft: Draft,
+def _grammar_block(req: LoopSettings, logits: np.ndarray, draft: Draft,
                    stop_at_mismatch: bool) -> tuple[np.ndarray, Draft]:
     """Constrain the block to the grammar (in place) and cut the draft where the verifier must
     stop. A sampled draft's p_d rows stay: drafters sample inside the grammar (model.py), so p_d
@@ -151,7 +105,7 @@ def _grammar_block(req: Request, logits: np.ndarray, draft: Draft,
     return logits[:n_ready + 1], cut
 
 
-def _verify(verifier: Verifier, req: Request, logits: np.ndarray,
+def _verify(verifier: Verifier, req: LoopSettings, logits: np.ndarray,
             draft: Draft) -> tuple[Verdict, Draft, float]:
     """Verify one block (logits float32[K+1, V]), grammar first when there is one; returns
     the draft actually verified and the seconds spent on the grammar."""
@@ -164,7 +118,7 @@ def _verify(verifier: Verifier, req: Request, logits: np.ndarray,
     return verifier.verify(logits, draft.tokens, draft.probs, req.rng), draft, seconds
 
 
-def _advance_grammar(req: Request, tokens: list[int], eog: bool) -> None:
+def _advance_grammar(req: LoopSettings, tokens: list[int], eog: bool) -> None:
     """The grammar state follows committed tokens only (an end-of-generation token ends it)."""
     if req.grammar is not None:
         for token in tokens[:len(tokens) - 1 if eog else len(tokens)]:
@@ -182,11 +136,3 @@ def _commit(verdict: Verdict, draft: Draft, is_eog) -> tuple[list[int], list[Ori
         if is_eog(token):
             return tokens[:i + 1], origins[:i + 1], True
     return tokens, origins, False
-
-
-def _finish_reason(eog: bool, generated: int, req: Request, n: int, n_ctx: int) -> str | None:
-    if eog:
-        return "stop"
-    if generated >= req.max_tokens or n >= n_ctx:
-        return "length"
-    return None

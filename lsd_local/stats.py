@@ -31,6 +31,7 @@ class RoundEvent:
     finish_reason: str | None = None  # set on the last event: "stop" or "length"
     draft_source: str = "none"  # drafter whose tokens were verified ("none": no draft)
     constrain_seconds: float = 0.0  # grammar checks and masks (part of verify_seconds)
+    eog: bool = False  # the last token ends the generation (end-of-generation; not shown)
 
 
 @dataclass

@@ -34,7 +34,7 @@ def kernels_loaded() -> None:
     otherwise switch this process to the references while the kernels warm up). The
     references serve requests only on a cold cache, which tests/tiny/test_warmup.py checks in
     fresh processes."""
-    from lsd_local.warmup import load_kernels_now
+    from lsd_local.kernels.warmup import load_kernels_now
 
     assert load_kernels_now(timeout=900), "the numba kernels failed to compile or load"
 

@@ -47,6 +47,17 @@ class FakeTarget:
     def truncate(self, n):
         del self.cache[n:]
 
+    def reuse_prefix(self, tokens, limit):
+        """backend.Model.reuse_prefix: keep the longest common prefix (at most `limit`)."""
+        keep = 0
+        while keep < min(len(self.cache), len(tokens), limit) and \
+                self.cache[keep] == tokens[keep]:
+            keep += 1
+        self.truncate(keep)
+        return keep
+
+    most_logit_rows = 0  # what backend.Model reports to a drafter's begin
+
     @property
     def vocab(self):
         return self  # the loop's only vocabulary question is is_eog
@@ -114,3 +125,13 @@ class TableGrammar:
 
     def close(self) -> None:
         self.closed = True
+
+
+def fake_generation(target, drafter, prompt, settings, verifier, text):
+    """A real Generation (the request's life: prefill, rounds, text, finish) over a fake
+    target: an engine that is always open and takes nothing back."""
+    from lsd_local.generation import EngineParts, Generation
+
+    parts = EngineParts(target, None, drafter, None, check_open=lambda: None,
+                        release=lambda gen: None)
+    return Generation(parts, list(prompt), settings, verifier, text)

@@ -80,6 +80,12 @@ def physical_cores() -> int:
     return len(siblings) or os.cpu_count() or 1
 
 
+def recurrent_message(model: Model) -> str:
+    """What a recurrent/hybrid model cannot do, said the same way wherever it matters."""
+    return (f"{model.path.name} is a recurrent/hybrid model whose cache cannot drop rejected "
+            "tokens")
+
+
 @dataclass(frozen=True)
 class SeqState:
     """A saved cache: the tokens it held (int32[n]) and llama.cpp's bytes (uint8[size])."""
@@ -244,9 +250,7 @@ class Model:
         """Remove every cached position >= n (always asks llama.cpp, so that a cache left ahead
         of `n_cached` by an interrupted decode is cleaned too)."""
         if not ll.llama_memory_seq_rm(self._memory, 0, n, -1):
-            raise IncompatibleModelsError(
-                f"{self.path.name}: the KV cache cannot drop positions {n}.. (recurrent or "
-                "hybrid model); speculation needs a transformer model")
+            raise IncompatibleModelsError(f"{recurrent_message(self)} (positions {n}..)")
         self.n_cached = min(self.n_cached, n)
 
     def state_nbytes(self) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..estimators import best_k, expected_tokens, measure_decode_times
+from ..drafters.auto.estimators import best_k, expected_tokens, measure_decode_times
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import LsdError
-from ..resources import data_path
+from ..models.resources import data_path
 
 BUILTIN_SETS = ("humaneval", "code-edit", "chat", "summarize")
 EXTRA_SETS = ("json",)  # shipped, not run by default: structured output (see --grammar)

@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from ..config import RuleConfig
+from ..drafters.auto.estimators import CostCurve, measure_decode_times
 from ..drafters.base import Drafter
 from ..drafters.lookup import LookupDrafter
-from ..estimators import CostCurve, measure_decode_times
-from ..loop import Request, TokenBuffer, draft_limit, step
+from ..loop import LoopSettings, TokenBuffer, draft_limit, step
 from ..verify.verifier import Verifier
 
 
@@ -41,7 +41,7 @@ class Recorded:
     key: str  # "set/id"
     prompt: list[int]
     answer: list[int]
-    family: str | None = None  # lsd_local.learned.request_family of the prompt
+    family: str | None = None  # lsd_local.drafters.auto.learned.request_family of the prompt
 
 
 @dataclass
@@ -133,7 +133,7 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
     target = ReplayTarget(dense, n_vocab, cost, growth_s_per_row)
     history = TokenBuffer(len(dense) + 1)
     history.set(target.sequence[:len(prompt)])
-    request = Request(len(answer), k_cap, None, np.random.default_rng(0))
+    request = LoopSettings(len(answer), k_cap, None, np.random.default_rng(0))
     verifier = Verifier(RuleConfig(), None)
     if drafter is not None:
         drafter.begin(family)
@@ -142,6 +142,8 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
         k = draft_limit(request, history.n - len(prompt), history.n, len(dense) + 1)
         done = step(target, drafter, verifier, history, request, k, clock=target.clock)
         lengths.append(done.n_drafted)
+    if drafter is not None:
+        drafter.end(history.view())
     return ReplayResult(target.now, len(lengths), lengths)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..config import DRAFTERS, N_CTX, RULES, DrafterConfig, RuleConfig
 from ..engine import Engine
 from ..errors import LsdError, ParameterError
-from ..warmup import load_kernels_now
+from ..kernels.warmup import load_kernels_now
 from .prompts import PromptItem
 
 LSD_DRAFTERS = tuple(d for d in DRAFTERS if d != "none")
@@ -139,7 +139,7 @@ class BenchModels:
         return self.engines[key]
 
     def peer(self, num_pred_tokens: int):
-        from ..backend import PeerLlama
+        from .peer import PeerLlama
 
         key = f"peer:{num_pred_tokens}"
         if key not in self.engines:

@@ -134,8 +134,8 @@ def tune_ks(drafter: str) -> list[int]:
 
 def resolve_bench_models(model: str | None, draft: str | None):
     """(target path, draft path or None, chat template override) from names or paths."""
-    from ..registry import load_registry
-    from ..resolve import default_model, resolve_one
+    from ..models.registry import load_registry
+    from ..models.resolve import default_model, resolve_one
 
     registry = load_registry()
     if model is None:
@@ -145,7 +145,7 @@ def resolve_bench_models(model: str | None, draft: str | None):
     if draft not in (None, "none"):
         draft_path = resolve_one(draft, registry, notify)[0]
     elif draft is None and spec is not None and spec.draft:
-        from ..hub import cached_file
+        from ..models.hub import cached_file
 
         cached = cached_file(registry[spec.draft]) if spec.draft in registry else None
         if cached is None:

@@ -6,7 +6,6 @@ import sys
 
 import click
 
-from ..conversation import ChatSession
 from ..errors import LsdError
 from ..stats import Origin
 from .options import (
@@ -17,6 +16,7 @@ from .options import (
     load_engine,
     use_colour,
 )
+from .session import ChatSession
 
 COLOURS = {Origin.DRAFT_EXACT: "green", Origin.DRAFT_LOOSE: "yellow", Origin.TARGET: None}
 HELP = """commands:

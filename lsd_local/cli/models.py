@@ -15,9 +15,9 @@ def pull(name: str) -> None:
     """Download model NAME into the Hugging Face cache: a registry name (with its default
     draft) or any GGUF on the Hub as owner/repo[:QUANT] (hf.co/ optional; QUANT as in the
     file names, default Q4_K_M; a split model comes whole)."""
-    from ..hub import download, snapshot_commit
-    from ..hubnames import hub_specs
-    from ..registry import find_spec, is_hub_name, load_registry
+    from ..models.hub import download, snapshot_commit
+    from ..models.hubnames import hub_specs
+    from ..models.registry import find_spec, is_hub_name, load_registry
 
     registry = load_registry()
     if name not in registry and is_hub_name(name):
@@ -40,8 +40,8 @@ def pull(name: str) -> None:
               help="Ask the Hub for the size of entries the registry gives none (network).")
 def list_models(hub_sizes: bool) -> None:
     """List the model registry: sizes, and what is downloaded."""
-    from ..hub import cached_file, hub_size
-    from ..registry import load_registry
+    from ..models.hub import cached_file, hub_size
+    from ..models.registry import load_registry
 
     rows = [("NAME", "FILE", "QUANT", "DRAFT", "SIZE", "CACHED")]
     for spec in load_registry().values():
@@ -62,9 +62,9 @@ def remove(name: str) -> None:
     """Delete downloaded model NAME (a registry name or owner/repo[:QUANT]) from the Hugging
     Face cache, all parts of a split model, through huggingface_hub's cache scan and deletion
     strategy. A registry model's draft stays."""
-    from ..hub import remove_cached
-    from ..hubnames import cached_hub_specs
-    from ..registry import find_spec, is_hub_name, load_registry
+    from ..models.hub import remove_cached
+    from ..models.hubnames import cached_hub_specs
+    from ..models.registry import find_spec, is_hub_name, load_registry
 
     registry = load_registry()
     specs = (cached_hub_specs(name) if name not in registry and is_hub_name(name)

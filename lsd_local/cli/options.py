@@ -228,26 +228,28 @@ def check_grammar_source(opts: dict) -> None:
         load_schema(opts["json_schema"])
 
 
-def engine_arguments(model: str | None, opts: dict, probe_devices: bool = True) -> dict:
-    """Resolve MODEL/--draft (names, paths, downloads) into Engine.load's keyword arguments
-    (plain values: `lsd serve` hands them to its engine process, and passes
-    probe_devices=False so that its HTTP process never loads llama.cpp)."""
-    from ..resolve import resolve_models
+def engine_arguments(model: str | None, opts: dict, probe_devices: bool = True):
+    """Resolve MODEL/--draft (names, paths, downloads) and build the engine's typed settings
+    from the options: (target path, draft path or None, config.EngineSettings), plain values
+    that `lsd serve` hands to its engine process (it passes probe_devices=False, so that its
+    HTTP process never loads llama.cpp)."""
+    from ..config import engine_settings
+    from ..models.resolve import resolve_models
 
     found = resolve_models(model, opts["draft"], opts["drafter"],
                            offload_expected(opts, probe_devices), notify=notify)
-    return dict(
-        target=found.target, draft=found.draft, drafter=found.drafter,
-        rule=opts["rule"] or found.rule or "strict", k=opts["k"],
-        chat_template=found.chat_template, n_ctx=opts["ctx"] or found.ctx or N_CTX,
-        n_threads=opts["threads"], n_gpu_layers=opts["n_gpu_layers"],
-        draft_n_gpu_layers=opts["draft_n_gpu_layers"], device=opts["device"],
-        draft_device=opts["draft_device"], rpc=opts["rpc"], main_gpu=opts["main_gpu"],
+    settings = engine_settings(
+        has_draft=found.draft is not None, drafter=found.drafter,
+        rule=opts["rule"] or found.rule or "strict", k=opts["k"], p_min=opts["p_min"],
+        **{name: opts[name] for name in ("theta", "window", "entropy_top_k", "entropy",
+                                         "gate", "max_exceptions", "budget")},
+        n_ctx=opts["ctx"] or found.ctx or N_CTX, n_threads=opts["threads"],
+        n_gpu_layers=opts["n_gpu_layers"], draft_n_gpu_layers=opts["draft_n_gpu_layers"],
+        device=opts["device"], draft_device=opts["draft_device"], main_gpu=opts["main_gpu"],
         split_mode=opts["split_mode"], tensor_split=_tensor_split(opts["tensor_split"]),
-        p_min=opts["p_min"], verbose=opts["verbose"], theta=opts["theta"],
-        window=opts["window"], entropy_top_k=opts["entropy_top_k"], entropy=opts["entropy"],
-        gate=opts["gate"], max_exceptions=opts["max_exceptions"], budget=opts["budget"],
-        remember=not opts["fresh"], no_repack=True if opts["no_repack"] else None)
+        no_repack=True if opts["no_repack"] else None, verbose=opts["verbose"],
+        rpc=opts["rpc"], chat_template=found.chat_template, remember=not opts["fresh"])
+    return found.target, found.draft, settings
 
 
 def offload_expected(opts: dict, probe_devices: bool) -> bool:
@@ -269,10 +271,10 @@ def load_engine(model: str | None, opts: dict):
     """Resolve MODEL/--draft (names, paths, downloads) and build an Engine."""
     from ..engine import Engine
 
-    arguments = engine_arguments(model, opts)
+    target, draft, settings = engine_arguments(model, opts)
     with warnings.catch_warnings():  # the engine's notices are printed below, once
         warnings.simplefilter("ignore")
-        engine = Engine.load(**arguments)
+        engine = Engine.from_settings(target, draft, settings)
     for notice in engine.notices:
         notify(notice)
     notify(placement_line(engine.placement))
@@ -327,7 +329,7 @@ def complete_model(ctx, param, incomplete: str) -> list:
     """Shell completion of MODEL: registry names, then files (the shell completes paths)."""
     from click.shell_completion import CompletionItem
 
-    from ..registry import load_registry
+    from ..models.registry import load_registry
 
     try:
         names = sorted(load_registry())

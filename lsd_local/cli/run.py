@@ -70,7 +70,7 @@ def read_stdin() -> str:
 def split_run_args(args: tuple[str, ...], model_option: str | None = None
                    ) -> tuple[str | None, str | None]:
     """(MODEL or None, PROMPT or None) from `lsd run`'s positional arguments."""
-    from ..registry import load_registry, looks_like_model
+    from ..models.registry import load_registry, looks_like_model
 
     if model_option is not None:
         if len(args) > 1:

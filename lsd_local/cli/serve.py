@@ -14,8 +14,6 @@ from ..config import (
     SERVE_SHUTDOWN_GRACE,
     STATE_CACHE,
     STATE_CACHE_MAX_BYTES,
-    DrafterConfig,
-    RuleConfig,
 )
 from . import options as shared
 
@@ -82,39 +80,31 @@ def serve(model: str | None, model_option: str | None, **opts) -> None:
     """
     from ..server.app import ServerSettings
     from ..server.main import serve as run_server
+    from ..server.protocol import Defaults
     from ..server.worker import WorkerSettings
 
     if model is not None and model_option is not None:
         raise click.UsageError("give MODEL or --model, not both")
     model = model_option or model
     shared.check_grammar_source(opts)
-    arguments = shared.engine_arguments(model, opts, probe_devices=False)
-    defaults = _defaults(arguments, opts)
+    target, draft, engine = shared.engine_arguments(model, opts, probe_devices=False)
+    generate = shared.generation_kwargs(opts)
+    generate["stop"] = list(generate["stop"])
+    defaults = Defaults(engine.drafter, engine.rule, generate, opts["system"])
     _warn_if_open(opts["host"], opts["api_key"])
-    worker = WorkerSettings(arguments, opts["state_cache"], opts["state_cache_mib"] << 20)
+    worker = WorkerSettings(target, draft, engine, opts["state_cache"],
+                            opts["state_cache_mib"] << 20)
     settings = ServerSettings(
-        model_name=opts["alias"] or _model_name(model, arguments["target"]),
+        model_name=opts["alias"] or _model_name(model, target),
         defaults=defaults, api_key=opts["api_key"], cors_origins=tuple(opts["cors_origin"]),
         max_body=opts["max_body"])
     run_server(worker, settings, opts["host"], opts["port"], opts["max_queue"],
                opts["shutdown_grace"], shared.notify)
 
 
-def _defaults(arguments: dict, opts: dict):
-    """The settings a request that names none gets: the command line's."""
-    from ..server.protocol import RULE_FIELDS, Defaults
-
-    drafter = DrafterConfig().with_changes(drafter=arguments["drafter"], k=arguments["k"],
-                                           p_min=arguments["p_min"])
-    rule = RuleConfig().with_changes(**{name: arguments[name] for name in RULE_FIELDS})
-    generate = shared.generation_kwargs(opts)
-    generate["stop"] = list(generate["stop"])
-    return Defaults(drafter, rule, generate, opts["system"])
-
-
 def _model_name(model: str | None, target) -> str:
     """A registry or Hub name as given; a path (or the default model) by its file name."""
-    from ..registry import is_path
+    from ..models.registry import is_path
 
     return model if model is not None and not is_path(model) else target.name
 

@@ -27,16 +27,17 @@ EMPTY_DRAFT = Draft(np.zeros(0, np.int32))
 
 
 class Drafter(ABC):
-    """Proposes up to k tokens that follow the committed ones. Per request the engine calls
-    `begin` once, then each round the loop calls `propose` and, after verification,
-    `accept`; `reset` when the conversation starts over. Only `propose` is required."""
+    """Proposes up to k tokens that follow the committed ones. Per request the generation
+    calls `begin` once, then each round the loop calls `propose` and, after verification,
+    `accept`, and `end` when the request ends; `reset` when the conversation starts over.
+    Only `propose` is required."""
 
     name = "drafter"
 
     def begin(self, family: str | None = None,  # noqa: B027 - a no-op by default
               rows_seen: int = 0) -> None:
         """A request starts: drop what belonged to the previous one (not what was learned).
-        family: a name for the kind of request (lsd_local.learned.request_family) for
+        family: a name for the kind of request (lsd_local.drafters.auto.learned.request_family) for
         drafters that learn per kind; None when unnamed. rows_seen: the most logit rows the
         target has scored in one decode so far (backend.Model.most_logit_rows)."""
 
@@ -51,6 +52,10 @@ class Drafter(ABC):
                verify_seconds: float) -> None:
         """What verification made of the last proposal: n_accept of n_drafted kept, the
         target pass took verify_seconds (the cost-aware drafter learns from it)."""
+
+    def end(self, history: np.ndarray) -> None:  # noqa: B027 - a no-op unless it learns
+        """The request ended (finished, closed or failed); `history` (int32[n]) holds the
+        prompt and every token it committed."""
 
     def reset(self) -> None:  # noqa: B027 - a no-op for stateless drafters
         """Forget what was built from earlier text (a draft model's cache), not what was

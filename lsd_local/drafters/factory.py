@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .auto import AutoDrafter
+from .auto.policy import AutoDrafter
 from .crossvocab import CrossVocabDrafter, TextCodec
 from .lookup import LookupDrafter
 from .model import ModelDrafter

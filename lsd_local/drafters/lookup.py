@@ -9,7 +9,7 @@ from numba import njit
 
 from ..config import MAX_NGRAM, MIN_NGRAM, RUN_CAP, SamplerSettings
 from ..errors import check
-from ..jit import kernels_ready
+from ..kernels.jit import kernels_ready
 from ..verify.constrain import allowed_prefix
 from .base import EMPTY_DRAFT, Draft, Drafter
 

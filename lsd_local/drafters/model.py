@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import P_MIN, P_MIN_TOP_K, SamplerSettings
 from ..errors import check
-from ..jit import choose
+from ..kernels.jit import choose
 from ..verify._rows import row_top_share, row_top_share_reference
 from ..verify.constrain import constrain_row
 from ..verify.sampling import draw, sampling_probs

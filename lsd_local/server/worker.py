@@ -23,8 +23,9 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
-from ..config import LEARNED_SAVE_EVERY
+from ..config import LEARNED_SAVE_EVERY, EngineSettings
 from ..errors import (
     ContextOverflowError,
     GrammarError,
@@ -38,7 +39,9 @@ from ..errors import (
 class WorkerSettings:
     """How the engine process loads its models (plain values: they cross a process)."""
 
-    engine_arguments: dict  # Engine.load's keyword arguments
+    target: Path
+    draft: Path | None
+    engine: EngineSettings
     state_cache: int  # conversations kept in RAM
     state_cache_bytes: int
 
@@ -49,7 +52,7 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     # this one stops (after in-flight answers), so neither signal may end it midway.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    if not settings.engine_arguments.get("verbose"):
+    if not settings.engine.load.verbose:
         # an abort (a lost RPC server) would attach gdb for a backtrace: seconds of delay
         # and pages of log before the restart; --verbose keeps it for whoever debugs
         os.environ.setdefault("GGML_NO_BACKTRACE", "1")
@@ -58,7 +61,7 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     try:
         with warnings.catch_warnings():  # notices travel in the ready message
             warnings.simplefilter("ignore")
-            engine = Engine.load(**settings.engine_arguments)
+            engine = Engine.from_settings(settings.target, settings.draft, settings.engine)
     except LsdError as exc:
         conn.send(("load_failed", str(exc)))
         return
@@ -126,7 +129,7 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
     """Generate one answer, sending the text of each round as it is released. `loaded`:
     the engine's (DrafterConfig, RuleConfig) from its start, for a job that names none."""
     try:
-        engine.set_config(job.drafter or loaded[0], job.rule or loaded[1])
+        engine.configure(job.drafter or loaded[0], job.rule or loaded[1])
         gen = engine.generate(job.prompt, **job.generate)
     except Exception as exc:  # noqa: BLE001 - see _report
         _report(conn, job, exc)

@@ -24,7 +24,7 @@ from ..config import (
     check_fly,
 )
 from ..errors import check
-from ..jit import kernels_ready
+from ..kernels.jit import kernels_ready
 from .asd import asd_kernel, asd_reference
 from .fly import fly_kernel, fly_reference
 from .sampling import sampling_probs, speculative_sample

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..config import RuleConfig, SamplerSettings
 from ..errors import GrammarError
-from ..jit import choose
+from ..kernels.jit import choose
 from ._rows import row_top, row_top_reference
 
 FIRST_CANDIDATES = 16  # one pass over the row finds these (argpartition costs ~1 ms on 151k)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..config import FLY_ENTROPY_TOP_K, SamplerSettings
-from ..jit import kernels_ready
+from ..kernels.jit import kernels_ready
 from ._rows import row_entropy, row_entropy_reference, row_top_reference
 
 

@@ -86,7 +86,7 @@ def test_chat_two_turns_reset_stats_exit(tiny_pair):
 
 def test_chat_reuses_the_cache_between_turns(tiny_pair):
     from lsd_local import Engine
-    from lsd_local.conversation import ChatSession
+    from lsd_local.cli.session import ChatSession
     with Engine.load(tiny_pair[0], n_ctx=512) as eng:
         session = ChatSession(eng, None, {"max_tokens": 6})
         turns = []
@@ -131,7 +131,7 @@ def test_registry_name_resolves_through_the_offline_hub_cache(hub_env):
 ])
 def test_default_drafter_is_auto_with_a_downloaded_draft(hub_env, monkeypatch, drafter, draft,
                                                          gpu, wanted):
-    from lsd_local.resolve import resolve_models
+    from lsd_local.models.resolve import resolve_models
     for key, value in hub_env.items():
         monkeypatch.setenv(key, value)
     found = resolve_models("tiny", draft, drafter, gpu, notify=lambda message: None)
@@ -214,7 +214,7 @@ def no_default_cached(tmp_path):
 
 
 def test_run_without_model_uses_the_embedded_default(no_default_cached):
-    from lsd_local.embedded import embedded_model
+    from lsd_local.models.embedded import embedded_model
     if embedded_model() is None:
         pytest.skip('the demo extra is not installed (pip install "lsd-local[demo]")')
     result = invoke("run", "Name a colour.", "--max-tokens", "12", "--json",
@@ -226,8 +226,8 @@ def test_run_without_model_uses_the_embedded_default(no_default_cached):
 
 
 def test_run_without_model_or_demo_names_the_install_command(no_default_cached, monkeypatch):
-    import lsd_local.resolve
-    monkeypatch.setattr(lsd_local.resolve, "embedded_model", lambda: None)
+    import lsd_local.models.resolve
+    monkeypatch.setattr(lsd_local.models.resolve, "embedded_model", lambda: None)
     result = invoke("run", "Name a colour.", env=no_default_cached)
     assert result.exit_code == 1
     assert 'pip install "lsd-local[demo]"' in result.output
@@ -260,8 +260,8 @@ def test_run_arguments_model_or_prompt(tiny_pair):
 
 def test_run_with_a_slash_in_the_prompt_answers_it(tiny_pair, no_default_cached, monkeypatch):
     """`lsd run "What is 3/4? ..."` once said `model file not found: What is 3/4? ...`."""
-    import lsd_local.resolve
-    monkeypatch.setattr(lsd_local.resolve, "embedded_model", lambda: tiny_pair[0])
+    import lsd_local.models.resolve
+    monkeypatch.setattr(lsd_local.models.resolve, "embedded_model", lambda: tiny_pair[0])
     result = invoke("run", "What is 3/4? Answer in one word.", "--max-tokens", 4,
                     env=no_default_cached)
     assert result.exit_code == 0, result.output
@@ -319,7 +319,7 @@ def test_run_stop_string_ends_the_answer(tiny_pair):
 
 def test_chat_drops_oldest_turns_when_the_context_is_full(tiny_pair):
     from lsd_local import ContextOverflowError, Engine
-    from lsd_local.conversation import ChatSession
+    from lsd_local.cli.session import ChatSession
     with Engine.load(tiny_pair[0], n_ctx=256) as eng:
         session = ChatSession(eng, "be brief", {"max_tokens": 20})
         for i in range(8):

@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 from fakehub import COMMIT, FakeHub
 
-from lsd_local import hub
+from lsd_local.models import hub
 from lsd_local.cli import cli
 from lsd_local.errors import LsdError
-from lsd_local.registry import ModelSpec
+from lsd_local.models.registry import ModelSpec
 
 DATA = bytes(range(256)) * 4096  # 1 MiB
 REPO, FILE = "lsd-test/tiny-GGUF", "model.gguf"
@@ -188,8 +188,8 @@ def test_a_write_error_keeps_what_was_written(fake_hub, tmp_path):
         "import resource, signal\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, resource.RLIM_INFINITY))\n"
-        "from lsd_local import hub\nfrom lsd_local.errors import LsdError\n"
-        "from lsd_local.registry import ModelSpec\n"
+        "from lsd_local.models import hub\nfrom lsd_local.errors import LsdError\n"
+        "from lsd_local.models.registry import ModelSpec\n"
         f"try:\n    hub.download(ModelSpec('t', {REPO!r}, {FILE!r}))\n"
         "except LsdError as e:\n    print('LSDERROR', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

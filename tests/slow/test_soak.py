@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lsd_local import Engine
-from lsd_local.conversation import ChatSession
+from lsd_local.cli.session import ChatSession
 
 pytestmark = pytest.mark.slow
 

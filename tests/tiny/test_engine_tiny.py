@@ -212,7 +212,7 @@ def test_closing_a_generation_ends_the_request_and_frees_the_engine(plain):
 def test_a_closed_engine_says_so_instead_of_crashing(tiny_pair):
     """Its models are freed: a call would read freed memory (found: llama.cpp aborted the
     process with std::out_of_range). Closing again is harmless."""
-    from lsd_local.warmup import process_warmup
+    from lsd_local.kernels.warmup import process_warmup
 
     engine = Engine.load(tiny_pair[0], drafter="none", n_ctx=TINY_CTX)
     assert engine.generate("the cat is", max_tokens=2).run().tokens
@@ -223,7 +223,7 @@ def test_a_closed_engine_says_so_instead_of_crashing(tiny_pair):
     for call in (lambda: engine.generate("the cat is", max_tokens=2),
                  lambda: engine.prompt_tokens("the cat"), engine.reset,
                  lambda: engine.compile_grammar("json"), pending.run,
-                 lambda: engine.set_config(engine.drafter_config, engine.rule_config)):
+                 lambda: engine.configure(engine.drafter_config, engine.rule_config)):
         with pytest.raises(RuntimeError, match="Engine is closed"):
             call()
     assert process_warmup()._in_flight == in_flight  # no request was counted as ended

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tinymodels
 
-from lsd_local import learned
+from lsd_local.drafters.auto import learned
 
 PROMPT = "the cat is on the mat. the cat is on the mat. the cat is on the mat. the cat is"
 

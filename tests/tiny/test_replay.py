@@ -10,10 +10,10 @@ import pytest
 
 from lsd_local import Engine
 from lsd_local.bench import replay as rp
-from lsd_local.drafters.auto import AutoDrafter
+from lsd_local.drafters.auto.estimators import CostCurve
+from lsd_local.drafters.auto.policy import AutoDrafter
 from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.drafters.lookup import LookupDrafter
-from lsd_local.estimators import CostCurve
 
 ANSWER = list(range(100, 140))  # 40 tokens
 PROMPT = [1, 2, 3]
@@ -172,7 +172,7 @@ def test_mixed_replay_keeps_one_memory_for_all_sets_and_families_name_requests(c
     """--mixed: the sets' answers interleaved through one remembering drafter, each begun as
     a request of its family; recordings without families get them from the prompt sets."""
     from lsd_local.bench.prompts import load_set
-    from lsd_local.learned import request_family
+    from lsd_local.drafters.auto.learned import request_family
 
     script = load_script()
     he, chat = load_set("humaneval", "all")[:2], load_set("chat", "all")[:2]

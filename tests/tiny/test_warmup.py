@@ -19,9 +19,10 @@ import lsd_local
 # tokens.
 FIRST_PROCESS = """
 import json, sys, threading
-import lsd_local.warmup as warmup
-from lsd_local import Engine, jit
-from lsd_local.warmup import all_cached, kernel_calls
+import lsd_local.kernels.warmup as warmup
+from lsd_local import Engine
+from lsd_local.kernels import jit
+from lsd_local.kernels.warmup import all_cached, kernel_calls
 
 release = threading.Event()
 compile_elsewhere = warmup.compile_in_background_process
@@ -70,8 +71,9 @@ print(json.dumps({"first": first, "ready_first": ready1, "compiled_first": count
 # A later process: everything is cached, so nothing is compiled again.
 LATER_PROCESS = """
 import json, sys
-import lsd_local.warmup as warmup
-from lsd_local import Engine, jit
+import lsd_local.kernels.warmup as warmup
+from lsd_local import Engine
+from lsd_local.kernels import jit
 
 calls = []
 warmup.compile_in_background_process = lambda: calls.append(1)

@@ -57,7 +57,7 @@ def test_the_engine_and_the_cli_share_the_defaults():
     from lsd_local import Engine
     from lsd_local.cli import cli
 
-    assert default(Engine.load, "n_ctx") == config.N_CTX
+    assert config.engine_settings(has_draft=False).load.n_ctx == config.N_CTX  # Engine.load's
     assert default(Engine.generate, "max_tokens") == config.MAX_TOKENS
     assert default(Engine.generate, "top_p") == config.TOP_P
     run = {p.name: p.default for p in cli.commands["run"].params}
@@ -65,3 +65,32 @@ def test_the_engine_and_the_cli_share_the_defaults():
     assert run["max_tokens"] == config.CLI_MAX_TOKENS and run["top_k"] == config.TOP_K
     assert cli.commands["bench"].params[[p.name for p in cli.commands["bench"].params]
                                         .index("max_tokens")].default == config.MAX_TOKENS
+
+
+def test_engine_settings_route_each_keyword_to_its_settings():
+    """Engine.load's keyword conveniences are built into typed settings in one place."""
+    s = config.engine_settings(has_draft=True, k=6, p_min=0.5, theta=0.1, budget=2.0,
+                               n_ctx=512, n_threads=3, device="none", draft_n_gpu_layers=0,
+                               no_repack=True, rpc="a:1, b:2", remember=True)
+    assert (s.drafter.drafter, s.drafter.k, s.drafter.p_min) == ("model", 6, 0.5)
+    assert (s.rule.rule, s.rule.theta, s.rule.budget) == ("strict", 0.1, 2.0)
+    assert (s.load.n_ctx, s.load.n_threads, s.load.devices, s.load.no_repack) == (
+        512, 3, "none", True)
+    assert s.draft_load.n_gpu_layers == 0 and s.load.n_gpu_layers == "auto"
+    assert s.draft_load.n_ctx == 512 and not s.draft_device_given
+    assert s.rpc == ("a:1", "b:2") and s.remember
+    assert config.engine_settings(has_draft=False).drafter.drafter == "lookup"
+    given = config.engine_settings(has_draft=True, draft_device="CPU")
+    assert given.draft_load.devices == "CPU" and given.draft_device_given
+    typed = config.engine_settings(has_draft=False, drafter=config.DrafterConfig("none"),
+                                   rule=config.RuleConfig("fly"), theta=0.2)
+    assert typed.drafter.drafter == "none" and (typed.rule.rule, typed.rule.theta) == ("fly", 0.2)
+    assert config.engine_settings(has_draft=False, k=600).load.n_batch == 601  # a whole block
+
+
+@pytest.mark.parametrize("keywords,param", [({"colour": 3}, "colour"), ({"k": 0}, "k"),
+                                            ({"n_ctx": 2}, "n_ctx"), ({"theta": -1}, "theta")])
+def test_engine_settings_refuse_what_they_do_not_know(keywords, param):
+    with pytest.raises(config.ParameterError) as caught:
+        config.engine_settings(has_draft=False, **keywords)
+    assert caught.value.param == param

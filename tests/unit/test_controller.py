@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lsd_local.drafters.auto import MODEL_CAP, AutoDrafter
+from lsd_local.drafters.auto.estimators import AcceptanceModel, CostModel, best_k
+from lsd_local.drafters.auto.policy import MODEL_CAP, AutoDrafter
 from lsd_local.drafters.base import Draft, Drafter
-from lsd_local.estimators import AcceptanceModel, CostModel, best_k
 
 # --- the models ----------------------------------------------------------------------------
 

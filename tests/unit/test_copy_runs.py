@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lsd_local.drafters.auto import AutoDrafter
+from lsd_local.drafters.auto.policy import AutoDrafter
 from lsd_local.drafters.base import Draft, Drafter
 
 
@@ -101,10 +101,10 @@ def test_a_copy_that_has_run_long_is_drafted_longer_than_one_that_just_began():
 
 def test_a_restored_drafter_drafts_a_running_copy_from_its_first_round(tmp_path):
     """A scripted machine whose first run learns and whose second run starts right: what
-    the first drafter learned goes through the learned-state file (lsd_local.learned) into
-    a new one, which drafts a copy that has run long from its first round, about as long as
+    the first drafter learned goes through the learned-state file (drafters/auto/learned.py)
+    into a new one, which drafts a copy that has run long from its first round, about as long as
     the experienced drafter would; a fresh one spends that round on a plain step."""
-    from lsd_local import learned
+    from lsd_local.drafters.auto import learned
 
     world = CopyWorld(seed=8)
     t = lambda n: 0.6 + 0.4 * n  # noqa: E731
@@ -147,7 +147,7 @@ def test_a_restored_drafter_does_not_learn_a_growing_batch_as_its_cost(tmp_path)
     weight decays with this process's rounds), its choices are the ones it makes without
     that cost, and t(33) stays what it is. (The old code learned those timings and
     diverged from round 2.)"""
-    from lsd_local import learned
+    from lsd_local.drafters.auto import learned
 
     world = CopyWorld(seed=11)
     t = lambda n: 0.6 + 0.4 * n  # noqa: E731

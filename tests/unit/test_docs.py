@@ -64,7 +64,7 @@ def test_every_documented_command_parses(page, args):
 
 @pytest.mark.parametrize("page,args", [(p, a) for p, a, runs in COMMANDS if runs])
 def test_commands_that_need_nothing_run_as_written(page, args, tmp_path):
-    from lsd_local.embedded import embedded_model
+    from lsd_local.models.embedded import embedded_model
 
     if embedded_model() is None:
         pytest.skip('the demo model is not installed (pip install "lsd-local[demo]")')

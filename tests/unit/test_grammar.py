@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fakes import EOS, FakeTarget, ScriptedDrafter, TableGrammar, V
+from fakes import EOS, FakeTarget, ScriptedDrafter, TableGrammar, V, fake_generation
 
 from lsd_local.config import RuleConfig, SamplerSettings
 from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.errors import GrammarError
-from lsd_local.loop import Request, TokenBuffer, run_rounds
+from lsd_local.loop import LoopSettings
 from lsd_local.text import TextAssembler
 from lsd_local.verify import asd, fly, strict
 from lsd_local.verify._rows import row_top, row_top_reference
@@ -202,16 +202,15 @@ def constrained_greedy(target: FakeTarget, table, prompt, n):
 def run_constrained(target, drafter, table, rule="strict", k=4, sampler=None, seed=0,
                     max_tokens=40, entropy="topk", **rule_params):
     prompt = [3, 5]
-    history = TokenBuffer(target.n_ctx)
-    history.set(prompt)
-    target.decode(prompt[:-1], 0, 0)
     grammar = TableGrammar(table)
     top = sampler.top_k if sampler else (3 if rule == "fly" and entropy == "topk" else 1)
-    req = Request(max_tokens, k, sampler, np.random.default_rng(seed), grammar, top)
+    req = LoopSettings(max_tokens, k, sampler, np.random.default_rng(seed), grammar, top)
     verifier = Verifier(RuleConfig(rule=rule, entropy=entropy, **rule_params), sampler)
-    events = list(run_rounds(target, drafter, verifier, history, req,
-                             TextAssembler(lambda t: bytes([65 + t]), ())))
-    return history.view()[len(prompt):].tolist(), events
+    gen = fake_generation(target, drafter, prompt, req, verifier,
+                          TextAssembler(lambda t: bytes([65 + t]), ()))
+    events = list(gen)
+    assert grammar.closed  # the request frees its grammar when it ends
+    return gen.tokens, events
 
 
 @pytest.mark.parametrize("corrupt_every", [0, 2])
@@ -257,7 +256,7 @@ def test_grammar_block_cuts_draft_probabilities_with_the_draft():
 
     table = np.ones((1, 4), bool)
     table[0, 2] = False
-    req = Request(10, 3, SamplerSettings(temperature=0.8), np.random.default_rng(0),
+    req = LoopSettings(10, 3, SamplerSettings(temperature=0.8), np.random.default_rng(0),
                   TableGrammar(table), 0)
     probs = np.full((3, 4), 0.25)
     draft = Draft(np.array([1, 2, 3], np.int32), probs)

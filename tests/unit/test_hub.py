@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from lsd_local.errors import LsdError
-from lsd_local.hub import _verify_partial
-from lsd_local.registry import ModelSpec, _read, find_spec
+from lsd_local.models.hub import _verify_partial
+from lsd_local.models.registry import ModelSpec, _read, find_spec
 
 
 def test_sha256_mismatch_deletes_the_file(tmp_path):
@@ -41,7 +41,7 @@ def test_registry_entries_are_checked(tmp_path, text, message):
 
 
 def test_shipped_registry_parses_and_drafts_exist():
-    from lsd_local.registry import load_registry, shipped_registry
+    from lsd_local.models.registry import load_registry, shipped_registry
     assert shipped_registry() is not None
     registry = load_registry()
     assert {"qwen2.5-coder-1.5b", "qwen2.5-coder-32b", "llama3.1-8b", "gemma3-4b"} <= set(registry)
@@ -56,7 +56,7 @@ def test_shipped_registry_parses_and_drafts_exist():
     ("Q2_K", ["Q2_K/m-00001-of-00002.gguf", "Q2_K/m-00002-of-00002.gguf"]),
 ])
 def test_a_quant_tag_picks_the_file_with_that_whole_tag(quant, expected):
-    from lsd_local.hubnames import choose_gguf
+    from lsd_local.models.hubnames import choose_gguf
 
     files = ["m-Q6_K.gguf", "m-Q6_K_L.gguf", "m-Q4_0.gguf", "m-Q4_0_4_4.gguf",
              "sub/m-IQ4_XS.gguf", "Q2_K/m-00001-of-00002.gguf", "Q2_K/m-00002-of-00002.gguf",

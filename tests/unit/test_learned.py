@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from lsd_local import learned
+from lsd_local.drafters.auto import learned
 
 
 def test_entries_round_trip_and_the_newest_win(tmp_path):
@@ -77,7 +77,7 @@ def test_a_changed_model_file_has_another_identity(tmp_path):
 
 def test_the_cache_dir_and_the_switch(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert learned.state_path() == tmp_path / "lsd" / "learned.json"
+    assert learned.learned_path() == tmp_path / "lsd" / "learned.json"
     for value, off in (("1", True), ("yes", True), ("0", False), ("", False)):
         monkeypatch.setenv("LSD_NO_STATE", value)
         assert learned.disabled() is off

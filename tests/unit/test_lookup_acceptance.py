@@ -1,13 +1,14 @@
-"""Lookup acceptance by copy run, request family and generation (lsd_local.lookup_acceptance):
-hand-made evidence, the arithmetic against its definition, and what survives a restore."""
+"""Lookup acceptance by copy run, request family and generation
+(lsd_local.drafters.auto.lookup_acceptance): hand-made evidence, the arithmetic against its
+definition, and what survives a restore."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from lsd_local import lookup_acceptance as la
-from lsd_local.lookup_acceptance import RunAcceptanceModel
+from lsd_local.drafters.auto import lookup_acceptance as la
+from lsd_local.drafters.auto.lookup_acceptance import RunAcceptanceModel
 
 EDGES = (0, 4, 8, 12, 16, 24, 32, 48)
 

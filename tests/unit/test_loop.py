@@ -4,27 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fakes import EOS, FakeTarget, ScriptedDrafter
+from fakes import EOS, FakeTarget, ScriptedDrafter, fake_generation
 
 from lsd_local.config import RuleConfig
-from lsd_local.loop import Request, TokenBuffer, run_rounds
+from lsd_local.loop import LoopSettings
 from lsd_local.stats import Origin
 from lsd_local.text import TextAssembler
 from lsd_local.verify.verifier import Verifier
 
 
 def run(target, drafter, prompt, k=4, max_tokens=40, rule="strict", stop=()):
-    history = TokenBuffer(target.n_ctx)
-    history.set(prompt)
-    target.decode(prompt[:-1], 0, 0)
     text = TextAssembler(lambda t: bytes([65 + t]), stop)
-    req = Request(max_tokens, k, None, np.random.default_rng(0))
+    req = LoopSettings(max_tokens, k, None, np.random.default_rng(0))
+    gen = fake_generation(target, drafter, prompt, req, Verifier(RuleConfig(rule=rule), None),
+                          text)
     events = []
-    for event in run_rounds(target, drafter, Verifier(RuleConfig(rule=rule), None), history,
-                            req, text):
-        assert target.n_cached == history.n - 1, "cache must hold all but the pending token"
+    for event in gen:
+        assert target.n_cached == len(prompt) + len(gen.tokens) - 1, \
+            "cache must hold all but the pending token"
         events.append(event)
-    return events, history.view()[len(prompt):].tolist(), text
+    return events, gen.tokens, text
 
 
 def test_perfect_drafts_commit_k_plus_one_per_round():

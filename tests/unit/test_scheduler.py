@@ -58,6 +58,15 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+async def until(condition, hang: float = 60.0) -> None:
+    """Wait for `condition()` (the scheduler's threads and tasks get the time they need);
+    the limit only bounds a hang."""
+    async def poll():
+        while not condition():
+            await asyncio.sleep(0.005)
+    await asyncio.wait_for(poll(), hang)
+
+
 def test_a_death_while_loading_at_start_is_a_clear_error(fake_workers):
     async def main():
         fake_workers.script = ["dies"]
@@ -79,11 +88,7 @@ def test_deaths_while_restarting_count_as_attempts_then_fail(fake_workers):
         await settle()
         scheduler._on_message(fake_workers.spawned[0], ("started", waiting[0].job.id, 3))
         fake_workers.spawned[0].die()
-        for _ in range(50):
-            await settle()
-            if scheduler.state == "failed":
-                break
-        assert scheduler.state == "failed"
+        await until(lambda: scheduler.state == "failed")
         assert len(fake_workers.spawned) == 1 + sched.RESTART_ATTEMPTS
         assert events.count("restart") == 1
         assert events.count("restart_failed") == sched.RESTART_ATTEMPTS
@@ -143,10 +148,9 @@ async def run_and_die(scheduler, worker, code: int, finish: bool = False) -> sch
 
 
 async def restarted(scheduler, fake_workers, spawned: int) -> None:
-    for _ in range(50):
-        await settle()
-        if scheduler.state != "restarting" and len(fake_workers.spawned) >= spawned:
-            return
+    """Until the engine is back (`spawned` processes so far) or the scheduler gave up."""
+    await until(lambda: scheduler.state == "failed" or (
+        scheduler.state == "ready" and len(fake_workers.spawned) >= spawned))
 
 
 def test_three_deaths_by_one_signal_in_a_row_stop_the_restarts(fake_workers):

@@ -1,6 +1,6 @@
 """The auto drafter: each round, prompt lookup, the draft model or no draft at all, and how
 many tokens, whichever maximises expected committed tokens per second under the online cost
-and acceptance models of lsd_local.estimators."""
+and acceptance models of lsd_local.drafters.auto.estimators."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from time import perf_counter
 
 import numpy as np
 
-from ..config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
-from ..estimators import AcceptanceModel, CostModel, best_k, saved_counts
-from ..lookup_acceptance import RunAcceptanceModel
-from .base import EMPTY_DRAFT, Draft, Drafter
-from .lookup import LookupDrafter
+from ...config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
+from ..base import EMPTY_DRAFT, Draft, Drafter
+from ..lookup import LookupDrafter
+from .estimators import AcceptanceModel, CostModel, best_k, saved_counts
+from .lookup_acceptance import RunAcceptanceModel
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
 # passage is being copied, and such proposals are mostly right where shorter matches depend on
@@ -122,7 +122,7 @@ class AutoDrafter(Drafter):
 
     def learned_costs(self) -> dict:
         """What the cost models hold (JSON-able): t(n) per batch size, draft seconds per
-        forward. Saved between processes by lsd_local.learned."""
+        forward. Saved between processes by lsd_local.drafters.auto.learned."""
         weight, seconds = self.cost.counts()
         return {"weight": weight.tolist(), "seconds": seconds.tolist(),
                 "draft_token_s": self.draft_token_s}
@@ -270,7 +270,7 @@ class AutoDrafter(Drafter):
 
     def begin(self, family: str | None = None, rows_seen: int = 0) -> None:
         """A new generation starts: a pending lookup proposal belongs to the old one.
-        family: what kind of request it is (lsd_local.learned.request_family), so that lookup
+        family: what kind of request it is (learned.request_family), so that lookup
         acceptance is also learned per kind. rows_seen: the most logit rows the target has
         scored at once (another drafter of the engine may have grown its buffer)."""
         self._most_rows = max(self._most_rows, rows_seen)

@@ -18,7 +18,7 @@ def data_dir() -> Path:
     packaged = resources.files("lsd_local") / "data"
     if packaged.is_dir():
         return Path(str(packaged))  # installed packages are folders (numba needs files too)
-    checkout = Path(__file__).resolve().parents[1]
+    checkout = Path(__file__).resolve().parents[2]
     if (checkout / "pyproject.toml").is_file():  # a source checkout, not site-packages
         return checkout
     # a broken install: the missing folder, so that every lookup says "not found" instead of

@@ -9,8 +9,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import N_CTX
-from .errors import LsdError
+from ..config import N_CTX
+from ..errors import LsdError
 from .resources import data_path
 
 if sys.version_info >= (3, 11):

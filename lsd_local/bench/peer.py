@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import llama_cpp as ll
 
-from .model import physical_cores
+from ..backend.model import physical_cores
 
 
 class PeerLlama:

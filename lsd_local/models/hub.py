@@ -17,7 +17,7 @@ from pathlib import Path
 
 from huggingface_hub.utils import WeakFileLock
 
-from .errors import LsdError
+from ..errors import LsdError
 from .registry import ModelSpec
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import LsdError
+from ..errors import LsdError
 from .hub import _endpoint, _repo_folder, _short, offline, repo_error
 from .registry import ModelSpec
 

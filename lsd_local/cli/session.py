@@ -3,8 +3,8 @@ prefix, and the oldest exchanges forgotten when the context is full."""
 
 from __future__ import annotations
 
-from .errors import ContextOverflowError, LsdError
-from .stats import GenerationStats
+from ..errors import ContextOverflowError, LsdError
+from ..stats import GenerationStats
 
 
 class ChatSession:

@@ -11,7 +11,7 @@ them. Compiling during a request cost too much on a 2-core CPU: in-process it he
 (the old first run decoded at a quarter of its warm speed), and even a niced process stalls
 llama.cpp's threads, which wait for each other at every layer (the demo's 57-token prompt took
 2.2 s instead of 0.16-0.18). The compiling process outlives a short `lsd run`, so the next run
-finds the cache. `python -m lsd_local.warmup` is that process.
+finds the cache. `python -m lsd_local.kernels.warmup` is that process.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from .config import RUN_CAP
-from .drafters.lookup import lookup_match
+from ..config import RUN_CAP
+from ..drafters.lookup import lookup_match
+from ..verify._rows import row_entropy, row_top, row_top_share
+from ..verify.asd import asd_kernel
+from ..verify.fly import fly_kernel
 from .jit import claim_warmup, mark_failed, mark_ready, wait_ready
-from .verify._rows import row_entropy, row_top, row_top_share
-from .verify.asd import asd_kernel
-from .verify.fly import fly_kernel
 
 LOAD_TIMEOUT = 600.0  # seconds load_kernels_now waits by default (a compile takes a few)
 
@@ -77,8 +77,8 @@ def compile_in_background_process() -> subprocess.Popen:
     """Start compiling every kernel into the disk cache in a separate process that runs on
     idle CPU time only and outlives this one if it must. It starts in the folder that holds
     this copy of lsd_local, so that `-m` imports this copy and no other."""
-    package_parent = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen([sys.executable, "-m", "lsd_local.warmup"], cwd=package_parent,
+    package_parent = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "lsd_local.kernels.warmup"], cwd=package_parent,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
                             creationflags=getattr(subprocess, "IDLE_PRIORITY_CLASS", 0))
@@ -188,7 +188,7 @@ def _lock_path() -> Path:
 
 
 def main() -> None:
-    """`python -m lsd_local.warmup`: compile every kernel into numba's cache, politely. A
+    """`python -m lsd_local.kernels.warmup`: compile every kernel into numba's cache, politely. A
     second one started meanwhile (two quick `lsd run`s) waits for the first, then only loads
     what it compiled."""
     lowest_priority(0)  # started by hand too

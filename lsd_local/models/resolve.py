@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import LsdError
 from .embedded import DEMO_INSTALL, DEMO_NAME, embedded_model
-from .errors import LsdError
 from .hub import snapshot_commit
 from .registry import ModelSpec, find_spec, is_hub_name, is_path, load_registry
 

@@ -2,8 +2,8 @@
 batch size and the draft model's cost per token (keyed by what they depend on: the model
 files, threads, placement and the llama.cpp build), and the acceptance statistics per
 drafter (keyed by the model pair, the rule and the drafter's settings; lookup's per copy run
-and request family, lsd_local.lookup_acceptance). A script that runs `lsd run` once per
-request then starts where the last one stopped instead of spending its first rounds
+and request family, lookup_acceptance.py). A script that runs `lsd run` once per request
+then starts where the last one stopped instead of spending its first rounds
 measuring.
 
 One JSON file under the user cache dir ($XDG_CACHE_HOME/lsd or ~/.cache/lsd), written
@@ -23,15 +23,15 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from .config import lsd_cache_dir
+from ...config import lsd_cache_dir
 
 FORMAT = 1  # bump when the layout of an entry changes: older files are then ignored
 MAX_ENTRIES = 64  # per section; the least recently saved go first
 HEADER_BYTES = 1 << 20  # a model file's identity hashes its first MiB (header, metadata)
 
 
-def state_path() -> Path:
-    """Where the learned state lives."""
+def learned_path() -> Path:
+    """Where what auto learned is kept."""
     return lsd_cache_dir() / "learned.json"
 
 
@@ -124,9 +124,10 @@ def save(path: Path, costs: dict, acceptance: dict) -> None:
         raise
 
 
-class Memory:
+class LearnedStore:
     """An engine's link to the file: restores what auto drafters learned for these models
-    and saves it back. Drafters without learned state (lookup, model) are passed over."""
+    and saves it back. Drafters without learned statistics (lookup, model) are passed
+    over."""
 
     def __init__(self, path: Path, cost_key: str, pair_key: str, notify=None) -> None:
         self.path = path

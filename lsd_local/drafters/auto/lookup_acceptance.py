@@ -1,6 +1,6 @@
 """How likely a prompt-lookup draft is to be accepted, position by position: by how long the
 copy behind it has run, by the kind of request, and from what the current generation has
-shown so far. Used by the auto drafter (lsd_local.drafters.auto) to choose K; pure numpy.
+shown so far. Used by the auto drafter (lsd_local.drafters.auto.policy) to choose K; pure numpy.
 
 - The run: a copy that has gone on for a while (LookupDrafter.last_run) is likely to go on;
   one that just started often breaks (measured on recorded answers: docs/auto.md). A draft
@@ -12,13 +12,13 @@ shown so far. Used by the auto drafter (lsd_local.drafters.auto) to choose K; pu
 - The kind of request: code re-emitted whole breaks almost never, a summary quoting phrases
   after a few tokens, at the same runs; a process (or learned-state file) serving both
   carries the last one's habits into the next. So rates are also learned per request family
-  (the engine names it by its instruction: lsd_local.learned.request_family), shrunk toward
+  (the engine names it by its instruction: learned.request_family), shrunk toward
   the rates of all requests; a family not seen before starts from those.
 - The generation: its own evidence, shrunk toward its family's rates with the weight of a
   few tries, so that a request unlike its family shows within a few proposals.
 The all-requests and family levels forget by LONG_TERM_DECAY per update (about the last 200
 scored proposals weigh) and come back from the state file with up to 500 tries each
-(lsd_local.drafters.auto): a copy breaks about once in a hundred tokens, which takes many
+(lsd_local.drafters.auto.policy): a copy breaks about once in a hundred tokens, which takes many
 tries to tell.
 """
 

@@ -1,0 +1,50 @@
+"""The drafters an engine has built, by settings: switching back to settings used before
+brings back the drafter with what it learned (auto's costs and acceptance); with a learned
+store, a new auto drafter starts from what earlier processes learned, and `save` writes it
+back."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from ..config import DRAFTERS_KEPT, DrafterConfig
+from .base import Drafter
+from .factory import make_drafter
+
+
+class DrafterPool:
+    """At most DRAFTERS_KEPT drafters (the least recently used go first: a client varying
+    p_min or K must not make the engine grow without end). `draft_model`: a backend Model or
+    None; `cross_vocab_target`: the target Model when the draft has another vocabulary;
+    `learned`: an auto.learned.LearnedStore or None."""
+
+    def __init__(self, draft_model=None, cross_vocab_target=None, learned=None) -> None:
+        self._draft_model = draft_model
+        self._cross_vocab_target = cross_vocab_target
+        self.learned = learned
+        self._built: OrderedDict[DrafterConfig, Drafter | None] = OrderedDict()
+
+    def get(self, config: DrafterConfig, rule: str, fresh: bool = False) -> Drafter | None:
+        """The drafter for `config` (None for plain decoding), built when it is not kept or
+        `fresh` is asked (a fresh one also ignores what earlier processes learned)."""
+        if fresh or config not in self._built:
+            drafter = make_drafter(config, self._draft_model, self._cross_vocab_target)
+            if self.learned is not None and drafter is not None and not fresh:
+                self.learned.restore(drafter, config, rule)
+            self._built[config] = drafter
+        self._built.move_to_end(config)
+        while len(self._built) > DRAFTERS_KEPT:
+            self._built.popitem(last=False)
+        return self._built[config]
+
+    def reset(self) -> None:
+        """Every drafter forgets what it built from earlier text (not what it learned)."""
+        for drafter in self._built.values():
+            if drafter is not None:
+                drafter.reset()
+
+    def save(self, rule: str) -> None:
+        """Save what the auto drafters learned (OSError when the cache dir cannot be
+        written); nothing without a learned store."""
+        if self.learned is not None:
+            self.learned.save(self._built, rule)

@@ -1,0 +1,192 @@
+"""One request, one object. `Engine.generate` hands out a Generation that owns everything its
+request holds, from the moment it is made until it is closed: the engine (one generation at
+a time), the grammar state, the drafter's begin and end, the statistics and the finish
+reason. Its life is `_run`: begin, prefill, rounds (loop.step), end.
+
+However a generation ends (its last round, `close()`, leaving a `for` loop early, an
+exception, Ctrl-C, or being garbage-collected without ever being iterated), the engine is
+free again and the grammar is freed. Nothing restores the KV caches: both models record which
+tokens they hold (backend.Model.cached_tokens) and the next prefill keeps the longest common
+prefix, so a request cut mid-round leaves nothing to repair.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from time import perf_counter
+
+import numpy as np
+
+from .kernels.warmup import process_warmup
+from .loop import LoopSettings, TokenBuffer, draft_limit, step
+from .stats import GenerationStats, RoundEvent
+from .text import TextAssembler
+from .verify.verifier import Verifier
+
+
+@dataclass(frozen=True)
+class EngineParts:
+    """What an engine lends its generation: the models, the drafter, the conversations kept
+    in RAM, and how to check the engine is open and give it back."""
+
+    target: object  # backend Model
+    draft_model: object | None  # backend Model (its cache follows the state cache)
+    drafter: object | None  # Drafter; None = plain decoding
+    state_cache: object | None  # statecache.StateCache
+    check_open: Callable[[], None]  # RuntimeError once the engine is closed
+    release: Callable[[Generation], None]  # the engine may start another generation
+
+
+class Generation:
+    """A request: iterate for RoundEvents; `stats`, `text`, `finish_reason` and `tokens` are
+    filled in as it goes and final once it ends. A context manager: leaving the `with` block
+    closes it."""
+
+    def __init__(self, parts: EngineParts, prompt: list[int], settings: LoopSettings,
+                 verifier: Verifier, text: TextAssembler, family: str | None = None) -> None:
+        self._parts = parts
+        self._prompt = np.asarray(prompt, np.int32)
+        self._settings = settings
+        self._verifier = verifier
+        self._text = text
+        self._family = family  # a name for the kind of request (auto learns per kind)
+        self._history = TokenBuffer(parts.target.n_ctx)
+        self._history.set(self._prompt)
+        self._life: Iterator[RoundEvent] | None = None  # made on first iteration
+        self._last_round = False  # no round follows (a finish reason, or nothing to do)
+        self._closed = False  # the grammar is freed and the engine given back
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+
+    def __iter__(self) -> Iterator[RoundEvent]:
+        """The rounds. Leaving the loop early (break, an exception, Ctrl-C) ends the request
+        for good: this iterator dies with the loop, and closing it closes the request.
+        Iterating again then yields nothing more."""
+        if self._life is None:
+            if self._closed:  # closed before its first round: nothing more, unless the
+                self._parts.check_open()  # engine is gone (then say so)
+                return
+            self._life = self._run()
+        yield from self._life
+
+    @property
+    def finished(self) -> bool:
+        """The request has ended (its last round, closed, or left) and freed the engine."""
+        return self._closed
+
+    def run(self) -> Generation:
+        """Consume every round; returns self for chaining."""
+        for _ in self:
+            pass
+        return self
+
+    def close(self) -> None:
+        """End the request now, for good: the engine is free again."""
+        if self._life is not None:
+            self._life.close()  # its `finally` ends the request
+        self._end()
+
+    def __enter__(self) -> Generation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # at interpreter exit parts may be gone
+            self.close()
+
+    @property
+    def text(self) -> str:
+        return self._text.released_text
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.stats.finish_reason
+
+    @property
+    def tokens(self) -> list[int]:
+        """Generated token ids (EOS included when the model emitted one)."""
+        return self._history.view()[len(self._prompt):].tolist()
+
+    # --- the request's life --------------------------------------------------------------
+
+    def _run(self) -> Iterator[RoundEvent]:
+        # a generation made before its engine was closed and iterated after it is refused
+        # before its request starts: the finally must not end a request that never began
+        self._parts.check_open()
+        process_warmup().request_started()
+        try:
+            self._begin()
+            target, settings = self._parts.target, self._settings
+            while not self._last_round:
+                k = draft_limit(settings, self.stats.generated_tokens, self._history.n,
+                                target.n_ctx)
+                yield self._round(step(target, self._parts.drafter, self._verifier,
+                                       self._history, settings, k))
+        finally:
+            try:
+                if self._parts.drafter is not None:
+                    self._parts.drafter.end(self._history.view())
+            finally:
+                self.stats.regret_spent = self._verifier.regret_spent
+                self._end()
+                process_warmup().request_ended()
+
+    def _begin(self) -> None:
+        """The drafter's begin and the prefill; a request for no tokens ends there."""
+        target, drafter = self._parts.target, self._parts.drafter
+        if drafter is not None:
+            drafter.begin(self._family, rows_seen=target.most_logit_rows)
+        start = perf_counter()
+        self.stats.cached_prompt_tokens = self._prefill()
+        self.stats.prefill_seconds = perf_counter() - start
+        if self._settings.max_tokens == 0:
+            self.stats.finish_reason = "length"
+            self._last_round = True
+
+    def _prefill(self) -> int:
+        """Evaluate all but the last prompt token, reusing the cached common prefix; return
+        how many prompt tokens the cache already held."""
+        prompt, parts = self._prompt, self._parts
+        if parts.state_cache is not None:  # another conversation's cache may serve it better
+            parts.state_cache.switch_to(parts.target, parts.draft_model, prompt)
+        keep = parts.target.reuse_prefix(prompt, len(prompt) - 1)
+        parts.target.decode(prompt[keep:-1], keep, 0)
+        return keep
+
+    def _round(self, event: RoundEvent) -> RoundEvent:
+        """A round's event with its text, and the finish reason when it is the last."""
+        start = perf_counter()
+        text = self._text
+        n_text = len(event.tokens) - 1 if event.eog else len(event.tokens)  # EOG shows nothing
+        for token, origin in zip(event.tokens[:n_text], event.origins[:n_text], strict=True):
+            text.add(token, origin)
+        generated = self.stats.generated_tokens + len(event.tokens)
+        finish = "stop" if event.eog else "length" if (
+            generated >= self._settings.max_tokens
+            or self._history.n >= self._parts.target.n_ctx) else None
+        if finish:
+            text.finish()
+        delta, spans = text.release(final=finish is not None)
+        if text.stopped:
+            finish = "stop"
+        event = replace(event, text=delta, spans=spans, finish_reason=finish,
+                        other_seconds=event.other_seconds + perf_counter() - start)
+        self.stats.add_round(event)
+        if finish:
+            self.stats.finish_reason = finish
+            self._last_round = True
+        return event
+
+    def _end(self) -> None:
+        """Free what the request holds, once: the grammar, then the engine."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._settings.grammar is not None:
+                self._settings.grammar.close()
+        finally:
+            self._parts.release(self)

@@ -1,0 +1,92 @@
+"""Loading an engine's models: placement over devices and RPC servers, what a recurrent
+target allows, doubts about a target/draft pair, and the link to what auto learned in
+earlier processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..backend import Model, build_identity, physical_cores, recurrent_message
+from ..backend.devices import add_rpc_servers, list_devices
+from ..config import EngineSettings, LoadOptions
+from ..drafters.auto import learned
+from ..errors import IncompatibleModelsError
+
+
+def add_rpc(spec: EngineSettings) -> LoadOptions:
+    """Register the RPC servers as devices (each checked first: llama.cpp aborts on one it
+    cannot reach); returns the draft's options: unless they name devices, the draft keeps
+    to local ones."""
+    add_rpc_servers(list(spec.rpc))
+    if spec.draft_device_given:
+        return spec.draft_load
+    local = [d.name for d in list_devices() if d.takes_layers and d.backend != "RPC"]
+    return replace(spec.draft_load, devices=",".join(local) or "none", tensor_split=None)
+
+
+def speculation_allowed(target: Model, drafter: str) -> bool:
+    """The one place that decides what a recurrent/hybrid target (its state cannot drop
+    rejected tokens) allows: plain decoding under "auto" (False), an error for an explicit
+    drafter; any other target speculates (True)."""
+    if target.supports_truncate or drafter == "none":
+        return True
+    if drafter == "auto":
+        return False
+    raise IncompatibleModelsError(f"{recurrent_message(target)}; use drafter='none'")
+
+
+def load_models(target, draft, spec: EngineSettings) -> tuple[Model, Model | None, bool]:
+    """Load the target (and the draft when the drafter uses one and may speculate); return
+    them and whether speculation is allowed. Nothing stays loaded when a load fails or a
+    recurrent target meets an explicit drafter."""
+    draft_load = add_rpc(spec) if spec.rpc else spec.draft_load
+    target_model = Model.load(target, spec.load)
+    draft_model = None
+    try:
+        drafter = spec.drafter.drafter
+        speculate = speculation_allowed(target_model, drafter)
+        if speculate and draft is not None and drafter in ("model", "multilevel", "auto"):
+            draft_model = Model.load(draft, draft_load)
+    except BaseException:
+        target_model.close()
+        if draft_model is not None:
+            draft_model.close()
+        raise
+    return target_model, draft_model, speculate
+
+
+def pair_doubts(target: Model, draft: Model | None) -> list[str]:
+    """Doubtful target/draft choices (the CLI prints them; Python warnings for the library)."""
+    if draft is None:
+        return []
+    if draft.path.resolve() == target.path.resolve():
+        return [f"the draft is the target itself ({target.path.name}): every draft is "
+                "accepted, but drafting costs as much as it saves"]
+    if draft.n_params > target.n_params:
+        return [f"draft {draft.path.name} ({draft.n_params / 1e6:.1f}M parameters) is larger "
+                f"than the target {target.path.name} ({target.n_params / 1e6:.1f}M): drafting "
+                "will cost more than it saves"]
+    return []
+
+
+def open_learned(target: Model, draft: Model | None, spec: EngineSettings,
+                 notify: Callable[[str], None]) -> learned.LearnedStore | None:
+    """The link to what auto learned for these models on this machine: costs keyed by the
+    model files, threads, placement and llama.cpp build (and buffer types when they are
+    off); acceptance by the model pair. None while LSD_NO_STATE is set."""
+    if learned.disabled():
+        return None
+    target_id = learned.file_identity(target.path)
+    draft_id = learned.file_identity(draft.path) if draft is not None else None
+    placement = {"target": target.placement}
+    if draft is not None:
+        placement["draft"] = draft.placement
+    # weights loaded without extra buffer types run at another speed (keys made before
+    # that option existed stay valid for the default)
+    repack = () if target.repack.use_extra_bufts else ("no extra buffer types",)
+    cost_key = learned.key_of("cost", target_id, draft_id,
+                              spec.load.n_threads or physical_cores(), placement,
+                              build_identity(), *repack)
+    return learned.LearnedStore(learned.learned_path(), cost_key,
+                                learned.key_of("pair", target_id, draft_id), notify)
