@@ -8,10 +8,10 @@
 
 Each configuration is replayed on every recorded answer (a fresh drafter per answer, as in
 `lsd run`); the table shows the median and mean speedup over plain per prompt set. `remember`
-(e.g. `remember:auto`) replays as `lsd run` does with its learned state: each answer's fresh
-auto drafter starts from what the previous answers taught (restored as from the state file,
+(e.g. `remember:auto`) replays as `lsd run` does with what it learned: each answer's fresh
+auto drafter starts from what the previous answers taught (restored as from the learned file,
 lsd_local/learned.py), the first answer of a set from nothing. With --mixed, one memory
-serves all sets, their answers interleaved (a process or state file serving several kinds
+serves all sets, their answers interleaved (a process or learned file serving several kinds
 of request). Each answer begins as a request of its family (lsd_local.drafters.auto.learned.
 request_family; recordings made before families existed get them from the shipped prompt
 sets). See lsd_local/bench/replay.py for what a replay models and what it leaves out.
@@ -36,7 +36,7 @@ CONTEXTS = [300, 1500]
 
 class Remembering:
     """Makes auto drafters that start from what the previous one learned, the way a new
-    `lsd run` process restores the learned-state file (the same scaled-down weights)."""
+    `lsd run` process restores learned.json (the same scaled-down weights)."""
 
     def __init__(self, make) -> None:
         self.make = make

@@ -78,7 +78,7 @@ P_MIN_TOP_K = 10  # ... taken over the 10 likeliest tokens, as llama.cpp's draft
 MAX_NGRAM = 12  # prompt lookup: longest n-gram matched
 MIN_NGRAM = 6  # prompt lookup: shortest n-gram matched
 RUN_CAP = 256  # prompt lookup: how far back a copy's run is measured (auto's copy model)
-DRAFTERS_KEPT = 4  # drafter settings whose learned state an Engine keeps (set_config)
+DRAFTERS_KEPT = 4  # drafter settings whose learned statistics an Engine keeps (drafters/pool.py)
 
 
 class _Settings:

@@ -249,7 +249,7 @@ class Engine:
         try:
             self._pool.save(self.rule_config.rule)
         except OSError as exc:
-            warnings.warn(f"cannot save the learned state: {exc}", UserWarning, stacklevel=2)
+            warnings.warn(f"cannot save what auto learned: {exc}", UserWarning, stacklevel=2)
 
     def _check_open(self) -> None:
         if self._closed:  # its models are freed: using them would crash the process

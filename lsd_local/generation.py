@@ -136,9 +136,9 @@ class Generation:
 
     def _begin(self) -> None:
         """The drafter's begin and the prefill; a request for no tokens ends there."""
-        target, drafter = self._parts.target, self._parts.drafter
+        drafter = self._parts.drafter
         if drafter is not None:
-            drafter.begin(self._family, rows_seen=target.most_logit_rows)
+            drafter.begin(self._family)
         start = perf_counter()
         self.stats.cached_prompt_tokens = self._prefill()
         self.stats.prefill_seconds = perf_counter() - start

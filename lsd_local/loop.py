@@ -59,8 +59,8 @@ class LoopSettings:
 def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
          req: LoopSettings, k: int, clock: Callable[[], float] = perf_counter) -> RoundEvent:
     """One round with at most k draft tokens. `target` is a backend Model (or anything with
-    its decode/truncate/n_cached/vocab.is_eog) whose cache holds history[:-1]; so does it
-    afterwards. The event's text is left empty."""
+    its decode/truncate/n_cached/most_logit_rows/vocab.is_eog) whose cache holds
+    history[:-1]; so does it afterwards. The event's text is left empty."""
     t0 = clock()
     draft = EMPTY_DRAFT
     if drafter is not None and k > 0:
@@ -70,11 +70,12 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     block = np.empty(len(draft) + 1, np.int32)
     block[0] = history.data[n - 1]
     block[1:] = draft.tokens
+    grew_logits = len(block) > target.most_logit_rows  # the target's one-time buffer growth
     logits = target.decode(block, n - 1, len(block))
     verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
     t2 = clock()
     if drafter is not None:
-        drafter.accept(len(draft), verdict.n_accept, t2 - t1)
+        drafter.accept(len(draft), verdict.n_accept, t2 - t1, grew_logits)
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     _advance_grammar(req, tokens, eog)
     history.extend(tokens)

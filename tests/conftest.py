@@ -23,7 +23,7 @@ def no_lsd_environment(monkeypatch) -> None:
     for name in [n for n in os.environ if n.startswith("LSD_") and n != "LSD_MODELS_DIR"]:
         monkeypatch.delenv(name)
     # what auto learned in earlier runs must not make one test depend on another (the
-    # tests of the learned state turn it back on with a cache dir of their own)
+    # tests of the learned statistics turn it back on with a cache dir of their own)
     monkeypatch.setenv("LSD_NO_STATE", "1")
 
 

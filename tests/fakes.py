@@ -56,7 +56,7 @@ class FakeTarget:
         self.truncate(keep)
         return keep
 
-    most_logit_rows = 0  # what backend.Model reports to a drafter's begin
+    most_logit_rows = 0  # backend.Model's: the loop tells the drafter when a batch grows it
 
     @property
     def vocab(self):

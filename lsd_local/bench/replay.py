@@ -80,7 +80,7 @@ class ReplayTarget:
         self.n_vocab = n_vocab
         self.cost = cost
         self.growth_s_per_row = growth_s_per_row
-        self.most_rows = 0  # the most logit rows one decode asked for
+        self.most_logit_rows = 0  # the most logit rows one decode asked for
         self.now = 0.0  # virtual seconds spent by decodes
         self.n_cached = 0  # positions a real model would hold (the loop truncates by it)
 
@@ -90,9 +90,9 @@ class ReplayTarget:
     def decode(self, tokens: np.ndarray, start_pos: int, n_rows: int) -> np.ndarray:
         """logits float32[n_rows, n_vocab] for the last n_rows of tokens at start_pos.."""
         self.now += self.cost(len(tokens))
-        if n_rows > self.most_rows:  # the logits buffer grows (a one-time cost)
-            self.now += (n_rows - self.most_rows) * self.growth_s_per_row
-            self.most_rows = n_rows
+        if n_rows > self.most_logit_rows:  # the logits buffer grows (a one-time cost)
+            self.now += (n_rows - self.most_logit_rows) * self.growth_s_per_row
+            self.most_logit_rows = n_rows
         self.n_cached = start_pos + len(tokens)
         rows = np.zeros((n_rows, self.n_vocab), np.float32)
         first = start_pos + len(tokens) - n_rows  # position of the token row 0 follows

@@ -18,6 +18,10 @@ class Draft:
     tokens: np.ndarray  # int32[k]
     probs: np.ndarray | None = None  # float64[k, V]: p_d rows; None = one-hot (greedy/lookup)
     source: str = ""  # which drafter made it, when a drafter delegates (auto); "" = the drafter
+    # prompt lookup: how long the copy behind the proposal has run (the matched n-gram
+    # extended backwards while the text before it equals the text before its source, up to
+    # RUN_CAP); the auto drafter learns acceptance by it. 0 for other drafters.
+    run: int = 0
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -34,12 +38,10 @@ class Drafter(ABC):
 
     name = "drafter"
 
-    def begin(self, family: str | None = None,  # noqa: B027 - a no-op by default
-              rows_seen: int = 0) -> None:
+    def begin(self, family: str | None = None) -> None:  # noqa: B027 - a no-op by default
         """A request starts: drop what belonged to the previous one (not what was learned).
-        family: a name for the kind of request (lsd_local.drafters.auto.learned.request_family) for
-        drafters that learn per kind; None when unnamed. rows_seen: the most logit rows the
-        target has scored in one decode so far (backend.Model.most_logit_rows)."""
+        family: a name for the kind of request (drafters.auto.learned.request_family) for
+        drafters that learn per kind; None when unnamed."""
 
     @abstractmethod
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -49,9 +51,11 @@ class Drafter(ABC):
         the loop cuts any draft at its first forbidden token anyway."""
 
     def accept(self, n_drafted: int, n_accept: int,  # noqa: B027 - no-op unless it learns
-               verify_seconds: float) -> None:
+               verify_seconds: float, grew_logits: bool = False) -> None:
         """What verification made of the last proposal: n_accept of n_drafted kept, the
-        target pass took verify_seconds (the cost-aware drafter learns from it)."""
+        target pass took verify_seconds (the cost-aware drafter learns from it); grew_logits:
+        the pass scored more rows at once than any before it on this target, so its time
+        includes llama.cpp growing its logits buffer (backend.Model.most_logit_rows)."""
 
     def end(self, history: np.ndarray) -> None:  # noqa: B027 - a no-op unless it learns
         """The request ended (finished, closed or failed); `history` (int32[n]) holds the

@@ -100,20 +100,14 @@ class LookupDrafter(Drafter):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self._out = np.zeros(64, np.int32)
-        self.last_match = 0  # n of the n-gram behind the last proposal (0: none)
-        # how long the copy behind the last proposal has run: the matched n-gram extended
-        # backwards while the text before it equals the text before its source (<= RUN_CAP)
-        self.last_run = 0
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
-        self.last_match = self.last_run = 0
         if k <= 0:
             return EMPTY_DRAFT
         if len(self._out) < k:
             self._out = np.zeros(k, np.int32)
-        m, self.last_match, self.last_run = lookup_any(history, self.max_ngram,
-                                                       self.min_ngram, k, self._out)
+        m, _, run = lookup_any(history, self.max_ngram, self.min_ngram, k, self._out)
         if grammar is not None and m:  # a shorter block costs less to verify
             m = allowed_prefix(grammar, self._out[:m])
-        return Draft(self._out[:m].copy())
+        return Draft(self._out[:m].copy(), run=run)

@@ -30,9 +30,9 @@ import numpy as np
 
 from ..config import RUN_CAP
 from ..drafters.lookup import lookup_match
+from ..verify._asd import asd_kernel
+from ..verify._fly import fly_kernel
 from ..verify._rows import row_entropy, row_top, row_top_share
-from ..verify.asd import asd_kernel
-from ..verify.fly import fly_kernel
 from .jit import claim_warmup, mark_failed, mark_ready, wait_ready
 
 LOAD_TIMEOUT = 600.0  # seconds load_kernels_now waits by default (a compile takes a few)

@@ -1,4 +1,6 @@
-"""Verification rules: pure functions over a block of target logits and a draft.
+"""Verification rules: pure functions over a block of target logits and a draft. The rules
+are `strict`, `fly` and `asd` (here); their kernels and numpy references live in _strict.py,
+_fly.py and _asd.py.
 
 Every rule takes `logits: float32[K+1, V]` (row i predicts the token after draft[i-1], row 0
 the token after the pending committed token) and `draft: int32[K]`, and returns a Verdict.
@@ -25,13 +27,15 @@ from ..config import (
 )
 from ..errors import check
 from ..kernels.jit import kernels_ready
-from .asd import asd_kernel, asd_reference
-from .fly import fly_kernel, fly_reference
+from ._asd import asd_kernel, asd_reference
+from ._fly import fly_kernel, fly_reference
+from ._strict import strict_greedy, strict_reference
 from .sampling import sampling_probs, speculative_sample
-from .strict import strict_greedy
 
 __all__ = ["Verdict", "strict", "fly", "asd", "speculative_sample", "SamplerSettings",
-           "sampling_probs", "default_window", "ENTROPY_MODES"]
+           "sampling_probs", "default_window", "ENTROPY_MODES", "strict_reference",
+           "fly_reference", "asd_reference"]
+
 
 @dataclass(frozen=True)
 class Verdict:

@@ -3,7 +3,7 @@
 Draft token d[j] is kept with probability min(1, p_t(d) / p_d(d)); at the first rejection the
 next token is drawn from the normalized residual max(0, p_t - p_d), after a full block from
 p_t of the last row. A drafter without probabilities (prompt lookup) has p_d = one-hot. The
-output distribution equals the target's. FLy may defer a rejection (see fly.py) when the next
+output distribution equals the target's. FLy may defer a rejection (see _fly.py) when the next
 W positions pass their own test; then the output is no longer exactly the target's.
 """
 

@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner
 from fakehub import COMMIT, FakeHub
 
-from lsd_local.models import hub
 from lsd_local.cli import cli
 from lsd_local.errors import LsdError
+from lsd_local.models import hub
 from lsd_local.models.registry import ModelSpec
 
 DATA = bytes(range(256)) * 4096  # 1 MiB

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from tinymodels import TINY_CTX
@@ -54,19 +55,38 @@ def test_auto_drafts_when_copying_pays(tiny_pair):
     assert gen.stats.accepted_exact > 0
 
 
-def test_the_target_reports_its_largest_scored_batch_to_the_next_drafter(tiny_pair):
+def test_the_round_tells_any_drafter_when_its_batch_grew_the_targets_logits_buffer(
+        tiny_pair):
     """The target counts the most logit rows one decode asked for (its llama.cpp logits
-    buffer grew to that), and a drafter made later is told at its first request, so that
-    its first batch of that size is not taken for a buffer growth."""
-    text = "the cat is on the mat and the dog is in the house " * 6
-    with Engine.load(tiny_pair[0], drafter="lookup", k=8, n_ctx=TINY_CTX) as eng:
-        gen = eng.generate(text, max_tokens=60).run()
-        largest = max(int(k) for k in gen.stats.draft_lengths) + 1
-        assert eng.target.most_logit_rows == largest > 1
-        eng.configure(drafter="auto")
-        eng.generate(text, max_tokens=1).run()
-        assert eng.drafter._most_rows == largest
+    buffer grew to that); every round tells the drafter whether its batch went beyond, so a
+    drafter made later, under another configuration, does not take its first batch of a
+    size the target already scored for a buffer growth."""
+    from lsd_local.drafters.base import Draft, Drafter
+    from lsd_local.loop import LoopSettings, TokenBuffer, step
+    from lsd_local.verify.verifier import Verifier
 
+    class Fixed(Drafter):
+        def __init__(self, size):
+            self.size, self.told = size, []
+
+        def propose(self, history, k, sampler=None, rng=None, grammar=None):
+            return Draft(np.full(min(k, self.size), 7, np.int32))
+
+        def accept(self, n_drafted, n_accept, verify_seconds, grew_logits=False):
+            self.told.append((n_drafted + 1, grew_logits))
+
+    with Engine.load(tiny_pair[0], drafter="none", n_ctx=TINY_CTX) as eng:
+        target = eng.target
+        history = TokenBuffer(target.n_ctx)
+        history.set(eng.prompt_tokens("the cat is on the mat"))
+        target.decode(history.view()[:-1], 0, 0)
+        settings = LoopSettings(100, 8, None, np.random.default_rng(0))
+        verifier = Verifier(eng.rule_config, None)
+        first, later = Fixed(8), Fixed(5)
+        for drafter in (first, first, later, Fixed(12)):
+            step(target, drafter, verifier, history, settings, 16)
+        assert first.told == [(9, True), (9, False)] and later.told == [(6, False)]
+        assert target.most_logit_rows == 13
 
 def test_fly_limits_with_auto_equal_strict(tiny_pair, plain):
     drafted = 0

@@ -1,6 +1,6 @@
 """What auto learned survives the process: a second engine over the same files starts from
 the first one's costs and acceptance (per request family too), a changed model file or a
-damaged state file starts empty, LSD_NO_STATE and remember=False save nothing. (That a
+damaged learned file starts empty, LSD_NO_STATE and remember=False save nothing. (That a
 restored drafter drafts a running copy from its first round is tested on a scripted machine,
 tests/unit/test_controller.py: the tiny models' answers do not copy their prompts, and
 their decode times are too short to rank K by.)"""
@@ -44,7 +44,7 @@ def test_the_second_process_starts_where_the_first_stopped(tiny_pair, cache_dir)
         saved_weight = np.array(learned_costs["weight"])
         saved_means = np.array(learned_costs["seconds"])[sizes] / saved_weight[sizes]
         np.testing.assert_allclose(means, saved_means)  # the same t(n) ...
-        assert second.drafter.cost._weight.sum() <= 16.0 + 1e-9  # ... weighing a few rounds
+        assert second.drafter.cost.counts()[0].sum() <= 16.0 + 1e-9  # ... weighing a few rounds
         for key, saved in learned_acceptance.items():
             model = second.drafter.acceptance[key]
             tried = np.array(saved["tried"])
@@ -68,7 +68,7 @@ def test_a_damaged_state_file_is_a_notice_and_an_empty_start(tiny_pair, cache_di
     (cache_dir / "learned.json").write_text('{"format": 1, "costs": {"x": ')
     with auto_engine(tiny_pair) as engine:
         assert not engine.drafter.cost.observed
-        assert any("ignoring the learned state" in n for n in engine.notices)
+        assert any("ignoring what auto learned" in n for n in engine.notices)
         engine.generate(PROMPT, max_tokens=20).run()
     assert json.loads((cache_dir / "learned.json").read_text())["costs"]  # replaced whole
 
@@ -97,7 +97,7 @@ def test_lsd_run_remembers_unless_fresh(tiny_pair, cache_dir):
 
 
 def test_lookup_acceptance_is_remembered_per_request_family(tiny_pair, cache_dir):
-    """The engine names each request's family (its instruction): the state file holds what
+    """The engine names each request's family (its instruction): the learned file holds what
     lookup learned for it, and the next process restores it for the same instruction."""
     copy = "Repeat this passage.\n" + "the cat is on the mat and the dog is in the house. " * 6
     with tinymodels.load_tiny(tiny_pair, "auto", remember=True) as engine:

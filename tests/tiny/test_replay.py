@@ -152,7 +152,7 @@ def test_replay_script_prints_a_table_per_set(tmp_path, capsys):
 
 
 def test_remembering_replay_starts_each_answer_from_the_previous_ones():
-    """`remember:auto` replays as `lsd run` with its learned state: the second copied answer
+    """`remember:auto` replays as `lsd run` with what it learned: the second copied answer
     drafts from its first round (a fresh auto spends it measuring t(1)), and gains."""
     script = load_script()
     # the prompt holds the passage and ends with its first 12 tokens: the answer (the rest)

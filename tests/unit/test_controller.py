@@ -65,21 +65,19 @@ def test_a_first_timing_stands_in_only_until_the_size_is_known():
     assert fresh.measured()[0].tolist() == [1]
 
 
-def test_a_batch_size_the_target_already_scored_is_learned_from_its_first_timing():
-    """Whether a batch grows llama.cpp's logits buffer is the target's history, not the
-    drafter's: a drafter begun after the target scored 33 rows at once learns its first
-    33-row timing; one that knows of no such batch leaves it out (the size is known)."""
-    told, untold = AutoDrafter(None), AutoDrafter(None)
-    for drafter in (told, untold):
+def test_a_batch_that_grew_the_targets_logits_buffer_is_not_learned_as_its_cost():
+    """Whether a batch grows llama.cpp's logits buffer is the target's history, which the
+    round tells the drafter: a timing that grew it is left out for a size already known;
+    the same timing of a batch that did not is learned."""
+    grew, did_not = AutoDrafter(None), AutoDrafter(None)
+    for drafter in (grew, did_not):
         for _ in range(10):
             drafter.cost.observe(1, 0.040)
             drafter.cost.observe(33, 0.500)
-    told.begin(rows_seen=33)
-    untold.begin()
-    for drafter in (told, untold):
-        drafter.accept(32, 32, 0.600)
-    assert told.cost.predict(33) > 0.505
-    assert untold.cost.predict(33) == pytest.approx(0.500)
+    grew.accept(32, 32, 0.600, grew_logits=True)
+    did_not.accept(32, 32, 0.600, grew_logits=False)
+    assert did_not.cost.predict(33) > 0.505
+    assert grew.cost.predict(33) == pytest.approx(0.500)
 
 
 def test_acceptance_updates_tested_positions_only():
@@ -144,8 +142,6 @@ class FakeLookup(Drafter):
     token committed since the last wrong proposal. Acceptance does not depend on the run
     here: a model that conditions on it must learn the same rate for every run."""
 
-    last_match = 6  # LookupDrafter's: the n-gram behind the proposal (a short match here)
-
     def __init__(self, world):
         self.world = world
         self.last_run = 6
@@ -163,7 +159,7 @@ class FakeLookup(Drafter):
         self.last_run = 6 + len(history) - self._break
         proposal = self.world.proposal("lookup", len(history), k)
         self._last = (len(history), proposal)
-        return Draft(proposal)
+        return Draft(proposal, run=self.last_run)
 
 
 class FakeModel(Drafter):
@@ -293,7 +289,8 @@ def test_shadow_proposals_teach_lookup_acceptance_without_verifying():
 
 class FakeMatchLookup(Drafter):
     """Lookup whose proposals come from a 12-gram match (right with p_long per position) or a
-    shorter one (p_short), at random; says which through last_match like LookupDrafter."""
+    shorter one (p_short), at random; says which through the Draft's run like
+    LookupDrafter."""
 
     def __init__(self, world, p_long, p_short, long_share=0.5):
         self.world, self.p_long, self.p_short = world, p_long, p_short
@@ -304,7 +301,7 @@ class FakeMatchLookup(Drafter):
         long = self.world.rng.random() < self.long_share
         self.last_match = self.last_run = 12 if long else 6
         self.world.p["lookup"] = self.p_long if long else self.p_short
-        return Draft(self.world.proposal("lookup", len(history), k))
+        return Draft(self.world.proposal("lookup", len(history), k), run=self.last_run)
 
 
 def test_long_and_short_matches_are_learned_apart():
@@ -343,7 +340,7 @@ class ScriptedLookup(Drafter):
             return Draft(np.zeros(0, np.int32))
         tokens, self.last_match = self.proposals.pop(0)
         self.last_run = self.last_match
-        return Draft(np.array(tokens[:k], np.int32))
+        return Draft(np.array(tokens[:k], np.int32), run=self.last_run)
 
 
 def test_a_copy_met_while_a_short_match_is_pending_is_learned_and_counted_once():

@@ -50,7 +50,7 @@ class CopyLookup(Drafter):
         right = world.copy_end[n] - n if world.copy_end[n] >= 0 else 0
         if right < k:
             tokens[right] = (tokens[right] + 1) % 1000
-        return Draft(tokens)
+        return Draft(tokens, run=self.last_run)
 
 
 class Plain(Drafter):
@@ -59,8 +59,10 @@ class Plain(Drafter):
 
 
 def copy_rate(drafter, world, n_tokens, t, on_round=None):
-    """Tokens per virtual second over n_tokens; t(n) the cost of scoring n tokens."""
-    history, clock = np.zeros(0, np.int32), 0.0
+    """Tokens per virtual second over n_tokens; t(n) the cost of scoring n tokens. Like
+    loop.step, it tells the drafter when a batch is larger than any before (the target's
+    logits buffer grows)."""
+    history, clock, most_rows = np.zeros(0, np.int32), 0.0, 0
     while len(history) < n_tokens:
         draft = drafter.propose(history, 32)
         k, n = len(draft), len(history)
@@ -69,7 +71,8 @@ def copy_rate(drafter, world, n_tokens, t, on_round=None):
         n_accept = int(wrong[0]) if len(wrong) else k
         seconds = t(k + 1)
         clock += seconds
-        drafter.accept(k, n_accept, seconds)
+        drafter.accept(k, n_accept, seconds, grew_logits=k + 1 > most_rows)
+        most_rows = max(most_rows, k + 1)
         if on_round is not None:
             on_round(drafter, k)
         history = np.concatenate([history, truth[:n_accept + 1]])
@@ -101,8 +104,8 @@ def test_a_copy_that_has_run_long_is_drafted_longer_than_one_that_just_began():
 
 def test_a_restored_drafter_drafts_a_running_copy_from_its_first_round(tmp_path):
     """A scripted machine whose first run learns and whose second run starts right: what
-    the first drafter learned goes through the learned-state file (drafters/auto/learned.py)
-    into a new one, which drafts a copy that has run long from its first round, about as long as
+    the first drafter learned goes through learned.json (drafters/auto/learned.py) into a
+    new one, which drafts a copy that has run long from its first round, about as long as
     the experienced drafter would; a fresh one spends that round on a plain step."""
     from lsd_local.drafters.auto import learned
 

@@ -97,7 +97,7 @@ def test_the_library_never_imports_the_command_line():
 
 def test_the_import_reader_resolves_relative_imports():
     """So that the tests above see what a module really imports (and can fail)."""
-    assert "lsd_local.verify._rows.row_entropy" in imports(PACKAGE / "verify" / "fly.py")
+    assert "lsd_local.verify._rows.row_entropy" in imports(PACKAGE / "verify" / "_fly.py")
     assert "lsd_local.kernels.jit.kernels_ready" in imports(PACKAGE / "verify" / "__init__.py")
     assert outside("drafters", ("lsd_local.drafters",))  # they do import verify/
 

@@ -1,5 +1,5 @@
-"""The learned-state file: what survives, what is ignored (with a notice), and that processes
-saving at once never leave a damaged file."""
+"""The learned file (learned.json): what survives, what is ignored (with a notice), and that
+processes saving at once never leave a damaged file."""
 
 from __future__ import annotations
 

@@ -111,10 +111,11 @@ def test_drafter_returns_draft_and_validates():
     draft = drafter.propose(np.array([1, 2, 3, 1, 2], np.int32), 4)
     assert draft.tokens.tolist() == [3, 1, 2]
     assert draft.probs is None
-    assert drafter.last_match == 2  # "1 2" matched; the 3-gram "3 1 2" did not
-    assert drafter.last_run == 2
-    assert len(drafter.propose(np.array([1, 2, 3, 4], np.int32), 2)) == 0
-    assert drafter.last_match == drafter.last_run == 0
+    assert draft.run == 2  # "1 2" matched (the 3-gram "3 1 2" did not), run back no further
+    copy = drafter.propose(np.array([5, 1, 2, 3, 9, 5, 1, 2], np.int32), 4)
+    assert copy.tokens.tolist() == [3, 9, 5, 1] and copy.run == 3  # "5 1 2" ran back to 5
+    none = drafter.propose(np.array([1, 2, 3, 4], np.int32), 2)
+    assert len(none) == 0 and none.run == 0
     assert len(drafter.propose(np.array([1, 2], np.int32), 0)) == 0
     with pytest.raises(ParameterError, match="min_ngram"):
         LookupDrafter(max_ngram=2, min_ngram=3)

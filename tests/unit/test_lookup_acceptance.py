@@ -122,7 +122,7 @@ def test_state_round_trip_scaled_to_at_most_max_tries():
         acc.begin(family)
         for _ in range(30):
             acc.update(8, 10, 7)
-    saved = acc.state()
+    saved = acc.counts()
     other = model()
     other.restore(saved, max_tries=50.0)
     assert other.tried.sum() == pytest.approx(50.0)

@@ -10,16 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsd_local.errors import ParameterError
-from lsd_local.verify import asd, default_window, fly, strict
+from lsd_local.verify import asd, asd_reference, default_window, fly, fly_reference, strict
 from lsd_local.verify._rows import (
     row_entropy,
     row_entropy_reference,
     row_top_share,
     row_top_share_reference,
 )
-from lsd_local.verify.asd import asd_reference
-from lsd_local.verify.fly import fly_reference
-from lsd_local.verify.strict import strict_greedy, strict_reference
+from lsd_local.verify._strict import strict_greedy, strict_reference
 
 
 def random_block(rng: np.random.Generator, k: int, v: int, p_match: float,

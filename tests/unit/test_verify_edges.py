@@ -13,13 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsd_local.config import RuleConfig, SamplerSettings
-from lsd_local.verify import asd, fly, strict
+from lsd_local.verify import asd, asd_reference, fly, fly_reference, strict, strict_reference
 from lsd_local.verify._rows import row_entropy, row_entropy_reference
-from lsd_local.verify.asd import asd_reference
 from lsd_local.verify.constrain import prepare_block
-from lsd_local.verify.fly import fly_reference
 from lsd_local.verify.sampling import sampling_probs, speculative_sample
-from lsd_local.verify.strict import strict_reference
 from lsd_local.verify.verifier import Verifier
 
 # --- inputs as they arrive ------------------------------------------------------------------
@@ -394,8 +391,7 @@ def test_a_plain_step_takes_the_argmax_under_every_rule_like_the_references():
     """The verifier's shortcut for an empty greedy draft equals each rule's numpy reference,
     on rows with ties, -inf (grammar masks) and NaN."""
     from lsd_local.config import RuleConfig
-    from lsd_local.verify import asd_reference, fly_reference
-    from lsd_local.verify.strict import strict_reference
+    from lsd_local.verify import asd_reference, fly_reference, strict_reference
     from lsd_local.verify.verifier import Verifier
 
     rng = np.random.default_rng(7)

@@ -83,6 +83,19 @@ class CostModel:
             self._first_weight[n] = self._first_seconds[n] = 0.0
             self._any_first = bool(self._first_weight.any())
 
+    def restore(self, saved: object, max_weight: float) -> bool:
+        """Start from counts an earlier process saved ({"weight": ..., "seconds": ...} as
+        `counts` gave them), scaled to at most max_weight timings in all: the means come
+        back, and this process's own timings take over within rounds when the machine
+        changed. Counts of another shape or damaged are ignored (False)."""
+        level = saved_counts(saved, self._weight.shape, ("weight", "seconds"))
+        if level is None:
+            return False
+        weight, seconds = level
+        scale = min(1.0, max_weight / max(weight.sum(), 1e-9))
+        self._weight[:], self._seconds[:] = weight * scale, seconds * scale
+        return True
+
     def knows(self, n: int) -> bool:
         """Whether batch size n has a current measured mean (not forgotten)."""
         return 1 <= n < len(self._weight) and bool(self._weight[n] > STALE_WEIGHT)
@@ -131,6 +144,17 @@ class AcceptanceModel:
         self.accepted = np.zeros(max_k)  # float64[max_k]: decayed count of accepts at i
         self.tried = np.zeros(max_k)  # float64[max_k]: decayed count of tries at i
 
+    def restore(self, saved: object, max_tries: float) -> None:
+        """Start from counts an earlier process saved ({"accepted": ..., "tried": ...}),
+        scaled to at most max_tries tries in all; damaged or other-shaped counts are
+        ignored."""
+        level = saved_counts(saved, self.tried.shape)
+        if level is not None:
+            accepted, tried = level
+            scale = min(1.0, max_tries / max(tried.sum(), 1e-9))
+            self.accepted[:] = np.minimum(accepted, tried) * scale
+            self.tried[:] = tried * scale
+
     def update(self, n_drafted: int, n_accept: int, offset: int = 0) -> None:
         """Of n_drafted tokens at positions offset+1.., the first n_accept were accepted and
         the next one (if drafted) rejected; later positions untested. offset > 0 continues a
@@ -160,7 +184,7 @@ def saved_counts(saved: object, shape: tuple[int, ...],
                  names: tuple[str, str] = ("accepted", "tried")) -> tuple[np.ndarray, ...] | None:
     """Two float64 arrays of `shape` read from a saved JSON object's fields `names`, or None
     when the object or a field is missing, of another shape, not numbers, negative or not
-    finite: a damaged or hand-edited learned-state file must never stop a start."""
+    finite: a damaged or hand-edited learned.json must never stop a start."""
     if not isinstance(saved, dict):
         return None
     try:

@@ -54,7 +54,7 @@ def request_family(prompt: str | Sequence[dict]) -> str:
     """A name for the kind of request, under which lookup acceptance is also learned: the
     instruction a script or an editor repeats with each request, i.e. the system messages
     and the first line of the first user message (the first line of a raw prompt), hashed
-    (the state file holds no prompt text). Requests that share it usually share how their
+    (the learned file holds no prompt text). Requests that share it usually share how their
     answers copy (code re-emitted whole, a summary quoting phrases); one-off chat questions
     each get their own and fall back on what all requests taught."""
     if isinstance(prompt, str):
@@ -88,16 +88,16 @@ def load(path: Path, notify=None) -> dict:
         return empty
     except (OSError, ValueError) as exc:
         if notify is not None:
-            notify(f"ignoring the learned state in {path}: it cannot be read ({exc})")
+            notify(f"ignoring what auto learned in {path}: it cannot be read ({exc})")
         return empty
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         if notify is not None:
-            notify(f"ignoring the learned state in {path}: another format (lsd version)")
+            notify(f"ignoring what auto learned in {path}: another format (lsd version)")
         return empty
     sections = {name: data.get(name) for name in empty}
     if not all(isinstance(section, dict) for section in sections.values()):
         if notify is not None:
-            notify(f"ignoring the learned state in {path}: it is damaged")
+            notify(f"ignoring what auto learned in {path}: it is damaged")
         return empty
     return sections
 
@@ -147,7 +147,7 @@ class LearnedStore:
                                 self.acceptance_key(drafter_config, rule)))
 
     def save(self, drafters: dict, rule: str) -> None:
-        """Save every auto drafter's state (OSError when the cache dir is not writable)."""
+        """Save what every auto drafter learned (OSError when the cache dir is not writable)."""
         costs, acceptance = {}, {}
         for drafter_config, drafter in drafters.items():
             if hasattr(drafter, "learned_costs"):

@@ -2,7 +2,7 @@
 copy behind it has run, by the kind of request, and from what the current generation has
 shown so far. Used by the auto drafter (lsd_local.drafters.auto.policy) to choose K; pure numpy.
 
-- The run: a copy that has gone on for a while (LookupDrafter.last_run) is likely to go on;
+- The run: a copy that has gone on for a while (a lookup Draft's run) is likely to go on;
   one that just started often breaks (measured on recorded answers: docs/auto.md). A draft
   made after a run of r tokens predicts, at position j, the token after a run of r + j - 1,
   so acceptance is learned per run bucket, not per draft position: a per-position model
@@ -10,14 +10,14 @@ shown so far. Used by the auto drafter (lsd_local.drafters.auto.policy) to choos
   rounds than a fixed long K. Where acceptance does not depend on the run, every bucket
   learns the same rate and the choice equals a per-position model's.
 - The kind of request: code re-emitted whole breaks almost never, a summary quoting phrases
-  after a few tokens, at the same runs; a process (or learned-state file) serving both
+  after a few tokens, at the same runs; a process (or learned.json) serving both
   carries the last one's habits into the next. So rates are also learned per request family
   (the engine names it by its instruction: learned.request_family), shrunk toward
   the rates of all requests; a family not seen before starts from those.
 - The generation: its own evidence, shrunk toward its family's rates with the weight of a
   few tries, so that a request unlike its family shows within a few proposals.
 The all-requests and family levels forget by LONG_TERM_DECAY per update (about the last 200
-scored proposals weigh) and come back from the state file with up to 500 tries each
+scored proposals weigh) and come back from the learned file with up to 500 tries each
 (lsd_local.drafters.auto.policy): a copy breaks about once in a hundred tokens, which takes many
 tries to tell.
 """
@@ -157,7 +157,7 @@ class RunAcceptanceModel:
                 self.families.popitem(last=False)
         self._rates = None
 
-    def state(self) -> dict:
+    def counts(self) -> dict:
         """The long-term evidence (JSON-able): all requests', and each family's (least
         recently used first)."""
         return {"accepted": self.accepted.tolist(), "tried": self.tried.tolist(),
@@ -165,7 +165,7 @@ class RunAcceptanceModel:
                              for name, (accepted, tried) in self.families.items()}}
 
     def restore(self, saved: object, max_tries: float) -> None:
-        """Start from `state()` of an earlier process, each level scaled down to at most
+        """Start from `counts()` of an earlier process, each level scaled down to at most
         max_tries tries in all; a level that is not valid (saved_counts) is ignored."""
         if not isinstance(saved, dict):
             return

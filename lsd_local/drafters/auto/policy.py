@@ -13,13 +13,13 @@ import numpy as np
 from ...config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter
 from ..lookup import LookupDrafter
-from .estimators import AcceptanceModel, CostModel, best_k, saved_counts
+from .estimators import AcceptanceModel, CostModel, best_k
 from .lookup_acceptance import RunAcceptanceModel
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
 # passage is being copied, and such proposals are mostly right where shorter matches depend on
 # the workload (measured shares: docs/auto.md); the longer a copy has run, the likelier it
-# goes on. So lookup acceptance is learned per run length (LookupDrafter.last_run), in these
+# goes on. So lookup acceptance is learned per run length (the proposal's Draft.run), in these
 # buckets, from these beliefs: a copy is drafted whole from the first round (copying a
 # function signature pays at once), a short match only once it has shown to be right. Chosen by
 # replaying recorded answers (bench/replay_auto.py) on the dev and test splits; their scoring
@@ -85,7 +85,6 @@ class AutoDrafter(Drafter):
         # scored is learned too
         self._shadows: dict[str, list] = {}
         self._last_tried = {"lookup": 0, "model": 0}
-        self._most_rows = 0  # the most logit rows the target has scored at once
         self.rounds = 0
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -99,7 +98,7 @@ class AutoDrafter(Drafter):
             return EMPTY_DRAFT
         proposal = (EMPTY_DRAFT if self.lookup is None
                     else self.lookup.propose(history, min(k, LOOKUP_CAP), grammar=grammar))
-        run = self.lookup.last_run if self.lookup is not None else 0
+        run = proposal.run
         choice = self._choose(history, len(proposal), k, run)
         kind = "copy" if run >= LONG_MATCH else "short"
         if len(proposal) and kind not in self._shadows:
@@ -130,7 +129,7 @@ class AutoDrafter(Drafter):
     def learned_acceptance(self) -> dict:
         """What the acceptance models hold (JSON-able), per kind of proposal."""
         model = self.acceptance["model"]
-        return {"lookup": self.acceptance["lookup"].state(),
+        return {"lookup": self.acceptance["lookup"].counts(),
                 "model": {"accepted": model.accepted.tolist(), "tried": model.tried.tolist()}}
 
     def restore(self, costs: object, acceptance: object) -> None:
@@ -142,40 +141,27 @@ class AutoDrafter(Drafter):
         if not isinstance(acceptance, dict):
             return
         self.acceptance["lookup"].restore(acceptance.get("lookup"), RESTORED_LOOKUP_TRIES)
-        model = self.acceptance["model"]
-        level = saved_counts(acceptance.get("model"), model.tried.shape)
-        if level is not None:
-            accepted, tried = level
-            scale = min(1.0, RESTORED_TRIES / max(tried.sum(), 1e-9))
-            model.accepted[:], model.tried[:] = np.minimum(accepted, tried) * scale, tried * scale
+        self.acceptance["model"].restore(acceptance.get("model"), RESTORED_TRIES)
 
     def _restore_costs(self, costs: dict) -> None:
-        level = saved_counts(costs, self.cost._weight.shape, ("weight", "seconds"))
-        if level is not None:
-            # the means come back, with the weight of a few observations: this process's
-            # own timings take over within rounds when the machine changed
-            weight, seconds = level
-            scale = min(1.0, RESTORED_COST_WEIGHT / max(weight.sum(), 1e-9))
-            self.cost._weight[:], self.cost._seconds[:] = weight * scale, seconds * scale
+        self.cost.restore(costs, RESTORED_COST_WEIGHT)
         draft_s = costs.get("draft_token_s")
         if isinstance(draft_s, (int, float)) and not isinstance(draft_s, bool) and \
                 math.isfinite(draft_s) and draft_s > 0:
             self.draft_token_s = float(draft_s)
 
-    def accept(self, n_drafted: int, n_accept: int, verify_seconds: float) -> None:
-        """Learn t(n) from every round and the draft model's acceptance from its rounds."""
-        n = n_drafted + 1
-        # A batch with more logit rows than any before it in the target's context pays a
-        # one-time cost: llama.cpp grows its logits buffer and clears it, faulting new pages
-        # (+53 ms, 5500 faults, at 33 rows of Qwen's 151k logits on a ~540 ms step; none
-        # for a smaller batch met later).
-        self.cost.observe(n, verify_seconds, first=n > self._most_rows)
-        self._most_rows = max(self._most_rows, n)
+    def accept(self, n_drafted: int, n_accept: int, verify_seconds: float,
+               grew_logits: bool = False) -> None:
+        """Learn t(n) from every round and the draft model's acceptance from its rounds. A
+        batch that grew the target's logits buffer pays a one-time cost (llama.cpp grows and
+        clears it, faulting new pages; docs/auto.md): CostModel takes such a timing only as
+        a stand-in for a size it has not measured."""
+        self.cost.observe(n_drafted + 1, verify_seconds, first=grew_logits)
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
             self.acceptance["model"].update(n_drafted, n_accept)
         used = {"lookup": self.lookup, "model": self.model}.get(self._used_source)
         if used is not None:  # the drafter whose tokens were verified hears the verdict
-            used.accept(n_drafted, n_accept, verify_seconds)
+            used.accept(n_drafted, n_accept, verify_seconds, grew_logits)
 
     def _choose(self, history: np.ndarray, n_lookup: int, k: int, run: int) -> _Choice:
         """The best option this round; run: the lookup proposal's copy run."""
@@ -268,12 +254,10 @@ class AutoDrafter(Drafter):
         if shadow[2] >= len(tokens):
             del self._shadows[kind]
 
-    def begin(self, family: str | None = None, rows_seen: int = 0) -> None:
+    def begin(self, family: str | None = None) -> None:
         """A new generation starts: a pending lookup proposal belongs to the old one.
         family: what kind of request it is (learned.request_family), so that lookup
-        acceptance is also learned per kind. rows_seen: the most logit rows the target has
-        scored at once (another drafter of the engine may have grown its buffer)."""
-        self._most_rows = max(self._most_rows, rows_seen)
+        acceptance is also learned per kind."""
         self._shadows.clear()
         self.acceptance["lookup"].begin(family)
         for drafter in (self.lookup, self.model):
