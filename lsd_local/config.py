@@ -291,3 +291,26 @@ def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = No
     return EngineSettings(dcfg, rcfg, opts, dopts, endpoints,
                           draft_device_given=draft_load is not None or "devices" in draft_changes,
                           chat_template=chat_template, remember=remember)
+
+
+def changed_settings(drafter_config: DrafterConfig, rule_config: RuleConfig,
+                     drafter: DrafterConfig | str | None = None,
+                     rule: RuleConfig | str | None = None,
+                     **changes) -> tuple[DrafterConfig, RuleConfig]:
+    """Engine.configure's rule for new settings: typed settings replace the current ones; a
+    name ("lookup", "fly") or keyword changes apply to them. Unnamed settings keep their
+    values, a drafter named without k gets its own default K, drafter keywords given as None
+    are ignored, and rule keywords apply as given (window=None: FLy's default window)."""
+    drafter_changes = {name: changes.pop(name) for name in setting_names(DrafterConfig)
+                       if name in changes}
+    if isinstance(drafter, DrafterConfig):
+        drafter_config = drafter
+    elif drafter is not None:
+        drafter_config = drafter_config.with_changes(drafter=drafter, k=None)
+    drafter_config = drafter_config.with_changes(**{
+        name: value for name, value in drafter_changes.items() if value is not None})
+    if isinstance(rule, RuleConfig):
+        rule_config = rule
+    elif rule is not None:
+        rule_config = rule_config.with_changes(rule=rule)
+    return drafter_config, rule_config.with_changes(**changes)

@@ -4,9 +4,7 @@ time (generation.py owns each request from start to close)."""
 from __future__ import annotations
 
 import os
-import threading
 import warnings
-import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -23,19 +21,19 @@ from .config import (
     DrafterConfig,
     EngineSettings,
     RuleConfig,
+    changed_settings,
     engine_settings,
     sampler_settings,
-    setting_names,
 )
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
 from .drafters.pool import DrafterPool
-from .errors import ContextOverflowError, EngineBusyError, ParameterError, check
-from .generation import EngineParts, Generation
+from .errors import ContextOverflowError, ParameterError, check
+from .generation import EngineParts, Generation, OneAtATime
 from .grammars import compile_constraint
 from .kernels.warmup import process_warmup
 from .loop import LoopSettings
-from .models.loading import load_models, open_learned, pair_doubts
+from .models.loading import load_models, load_notices, open_learned
 from .statecache import StateCache
 from .templates import prompt_text, prompt_tokens
 from .text import TextAssembler
@@ -55,23 +53,14 @@ class Engine:
         self.placement = {"target": target.placement}  # where the layers went, per model
         if draft is not None:
             self.placement["draft"] = draft.placement
-        # what a user should know (the CLI prints these); doubtful choices are also Python
-        # warnings for library users
-        doubts = pair_doubts(target, draft) + ([target.repack.notice] if target.repack.notice
-                                               else [])
-        self.notices = ([f"draft {draft.path.name} has another vocabulary than "
-                         f"{target.path.name}: it drafts through text (cross-vocabulary)"]
-                        if cross_vocab else []) + doubts
-        for notice in doubts:
-            warnings.warn(notice, UserWarning, stacklevel=3)
+        self.notices = load_notices(target, draft, cross_vocab)  # the CLI prints these
         self.learned = learned  # what auto learned, across processes (drafters/auto/learned)
         self._pool = DrafterPool(draft, target if cross_vocab else None, learned)
         self.drafter_config = settings.drafter
         self.rule_config = settings.rule
         self._drafter = self._pool.get(settings.drafter, settings.rule.rule)
         self.state_cache: StateCache | None = None  # see keep_conversations
-        self._lock = threading.Lock()  # one generation at a time, across threads too
-        self._active: weakref.ref[Generation] | None = None
+        self._claim = OneAtATime()  # one generation at a time, across threads too
         self._closed = False
 
     @classmethod
@@ -133,20 +122,8 @@ class Engine:
         default K, and window=None restores FLy's default window. Settings used before come
         back with what their drafter learned, unless `fresh_drafter` (each benchmark run)."""
         self._check_open()
-        dcfg, rcfg = self.drafter_config, self.rule_config
-        drafter_changes = {name: changes.pop(name) for name in setting_names(DrafterConfig)
-                           if name in changes}
-        if isinstance(drafter, DrafterConfig):
-            dcfg = drafter
-        elif drafter is not None:
-            dcfg = dcfg.with_changes(drafter=drafter, k=None)
-        dcfg = dcfg.with_changes(**{name: value for name, value in drafter_changes.items()
-                                    if value is not None})
-        if isinstance(rule, RuleConfig):
-            rcfg = rule
-        elif rule is not None:
-            rcfg = rcfg.with_changes(rule=rule)
-        rcfg = rcfg.with_changes(**changes)
+        dcfg, rcfg = changed_settings(self.drafter_config, self.rule_config, drafter, rule,
+                                      **changes)
         if dcfg.uses_draft_model and self.draft_model is None:
             raise ParameterError(f"invalid drafter: {dcfg.drafter!r} needs a draft model, "
                                  "and this engine was loaded without one", param="drafter")
@@ -195,31 +172,21 @@ class Engine:
             raise ContextOverflowError(
                 f"the prompt has {len(prompt_ids)} tokens but the context holds "
                 f"{self.target.n_ctx} (raise n_ctx or shorten the prompt)")
-        with self._lock:  # claimed before the grammar is made: a busy engine makes nothing
-            self._check_idle()
-            constraint = self.compile_grammar(grammar, json_schema)
-            settings = LoopSettings(max_tokens, self.drafter_config.k_value, sampler,
-                                    np.random.default_rng(seed), constraint,
-                                    grammar_top(self.rule_config, sampler, self.target.n_vocab))
-            parts = EngineParts(self.target, self.draft_model, self._drafter, self.state_cache,
-                                self._check_open, self._release)
-            gen = Generation(parts, prompt_ids, settings, verifier,
-                             TextAssembler(self.target.vocab.token_bytes, stop),
-                             request_family(prompt))
-            self._active = weakref.ref(gen)
-        return gen
+        return self._claim.take(lambda: self._generation(  # a busy engine makes nothing
+            prompt, prompt_ids, max_tokens, sampler, verifier, seed, stop, grammar,
+            json_schema))
 
-    def _check_idle(self) -> None:
-        active = self._active() if self._active is not None else None
-        if active is not None and not active.finished:
-            raise EngineBusyError(
-                "this Engine is already generating: finish or close the first generation "
-                "(gen.close(), or `with engine.generate(...) as gen:`) before starting another")
-
-    def _release(self, gen: Generation) -> None:
-        with self._lock:
-            if self._active is not None and self._active() in (gen, None):
-                self._active = None
+    def _generation(self, prompt, prompt_ids: list[int], max_tokens: int, sampler, verifier,
+                    seed, stop, grammar, json_schema) -> Generation:
+        constraint = self.compile_grammar(grammar, json_schema)
+        settings = LoopSettings(max_tokens, self.drafter_config.k_value, sampler,
+                                np.random.default_rng(seed), constraint,
+                                grammar_top(self.rule_config, sampler, self.target.n_vocab))
+        parts = EngineParts(self.target, self.draft_model, self._drafter, self.state_cache,
+                            self._check_open, self._claim.give_back)
+        return Generation(parts, prompt_ids, settings, verifier,
+                          TextAssembler(self.target.vocab.token_bytes, stop),
+                          request_family(prompt))
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:
@@ -261,7 +228,7 @@ class Engine:
         if not self._closed:
             self.save_learned()
             self._closed = True
-            active = self._active() if self._active is not None else None
+            active = self._claim.current()
             if active is not None:
                 active.close()
         self.target.close()

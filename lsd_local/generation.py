@@ -13,17 +13,54 @@ prefix, so a request cut mid-round leaves nothing to repair.
 from __future__ import annotations
 
 import contextlib
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from time import perf_counter
 
 import numpy as np
 
+from .errors import EngineBusyError
 from .kernels.warmup import process_warmup
 from .loop import LoopSettings, TokenBuffer, draft_limit, step
 from .stats import GenerationStats, RoundEvent
 from .text import TextAssembler
 from .verify.verifier import Verifier
+
+
+class OneAtATime:
+    """An engine's claim: at most one unfinished generation, across threads. The engine
+    holds its generation weakly, so that one dropped without being iterated is collected
+    (and closed) as any object is."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active: weakref.ref[Generation] | None = None
+
+    def current(self) -> Generation | None:
+        """The unfinished generation, if any."""
+        active = self._active() if self._active is not None else None
+        return active if active is not None and not active.finished else None
+
+    def take(self, make: Callable[[], Generation]) -> Generation:
+        """make() the next generation, unless another is unfinished (EngineBusyError): under
+        the lock, so that two threads starting at once get one generation."""
+        with self._lock:
+            if self.current() is not None:
+                raise EngineBusyError(
+                    "this Engine is already generating: finish or close the first generation "
+                    "(gen.close(), or `with engine.generate(...) as gen:`) before starting "
+                    "another")
+            gen = make()
+            self._active = weakref.ref(gen)
+            return gen
+
+    def give_back(self, gen: Generation) -> None:
+        """The generation ended: the engine may start another."""
+        with self._lock:
+            if self._active is not None and self._active() in (gen, None):
+                self._active = None
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,10 @@ from ..errors import ModelOutputError
 
 def _logits_address_function():
     """llama_get_logits returning the buffer's address as an int (llama-cpp-python's binding
-    builds a ctypes pointer object on every call, ~10x slower). A separate function object of
-    the same library, so llama-cpp-python's own binding is left as it is; if a later
-    llama-cpp-python hides its library handle, the address comes through its binding."""
+    builds a ctypes pointer object on every call, much slower: docs/benchmarks.md). A separate
+    function object of the same library, so llama-cpp-python's own binding is left as it is; if
+    a later llama-cpp-python hides its library handle, the address comes through its
+    binding."""
     library = getattr(getattr(ll, "llama_cpp", None), "_lib", None)
     if library is None:
         return lambda ctx: ctypes.cast(ll.llama_get_logits(ctx), ctypes.c_void_p).value or 0
@@ -59,9 +60,8 @@ class LogitsView:
 def check_finite(logits: np.ndarray, name: str) -> None:
     """Refuse NaN and +inf logits (float32[rows, V]) once per decode, so that no verifier or
     sampler ever ranks garbage (-inf is a token of probability 0 and stays). The block's max
-    is NaN when any entry is NaN and +inf when one is +inf: one SIMD pass (~3 us for 49k
-    entries when cached, a third of a sum) decides; only a bad block is searched for its
-    row."""
+    is NaN when any entry is NaN and +inf when one is +inf: one SIMD pass (cheaper than a
+    sum) decides; only a bad block is searched for its row."""
     if logits.size == 0 or logits.max() < np.inf:  # NaN < inf is False
         return
     bad = np.flatnonzero((np.isnan(logits) | (logits == np.inf)).any(axis=1))

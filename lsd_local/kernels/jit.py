@@ -1,22 +1,18 @@
 """Whether this process may call the numba kernels yet, or must use their numpy references.
 
 Numba compiles a kernel on its first call (seconds, once per machine: the result is cached on
-disk) and loads it from that cache in every new process (~0.1 s for the first, a few ms for
-each further kernel). Neither may land inside a request: the engine warms the kernels up off
-the request path (warmup.py) and, until they are loaded, every call site takes the numpy
-reference of the kernel, which returns the same answer (tests assert kernel == reference on
-many random inputs) a little slower. Compiled code is process-wide state in numba, so this
-flag is process-wide too. It starts set: code that never starts a warm-up (tests, a library
-user calling a verifier directly) calls the kernels as before.
+disk) and loads it from that cache in every new process (a fraction of a second; measured in
+docs/benchmarks.md, "The first run"). Neither may land inside a request: the engine warms the
+kernels up off the request path (warmup.py) and, until they are loaded, every call site takes
+the numpy reference of the kernel, which returns the same answer (tests assert kernel ==
+reference on many random inputs) a little slower. Compiled code is process-wide state in numba,
+so this flag is process-wide too. It starts set: code that never starts a warm-up (tests, a
+library user calling a verifier directly) calls the kernels as before.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TypeVar
-
-F = TypeVar("F", bound=Callable)
 
 _ready = threading.Event()  # set: the kernels are loaded (or no warm-up was ever started)
 _ready.set()
@@ -28,11 +24,6 @@ _started = threading.Lock()  # taken by the first warm-up of this process, never
 def kernels_ready() -> bool:
     """True when the numba kernels may be called without compiling or loading them."""
     return _ready.is_set()
-
-
-def choose(kernel: F, reference: Callable) -> F:
-    """`kernel` when it is ready, else its numpy `reference` (same arguments, same answer)."""
-    return kernel if _ready.is_set() else reference  # type: ignore[return-value]
 
 
 def claim_warmup() -> bool:

@@ -2,16 +2,16 @@
 a request (see jit.py for what call sites do meanwhile: the numpy references).
 
 When an engine starts loading its models, `process_warmup().start()` checks numba's on-disk
-cache for the exact compilations a request needs (argument types, this CPU, this source).
-All there: a background thread loads them while llama.cpp loads the models (outside the GIL),
-~0.1 s. One missing: nothing happens until the first request ends; then a separate process
-compiles them all into the cache on idle CPU time only (Linux SCHED_IDLE, Windows idle
-class, else nice 19), and once it has succeeded and no request is running, a thread loads
-them. Compiling during a request cost too much on a 2-core CPU: in-process it held the GIL
-(the old first run decoded at a quarter of its warm speed), and even a niced process stalls
-llama.cpp's threads, which wait for each other at every layer (the demo's 57-token prompt took
-2.2 s instead of 0.16-0.18). The compiling process outlives a short `lsd run`, so the next run
-finds the cache. `python -m lsd_local.kernels.warmup` is that process.
+cache for the exact compilations a request needs (argument types, this CPU, this source). All
+there: a background thread loads them while llama.cpp loads the models (outside the GIL), in a
+fraction of a second. One missing: nothing happens until the first request ends; then a
+separate process compiles them all into the cache on idle CPU time only (Linux SCHED_IDLE,
+Windows idle class, else nice 19), and once it has succeeded and no request is running, a
+thread loads them. Compiling during a request cost too much on a 2-core CPU: in-process it held
+the GIL, and even a niced process stalls llama.cpp's threads, which wait for each other at
+every layer (measured: docs/benchmarks.md, "The first run"). The compiling process outlives a
+short `lsd run`, so the next run finds the cache. `python -m lsd_local.kernels.warmup` is that
+process.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ earlier processes."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -54,6 +55,18 @@ def load_models(target, draft, spec: EngineSettings) -> tuple[Model, Model | Non
             draft_model.close()
         raise
     return target_model, draft_model, speculate
+
+
+def load_notices(target: Model, draft: Model | None, cross_vocab: bool) -> list[str]:
+    """What a user should know about the loaded models (the CLI prints these lines); the
+    doubtful choices among them are also Python warnings, for library users."""
+    doubts = pair_doubts(target, draft) + ([target.repack.notice] if target.repack.notice
+                                           else [])
+    for notice in doubts:
+        warnings.warn(notice, UserWarning, stacklevel=5)  # the caller of Engine.load
+    info = [f"draft {draft.path.name} has another vocabulary than {target.path.name}: it "
+            "drafts through text (cross-vocabulary)"] if cross_vocab and draft else []
+    return info + doubts
 
 
 def pair_doubts(target: Model, draft: Model | None) -> list[str]:

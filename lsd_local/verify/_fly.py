@@ -18,7 +18,7 @@ from ._rows import row_entropy, row_entropy_reference
 @njit(cache=True, nogil=True)
 def fly_kernel(logits, targets, draft, theta, window, top_k, normalized, loose):
     """logits: float32[K+1, V], targets: int64[K+1] (np.argmax of each row: numpy's SIMD
-    argmax beats a scalar loop ~10x, so the caller takes it for every row), draft: int32[K],
+    argmax beats a scalar loop, so the caller takes it for every row), draft: int32[K],
     loose: uint8[K] (out: 1 = accepted mismatch). Returns (n_accept, next_token). Only rows
     whose entropy the gate needs are read here."""
     k = draft.shape[0]

@@ -1,15 +1,20 @@
 """Row functions shared by the verifiers and drafters: target entropy, the top entries, and
 the argmax with its share of the top logits (a draft model's stopping test). Plain argmaxes
-are numpy's: SIMD, ~10x faster than any scalar loop over a row.
+are numpy's (SIMD: faster than any scalar loop over a row).
 
 The numba kernels work on a float32[V] row in place (no copy, no materialized softmax) and
-accumulate in float64, so that they and their numpy references agree to rounding.
+accumulate in float64, so that they and their numpy references agree to rounding. Call
+sites call `top_entries`, `top_share` and `entropy`, which take the kernel once the kernels
+are loaded and its reference until then (kernels/jit.py): the one dispatch style of the
+package, as verify.fly/asd and drafters.lookup.lookup_any do for their kernels.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from ..kernels.jit import kernels_ready
 
 
 @njit(cache=True, nogil=True)
@@ -112,8 +117,8 @@ SHARE_SLICES = 64  # row_top_share views a row as [64, V // 64]; see there
 @njit(cache=True, nogil=True)
 def _column_maxima(table):  # table: float32[S, C] -> float32[C], NaN ignored
     """The maximum of each column, slice by slice: every step is one contiguous, vectorized
-    pass over C values (a max per contiguous block of the row is ~2x slower: each block
-    ends in a horizontal reduction)."""
+    pass over C values (a max per contiguous block of the row is slower: each block ends
+    in a horizontal reduction)."""
     maxima = np.full(table.shape[1], -np.inf, np.float32)
     for s in range(table.shape[0]):
         for c in range(table.shape[1]):
@@ -180,8 +185,8 @@ def row_top_share(row, top_k):  # row: float32[V] (C-contiguous); top_k < 1 coun
 
 
 def row_top_share_reference(row: np.ndarray, top_k: int) -> tuple[int, float]:
-    """Obvious numpy version of row_top_share (tests; the fallback until kernels load, ~1 ms
-    on a 151k row). row: float32[V]."""
+    """Obvious numpy version of row_top_share (tests; the fallback until kernels load).
+    row: float32[V]."""
     top_k = max(top_k, 1)
     clean = np.where(np.isnan(row), -np.inf, row.astype(np.float64))
     best = int(np.argmax(clean))
@@ -189,3 +194,26 @@ def row_top_share_reference(row: np.ndarray, top_k: int) -> tuple[int, float]:
         return best, float("nan")
     top = np.partition(clean, len(clean) - min(top_k, len(clean)))[-top_k:]
     return best, float(1.0 / np.exp(top - clean[best]).sum())
+
+
+def top_entries(row: np.ndarray, m: int) -> np.ndarray:
+    """row_top, or its reference until the kernels are loaded. row: float32[V] ->
+    int64[min(m, V)], largest first."""
+    return row_top(row, m) if kernels_ready() else row_top_reference(row, m)
+
+
+def top_share(row: np.ndarray, top_k: int) -> tuple[int, float]:
+    """row_top_share, or its reference until the kernels are loaded. row: float32[V]
+    (C-contiguous) -> (argmax, its probability over the top_k largest logits)."""
+    if kernels_ready():
+        best, share = row_top_share(row, top_k)
+        return int(best), float(share)
+    return row_top_share_reference(row, top_k)
+
+
+def entropy(row: np.ndarray, top_k: int, normalized: bool) -> float:
+    """row_entropy at the row's own maximum, or its reference until the kernels are loaded.
+    row: float32[V]."""
+    if kernels_ready():
+        return float(row_entropy(row, row[int(np.argmax(row))], top_k, normalized))
+    return row_entropy_reference(row, top_k, normalized)

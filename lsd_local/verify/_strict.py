@@ -6,8 +6,9 @@ import numpy as np
 
 
 def strict_greedy(logits: np.ndarray, draft: np.ndarray) -> tuple[int, int]:
-    """Row by row with numpy's argmax (SIMD: ~3 us for a 49k row where a scalar loop took
-    ~30), stopping at the first mismatch: rows after it are never read. np.argmax's answer
+    """Row by row with numpy's argmax (SIMD, several times a scalar loop's speed: see
+    docs/benchmarks.md), stopping at the first mismatch: rows after it are never read.
+    np.argmax's answer
     is the reference's, ties and NaN included (the first maximum, else the first NaN).
     logits: float32[K+1, V], draft: int32[K] -> (n_accept, next_token)."""
     for j, token in enumerate(draft.tolist()):

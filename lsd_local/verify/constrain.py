@@ -8,12 +8,12 @@ for it is the committed state advanced by draft[:j]. Preparing a block:
 - cuts the draft before its first token the grammar forbids: a forbidden token is a mismatch
   no loose rule may accept (no later row can be used, as there is no grammar state after it).
 
-A full mask asks the grammar about every token of the vocabulary (20-55 ms on Qwen's 151,936
-tokens, as much as a target step), so rows are checked best-first: usually the argmax is allowed
-and one check (~20 us) settles the row. `n_top` asks for the best n_top allowed tokens to be
-exact at the top of the row (FLy's top-k entropy, the sampler's top-k); 0 asks for a full mask.
-The grammar object is duck-typed: allows(token), accept(token, checked), mask(row), clone(),
-close().
+A full mask asks the grammar about every token of the vocabulary (on Qwen's 151,936 tokens
+about as much as a target step: docs/structured-output.md), so rows are checked best-first:
+usually the argmax is allowed and one check settles the row. `n_top` asks for the best n_top
+allowed tokens to be exact at the top of the row (FLy's top-k entropy, the sampler's top-k); 0
+asks for a full mask. The grammar object is duck-typed: allows(token), accept(token, checked),
+mask(row), clone(), close().
 """
 
 from __future__ import annotations
@@ -22,10 +22,9 @@ import numpy as np
 
 from ..config import RuleConfig, SamplerSettings
 from ..errors import GrammarError
-from ..kernels.jit import choose
-from ._rows import row_top, row_top_reference
+from ._rows import top_entries
 
-FIRST_CANDIDATES = 16  # one pass over the row finds these (argpartition costs ~1 ms on 151k)
+FIRST_CANDIDATES = 16  # one pass over the row finds these (cheaper than an argpartition)
 CANDIDATES = 256  # best-first checks before falling back to a full mask
 
 
@@ -52,7 +51,7 @@ def _best_first(state, row: np.ndarray, n_top: int) -> int:
     """Check tokens in descending logit order; -1 when a full mask is needed."""
     first, found = -1, 0
     for n in (FIRST_CANDIDATES, CANDIDATES):  # forbidden ones checked are -inf by the 2nd pass
-        for token in choose(row_top, row_top_reference)(row, min(max(n, n_top), len(row))):
+        for token in top_entries(row, min(max(n, n_top), len(row))):
             token = int(token)
             if row[token] == -np.inf:
                 return first  # nothing finite is left: the allowed ones found are all there is

@@ -14,8 +14,7 @@ import math
 import numpy as np
 
 from ..config import FLY_ENTROPY_TOP_K, SamplerSettings
-from ..kernels.jit import kernels_ready
-from ._rows import row_entropy, row_entropy_reference, row_top_reference
+from ._rows import entropy, top_entries
 
 
 def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:
@@ -23,7 +22,7 @@ def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:
     logits = row.astype(np.float64)
     v = logits.shape[0]
     # descending, ties by id (as a stable sort): the same top-k set whatever the tie
-    keep = (row_top_reference(logits, s.top_k) if 0 < s.top_k < v
+    keep = (top_entries(row, s.top_k) if 0 < s.top_k < v
             else np.argsort(-logits, kind="stable"))
     kept = logits[keep]
     p = np.exp(kept - kept[0])
@@ -108,6 +107,4 @@ def _may_defer(logits: np.ndarray, target_probs: np.ndarray, draft: np.ndarray,
     if not target_probs[j - 1, int(draft[j - 1])] > 0.0:
         return False
     row = logits[j - 1]
-    if not kernels_ready():
-        return bool(row_entropy_reference(row, entropy_top_k, normalized) >= theta)
-    return bool(row_entropy(row, row[int(np.argmax(row))], entropy_top_k, normalized) >= theta)
+    return bool(entropy(row, entropy_top_k, normalized) >= theta)

@@ -84,3 +84,39 @@ def test_links_between_pages_resolve():
                 titles = re.findall(r"(?m)^#+ (.+)$", path.read_text(encoding="utf-8"))
                 anchors = {re.sub(r"[^\w\- ]", "", t.lower()).replace(" ", "-") for t in titles}
                 assert target[1] in anchors, f"{page.name}: no #{target[1]} in {target[0]}"
+
+
+def layout_tree(title: str) -> set[str]:
+    """The paths the first code block after `title` in docs/layout.md lists: a tree whose
+    indentation (two spaces a level) says which folder an entry belongs to."""
+    text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
+    block = re.search(rf"{re.escape(title)}.*?```\n(.*?)```", text, re.S).group(1)
+    found, folders = set(), []
+    for line in block.splitlines():
+        entry = re.match(r"( *)(\S+)", line)
+        if not entry or len(entry.group(1)) % 2:
+            continue  # a continuation of a description
+        depth, name = len(entry.group(1)) // 2, entry.group(2)
+        if not (name.endswith("/") or name.endswith(".py")):
+            continue
+        folders[depth:] = [name.rstrip("/")] if name.endswith("/") else []
+        path = "/".join(folders[:depth] + [name.rstrip("/")])
+        found.add(path)
+    return found
+
+
+def test_the_layout_lists_every_module_and_none_that_is_gone():
+    listed = layout_tree("## Layout")
+    actual = {str(p.relative_to(ROOT)) for p in (ROOT / "lsd_local").rglob("*.py")}
+    actual |= {str(p.relative_to(ROOT)) for p in (ROOT / "lsd_local").rglob("*")
+               if p.is_dir() and p.name != "__pycache__"}
+    actual.add("lsd_local")
+    assert actual - listed == set(), "modules missing from docs/layout.md"
+    assert listed - actual == set(), "docs/layout.md lists modules that are gone"
+
+
+def test_the_layout_lists_every_test_tier():
+    listed = layout_tree("## Tests")
+    actual = {str(p.relative_to(ROOT)) for p in (ROOT / "tests").iterdir()
+              if p.suffix == ".py" or (p.is_dir() and p.name != "__pycache__")}
+    assert actual | {"tests"} == listed
