@@ -10,7 +10,7 @@ Each configuration is replayed on every recorded answer (a fresh drafter per ans
 `lsd run`); the table shows the median and mean speedup over plain per prompt set. `remember`
 (e.g. `remember:auto`) replays as `lsd run` does with what it learned: each answer's fresh
 auto drafter starts from what the previous answers taught (restored as from the learned file,
-lsd_local/learned.py), the first answer of a set from nothing. With --mixed, one memory
+drafters/auto/learned.py), the first answer of a set from nothing. With --mixed, one memory
 serves all sets, their answers interleaved (a process or learned file serving several kinds
 of request). Each answer begins as a request of its family (lsd_local.drafters.auto.learned.
 request_family; recordings made before families existed get them from the shipped prompt

@@ -53,6 +53,14 @@ TOP_K = 40  # 0 = off
 TOP_P = 0.95  # 1 = off
 MIN_P = 0.05  # 0 = off
 
+# --- penalties and logit biases (llama.cpp's penalties sampler; off by default) ----------
+REPEAT_PENALTY = 1.0  # 1 = off
+REPEAT_LAST_N = 64  # tokens the penalties look back over (llama.cpp's); 0 = off, -1 = all
+PRESENCE_PENALTY = 0.0  # OpenAI's range: -2..2
+FREQUENCY_PENALTY = 0.0
+LOGIT_BIAS_LIMIT = 100.0  # OpenAI's range: -100..100 (or -inf: the token is banned)
+MAX_TOP_LOGPROBS = 20  # alternatives per token that logprobs may ask for (OpenAI's limit)
+
 # --- verification rules (docs/how-it-works.md, tuning: `lsd bench --tune`, dev split) -----
 RULES = ("strict", "fly", "asd")
 ENTROPY_MODES = ("topk", "normalized")
@@ -116,6 +124,47 @@ class SamplerSettings(_Settings):
         check(self.top_k >= 0, "top_k", f"{self.top_k} (must be >= 0; 0 = off)")
         check(0 < self.top_p <= 1, "top_p", f"{self.top_p} (must be within (0, 1])")
         check(0 <= self.min_p <= 1, "min_p", f"{self.min_p} (must be within [0, 1])")
+
+
+@dataclass(frozen=True)
+class PenaltySettings(_Settings):
+    """Repetition penalties and logit biases, as llama.cpp applies them (verify/penalties.py):
+    over the last repeat_last_n tokens of prompt and answer, a token seen c times has its
+    logit divided by repeat_penalty (multiplied when not positive), then lowered by
+    c * frequency_penalty + presence_penalty; logit_bias adds (token id, bias) pairs first."""
+
+    repeat_penalty: float = REPEAT_PENALTY
+    repeat_last_n: int = REPEAT_LAST_N
+    presence_penalty: float = PRESENCE_PENALTY
+    frequency_penalty: float = FREQUENCY_PENALTY
+    logit_bias: tuple[tuple[int, float], ...] = ()  # one entry per token id
+
+    @property
+    def penalizes(self) -> bool:
+        return self.repeat_last_n != 0 and (self.repeat_penalty != 1.0 or bool(
+            self.presence_penalty) or bool(self.frequency_penalty))
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is applied at all (else the rows are left alone)."""
+        return self.penalizes or bool(self.logit_bias)
+
+    def validate(self) -> None:
+        check(math.isfinite(self.repeat_penalty) and self.repeat_penalty > 0, "repeat_penalty",
+              f"{self.repeat_penalty} (must be > 0; 1 = off)")
+        check(self.repeat_last_n >= -1, "repeat_last_n",
+              f"{self.repeat_last_n} (must be >= -1; 0 = off, -1 = every token)")
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            check(math.isfinite(value) and -2.0 <= value <= 2.0, name,
+                  f"{value} (must be within [-2, 2])")
+        ids = [token for token, _ in self.logit_bias]
+        check(len(set(ids)) == len(ids), "logit_bias", "a token id is given twice")
+        for token, bias in self.logit_bias:
+            check(isinstance(token, int) and token >= 0, "logit_bias",
+                  f"{token!r} (token ids are integers >= 0)")
+            check(bias == -math.inf or (math.isfinite(bias) and abs(bias) <= LOGIT_BIAS_LIMIT),
+                  "logit_bias", f"{bias} for token {token} (within [-100, 100], or -inf)")
 
 
 def sampler_settings(temperature: float = TEMPERATURE, top_k: int = TOP_K,
@@ -279,12 +328,12 @@ def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = No
     rcfg = rule if isinstance(rule, RuleConfig) else RuleConfig(rule or "strict")
     rcfg = rcfg.with_changes(**by_name["rule"][1])
     changes = {LOAD_KEYWORDS.get(k, k): v for k, v in by_name["load"][1].items()}
-    if isinstance(changes.get("tensor_split"), list):
-        changes["tensor_split"] = tuple(changes["tensor_split"])
+    if "tensor_split" in changes:  # any sequence of fractions; empty = none
+        changes["tensor_split"] = tuple(changes["tensor_split"] or ()) or None
     opts = (load or LoadOptions()).with_changes(**changes)
     opts = opts.with_changes(n_batch=max(opts.n_batch, dcfg.k_value + 1))  # a block per pass
     draft_changes = {DRAFT_LOAD_KEYWORDS[k]: v for k, v in by_name["draft"][1].items()
-                     if v is not None}
+                     if v not in (None, "")}  # unset: as the target
     dopts = (draft_load or opts).with_changes(**draft_changes)
     endpoints = tuple(e.strip() for e in (rpc.split(",") if isinstance(rpc, str) else rpc or ())
                       if e.strip())
@@ -311,6 +360,6 @@ def changed_settings(drafter_config: DrafterConfig, rule_config: RuleConfig,
         name: value for name, value in drafter_changes.items() if value is not None})
     if isinstance(rule, RuleConfig):
         rule_config = rule
-    elif rule is not None:
+    elif rule:  # ("" keeps the rule: chat's /mode without a name shows it)
         rule_config = rule_config.with_changes(rule=rule)
     return drafter_config, rule_config.with_changes(**changes)

@@ -3,6 +3,7 @@ time (generation.py owns each request from start to close)."""
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -11,15 +12,24 @@ from dataclasses import replace
 import numpy as np
 
 from .backend import Grammar, Model, recurrent_message, vocab_compatible
+from .chat.output import OutputParser
+from .chat.templates import opens_thinking, prompt_text, prompt_tokens, render_prompt, tokens_of
+from .chat.tools import tool_plan
 from .config import (
+    FREQUENCY_PENALTY,
     MAX_TOKENS,
+    MAX_TOP_LOGPROBS,
     MIN_P,
+    PRESENCE_PENALTY,
+    REPEAT_LAST_N,
+    REPEAT_PENALTY,
     STATE_CACHE_MAX_BYTES,
     TEMPERATURE,
     TOP_K,
     TOP_P,
     DrafterConfig,
     EngineSettings,
+    PenaltySettings,
     RuleConfig,
     changed_settings,
     engine_settings,
@@ -28,16 +38,16 @@ from .config import (
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
 from .drafters.pool import DrafterPool
-from .errors import ContextOverflowError, ParameterError, check
+from .errors import ContextOverflowError, EngineBusyError, ParameterError, check
 from .generation import EngineParts, Generation, OneAtATime
-from .grammars import compile_constraint
+from .grammars import compile_constraint, compile_tool_grammar
 from .kernels.warmup import process_warmup
 from .loop import LoopSettings
 from .models.loading import load_models, load_notices, open_learned
 from .statecache import StateCache
-from .templates import prompt_text, prompt_tokens
 from .text import TextAssembler
 from .verify.constrain import grammar_top
+from .verify.penalties import logit_bias_pairs
 from .verify.verifier import Verifier
 
 
@@ -122,6 +132,9 @@ class Engine:
         default K, and window=None restores FLy's default window. Settings used before come
         back with what their drafter learned, unless `fresh_drafter` (each benchmark run)."""
         self._check_open()
+        if self._claim.current() is not None:  # what a generation uses is fixed when made
+            raise EngineBusyError("finish or close the unfinished generation before "
+                                  "configuring this Engine")
         dcfg, rcfg = changed_settings(self.drafter_config, self.rule_config, drafter, rule,
                                       **changes)
         if dcfg.uses_draft_model and self.draft_model is None:
@@ -137,56 +150,111 @@ class Engine:
         """The drafter the configuration built (None for plain decoding)."""
         return self._drafter
 
-    def prompt_tokens(self, prompt: str | Sequence[dict]) -> list[int]:
-        """Tokenize a raw prompt string, or chat messages through the model's chat template."""
+    def prompt_tokens(self, prompt: str | Sequence[dict], tools: Sequence[dict] | None = None,
+                      **template_kwargs) -> list[int]:
+        """Tokenize a raw prompt string, or chat messages through the model's chat template
+        (given OpenAI `tools` and what else the template reads, e.g. enable_thinking)."""
         self._check_open()
-        return prompt_tokens(self.chat_template, prompt, self.target.vocab)
+        return prompt_tokens(self.chat_template, prompt, self.target.vocab, tools,
+                             **template_kwargs)
 
-    def prompt_text(self, prompt: str | Sequence[dict]) -> str:
+    def prompt_text(self, prompt: str | Sequence[dict], tools: Sequence[dict] | None = None,
+                    **template_kwargs) -> str:
         """The prompt as text for a program that adds the BOS token itself (llama.cpp's
-        tools): see templates.prompt_text."""
+        tools): see chat.templates.prompt_text."""
         self._check_open()
-        return prompt_text(self.chat_template, prompt, self.target.vocab)
+        return prompt_text(self.chat_template, prompt, self.target.vocab, tools,
+                           **template_kwargs)
 
     def generate(self, prompt: str | Sequence[dict], *, max_tokens: int = MAX_TOKENS,
                  temperature: float = TEMPERATURE, top_k: int = TOP_K, top_p: float = TOP_P,
                  min_p: float = MIN_P, seed: int | None = None, stop: Sequence[str] = (),
                  grammar: str | os.PathLike | None = None,
-                 json_schema: dict | str | os.PathLike | None = None) -> Generation:
-        """Start a generation; iterate it for RoundEvents. `prompt` is raw text, or chat
-        messages [{'role', 'content'}] rendered with the GGUF's chat template. One generation
-        at a time: EngineBusyError while another one of this engine is unfinished (finish or
-        close it first; `with engine.generate(...) as gen:` closes it for you).
+                 json_schema: dict | str | os.PathLike | None = None,
+                 repeat_penalty: float = REPEAT_PENALTY, repeat_last_n: int = REPEAT_LAST_N,
+                 presence_penalty: float = PRESENCE_PENALTY,
+                 frequency_penalty: float = FREQUENCY_PENALTY, logit_bias=None,
+                 logprobs: int | None = None, tools: Sequence[dict] | None = None,
+                 tool_choice: str | dict | None = None, parallel_tool_calls: bool = True,
+                 reasoning: bool = True, chat_template_kwargs: dict | None = None
+                 ) -> Generation:
+        """Start a generation; iterate it for RoundEvents (docs/library.md). `prompt` is raw
+        text, or chat messages rendered with the GGUF's chat template (OpenAI's shape:
+        assistant turns with tool_calls, tool turns). One generation at a time:
+        EngineBusyError while another one of this engine is unfinished.
 
-        grammar: a shipped grammar name ("json", "json_object", ...: see grammars/), a .gbnf
-        file or GBNF text; json_schema: a dict, JSON text or a .json file. Every token the
-        output commits is allowed by it, under every rule (a forbidden draft token is a
-        mismatch no loose rule may accept)."""
+        grammar / json_schema: every committed token is allowed by it, under every rule.
+        repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, logit_bias:
+        llama.cpp's penalties and biases, on every verified row with the counts that row
+        would see. logprobs: None, or n >= 0: each token's log-probability and its n likeliest
+        alternatives (RoundEvent.logprobs). tools (OpenAI function specs), tool_choice
+        ("auto", "none", "required" or a named function), parallel_tool_calls: calls are read
+        out of the answer (Generation.tool_calls) and valid by construction (a grammar from
+        the tools' parameters). reasoning: split `<think>` blocks out of the answer.
+        chat_template_kwargs: what else the template reads (enable_thinking, ...)."""
         check(max_tokens >= 0, "max_tokens", f"{max_tokens} (must be >= 0)")
+        check(logprobs is None or 0 <= logprobs <= MAX_TOP_LOGPROBS, "top_logprobs",
+              f"{logprobs} (0 to {MAX_TOP_LOGPROBS})")
         sampler = sampler_settings(temperature, top_k, top_p, min_p)
         verifier = Verifier(self.rule_config, sampler)
-        prompt_ids = self.prompt_tokens(prompt)
-        if not prompt_ids:
-            raise ParameterError("invalid prompt: it is empty (no tokens)", param="prompt")
-        if len(prompt_ids) + 1 > self.target.n_ctx:
-            raise ContextOverflowError(
-                f"the prompt has {len(prompt_ids)} tokens but the context holds "
-                f"{self.target.n_ctx} (raise n_ctx or shorten the prompt)")
+        plan = None if tools is None else tool_plan(self.chat_template, tools, tool_choice,
+                                                    parallel_tool_calls)
+        if plan is not None and plan.mode != "none" and (grammar or json_schema):
+            raise ParameterError("invalid grammar: give tools or a grammar, not both",
+                                 param="tools")
+        text, prompt_ids = self._prompt(prompt, plan, chat_template_kwargs or {})
+        bias = logit_bias_pairs(logit_bias, self.target.vocab, self._banned(plan))
+        penalties = PenaltySettings(repeat_penalty, repeat_last_n, presence_penalty,
+                                    frequency_penalty, bias)
+        parser = None if text is None else OutputParser(
+            plan.fmt if plan is not None and plan.mode != "none" else None,
+            opens_thinking(text), reasoning)
         return self._claim.take(lambda: self._generation(  # a busy engine makes nothing
-            prompt, prompt_ids, max_tokens, sampler, verifier, seed, stop, grammar,
-            json_schema))
+            prompt, prompt_ids, LoopSettings(
+                max_tokens, self.drafter_config.k_value, sampler, np.random.default_rng(seed),
+                None, grammar_top(self.rule_config, sampler, self.target.n_vocab),
+                penalties if penalties.active else None, logprobs),
+            verifier, stop, (grammar, json_schema, plan), parser))
 
-    def _generation(self, prompt, prompt_ids: list[int], max_tokens: int, sampler, verifier,
-                    seed, stop, grammar, json_schema) -> Generation:
-        constraint = self.compile_grammar(grammar, json_schema)
-        settings = LoopSettings(max_tokens, self.drafter_config.k_value, sampler,
-                                np.random.default_rng(seed), constraint,
-                                grammar_top(self.rule_config, sampler, self.target.n_vocab))
+    def _prompt(self, prompt, plan, template_kwargs: dict) -> tuple[str | None, list[int]]:
+        """(the rendered chat text or None for a raw prompt, its tokens), checked to fit."""
+        if isinstance(prompt, str):
+            if plan is not None:
+                raise ParameterError("invalid tools: a raw prompt has no chat template to show "
+                                     "them; send chat messages", param="tools")
+            text, ids = None, self.prompt_tokens(prompt)
+        else:
+            self._check_open()
+            text = render_prompt(self.chat_template, prompt, self.target.vocab,
+                                 plan.specs if plan is not None else None, **template_kwargs)
+            ids = tokens_of(text, self.target.vocab)
+        if not ids:
+            raise ParameterError("invalid prompt: it is empty (no tokens)", param="prompt")
+        if len(ids) + 1 > self.target.n_ctx:
+            raise ContextOverflowError(
+                f"the prompt has {len(ids)} tokens but the context holds "
+                f"{self.target.n_ctx} (raise n_ctx or shorten the prompt)")
+        return text, ids
+
+    def _banned(self, plan) -> tuple[tuple[int, float], ...]:
+        """tool_choice "none": the token that would open a call, when it is one, is banned."""
+        if plan is None or plan.mode != "none" or not plan.fmt.opener:
+            return ()
+        opener = self.target.vocab.tokenize(plan.fmt.opener, add_special=False)
+        return ((opener[0], -math.inf),) if len(opener) == 1 else ()
+
+    def _generation(self, prompt, prompt_ids: list[int], settings: LoopSettings, verifier,
+                    stop, constraint: tuple, parser) -> Generation:
+        grammar, json_schema, plan = constraint
+        compiled = (compile_tool_grammar(self.target, plan) if plan is not None
+                    else self.compile_grammar(grammar, json_schema))
+        if compiled is not None and settings.logprobs is not None:
+            settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
         parts = EngineParts(self.target, self.draft_model, self._drafter, self.state_cache,
                             self._check_open, self._claim.give_back)
-        return Generation(parts, prompt_ids, settings, verifier,
+        return Generation(parts, prompt_ids, replace(settings, grammar=compiled), verifier,
                           TextAssembler(self.target.vocab.token_bytes, stop),
-                          request_family(prompt))
+                          request_family(prompt), parser)
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:
@@ -225,15 +293,18 @@ class Engine:
     def close(self) -> None:
         """Save what auto learned (remember=True), end an unfinished generation's hold on
         this engine (iterating it then raises), then free both models."""
-        if not self._closed:
-            self.save_learned()
+        try:
+            if not self._closed:
+                active = self._claim.current()
+                if active is not None:
+                    active.close()  # (its drafter's end() first, so that it is saved)
+                self._closed = True
+                self.save_learned()
+        finally:
             self._closed = True
-            active = self._claim.current()
-            if active is not None:
-                active.close()
-        self.target.close()
-        if self.draft_model is not None:
-            self.draft_model.close()
+            self.target.close()
+            if self.draft_model is not None:
+                self.draft_model.close()
 
     def __enter__(self) -> Engine:
         return self

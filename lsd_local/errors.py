@@ -44,4 +44,10 @@ def check(condition: bool, name: str, message: str) -> None:
 
 
 class GrammarError(LsdError, ValueError):
-    """A grammar or JSON schema that cannot be used (unknown name, syntax error, no match)."""
+    """A grammar or JSON schema that cannot be used (unknown name, syntax error, no match);
+    `param` names the request field it came from when that is not the grammar itself (a
+    tool's parameters: "tools")."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param

@@ -21,6 +21,7 @@ from time import perf_counter
 
 import numpy as np
 
+from .chat.output import OutputParser, Parts, ToolCall
 from .errors import EngineBusyError
 from .kernels.warmup import process_warmup
 from .loop import LoopSettings, TokenBuffer, draft_limit, step
@@ -82,13 +83,17 @@ class Generation:
     closes it."""
 
     def __init__(self, parts: EngineParts, prompt: list[int], settings: LoopSettings,
-                 verifier: Verifier, text: TextAssembler, family: str | None = None) -> None:
+                 verifier: Verifier, text: TextAssembler, family: str | None = None,
+                 parser: OutputParser | None = None) -> None:
         self._parts = parts
         self._prompt = np.asarray(prompt, np.int32)
         self._settings = settings
         self._verifier = verifier
         self._text = text
         self._family = family  # a name for the kind of request (auto learns per kind)
+        self._parser = parser  # reads reasoning and tool calls apart (None: text is text)
+        self._content: list[str] = []  # the answer's text, when a parser reads it
+        self._reasoning: list[str] = []
         self._history = TokenBuffer(parts.target.n_ctx)
         self._history.set(self._prompt)
         self._life: Iterator[RoundEvent] | None = None  # made on first iteration
@@ -136,7 +141,19 @@ class Generation:
 
     @property
     def text(self) -> str:
-        return self._text.released_text
+        """The answer's text so far (without reasoning and tool calls, when chat messages
+        were given)."""
+        return self._text.released_text if self._parser is None else "".join(self._content)
+
+    @property
+    def reasoning(self) -> str:
+        """What the model wrote in `<think>` blocks ("" when none, or not split)."""
+        return "".join(self._reasoning)
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The tool calls read out of the answer (OpenAI's id, name, arguments JSON text)."""
+        return self._parser.tool_calls if self._parser is not None else []
 
     @property
     def finish_reason(self) -> str | None:
@@ -163,13 +180,11 @@ class Generation:
                 yield self._round(step(target, self._parts.drafter, self._verifier,
                                        self._history, settings, k))
         finally:
+            self.stats.regret_spent = self._verifier.regret_spent
             try:
-                if self._parts.drafter is not None:
-                    self._parts.drafter.end(self._history.view())
-            finally:
-                self.stats.regret_spent = self._verifier.regret_spent
                 self._end()
-                process_warmup().request_ended()
+            finally:
+                process_warmup().request_ended()  # whatever failed: the warm-up may go on
 
     def _begin(self) -> None:
         """The drafter's begin and the prefill; a request for no tokens ends there."""
@@ -209,21 +224,43 @@ class Generation:
         delta, spans = text.release(final=finish is not None)
         if text.stopped:
             finish = "stop"
-        event = replace(event, text=delta, spans=spans, finish_reason=finish,
-                        other_seconds=event.other_seconds + perf_counter() - start)
-        self.stats.add_round(event)
-        if finish:
-            self.stats.finish_reason = finish
+        reasoning = self._parser is not None and self._parser.in_reasoning
+        event = self._parsed(replace(event, text=delta, spans=spans, finish_reason=finish),
+                             finish is not None)
+        if finish == "stop" and self.tool_calls:
+            event = replace(event, finish_reason="tool_calls")
+        event = replace(event, other_seconds=event.other_seconds + perf_counter() - start)
+        self.stats.add_round(event, reasoning)
+        if event.finish_reason:
+            self.stats.finish_reason = event.finish_reason
             self._last_round = True
         return event
 
+    def _parsed(self, event: RoundEvent, final: bool) -> RoundEvent:
+        """The event's text read apart into answer, reasoning and tool calls."""
+        if self._parser is None:
+            return event
+        parts = self._parser.feed(event.spans, final)
+        content, reasoning = Parts.text(parts.content), Parts.text(parts.reasoning)
+        self._content.append(content)
+        self._reasoning.append(reasoning)
+        return replace(event, text=content, spans=tuple(parts.content), reasoning=reasoning,
+                       reasoning_spans=tuple(parts.reasoning),
+                       tool_calls=tuple(parts.tool_calls))
+
     def _end(self) -> None:
-        """Free what the request holds, once: the grammar, then the engine."""
+        """End the request, once: the drafter hears it (only if it began: a generation closed
+        before its first round has nothing to tell), then the grammar is freed and the engine
+        given back, whatever fails on the way."""
         if self._closed:
             return
         self._closed = True
         try:
-            if self._settings.grammar is not None:
-                self._settings.grammar.close()
+            if self._life is not None and self._parts.drafter is not None:
+                self._parts.drafter.end(self._history.view())
         finally:
-            self._parts.release(self)
+            try:
+                if self._settings.grammar is not None:
+                    self._settings.grammar.close()
+            finally:
+                self._parts.release(self)

@@ -17,11 +17,13 @@ from time import perf_counter
 
 import numpy as np
 
-from .config import SamplerSettings
+from .config import PenaltySettings, SamplerSettings
 from .drafters.base import EMPTY_DRAFT, Draft, Drafter
 from .stats import Origin, RoundEvent
 from .verify import Verdict
 from .verify.constrain import prepare_block
+from .verify.logprobs import token_logprobs
+from .verify.penalties import penalize_block
 from .verify.verifier import Verifier
 
 
@@ -54,6 +56,8 @@ class LoopSettings:
     rng: np.random.Generator
     grammar: object | None = None  # backend Grammar: state after the committed tokens
     grammar_top: int = 1  # allowed tokens exact at the top of each row (constrain.py)
+    penalties: PenaltySettings | None = None  # None: the rows are left as the target gave them
+    logprobs: int | None = None  # None: not asked; n: each token's and n alternatives'
 
 
 def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
@@ -72,11 +76,15 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     block[1:] = draft.tokens
     grew_logits = len(block) > target.most_logit_rows  # the target's one-time buffer growth
     logits = target.decode(block, n - 1, len(block))
+    if req.penalties is not None:  # each row with the counts it would see: history + draft
+        penalize_block(logits, history.view(), block[1:], req.penalties)
     verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
     t2 = clock()
     if drafter is not None:
         drafter.accept(len(draft), verdict.n_accept, t2 - t1, grew_logits)
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
+    logprobs = None if req.logprobs is None else \
+        token_logprobs(logits[:len(tokens)], tokens, req.logprobs)  # the rows that chose them
     _advance_grammar(req, tokens, eog)
     history.extend(tokens)
     if target.n_cached >= history.n:  # rows past the commit: a rejection, an EOG or grammar cut
@@ -86,7 +94,7 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     return RoundEvent(tuple(tokens), tuple(origins), "", (), len(draft), n_accepted,
                       sum(o is Origin.DRAFT_LOOSE for o in origins), t1 - t0, t2 - t1,
                       clock() - t2, draft_source=source, constrain_seconds=constrain_s,
-                      eog=eog)
+                      eog=eog, logprobs=logprobs)
 
 
 def draft_limit(req: LoopSettings, generated: int, n: int, n_ctx: int) -> int:

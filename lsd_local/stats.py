@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (importing it would load numba with `import lsd_local`)
+    from .chat.output import ToolCallDelta
+    from .verify.logprobs import TokenLogprob
 
 
 class Origin(IntEnum):
@@ -32,6 +37,12 @@ class RoundEvent:
     draft_source: str = "none"  # drafter whose tokens were verified ("none": no draft)
     constrain_seconds: float = 0.0  # grammar checks and masks (part of verify_seconds)
     eog: bool = False  # the last token ends the generation (end-of-generation; not shown)
+    # when asked: each committed token's log-probability under the target (verify/logprobs)
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    # chat answers read apart (chat/output.py): `text` and `spans` are then the answer's
+    reasoning: str = ""  # reasoning text (a `<think>` block) released by this round
+    reasoning_spans: tuple[tuple[str, Origin], ...] = ()
+    tool_calls: tuple[ToolCallDelta, ...] = ()  # pieces of tool calls, as OpenAI streams them
 
 
 @dataclass
@@ -55,6 +66,12 @@ class GenerationStats:
     accepted_per_round: list[int] = field(default_factory=list)
     draft_sources: dict[str, int] = field(default_factory=dict)  # rounds per drafter used
     draft_lengths: dict[int, int] = field(default_factory=dict)  # rounds per tokens drafted
+    # the share of the above spent inside a reasoning block (the rest is the answer's):
+    # acceptance differs between thinking and answering
+    reasoning_rounds: int = 0
+    reasoning_tokens: int = 0
+    reasoning_drafted: int = 0
+    reasoning_accepted: int = 0
 
     @property
     def accepted(self) -> int:
@@ -77,7 +94,13 @@ class GenerationStats:
     def decode_tokens_per_second(self) -> float:
         return self.generated_tokens / self.decode_seconds if self.decode_seconds else 0.0
 
-    def add_round(self, event: RoundEvent) -> None:
+    def add_round(self, event: RoundEvent, reasoning: bool = False) -> None:
+        """Count a round; `reasoning`: it was spent inside a reasoning block."""
+        if reasoning:
+            self.reasoning_rounds += 1
+            self.reasoning_tokens += len(event.tokens)
+            self.reasoning_drafted += event.n_drafted
+            self.reasoning_accepted += event.n_accepted
         self.rounds += 1
         self.generated_tokens += len(event.tokens)
         self.drafted += event.n_drafted
@@ -111,7 +134,8 @@ class GenerationStats:
         for name in ("prompt_tokens", "cached_prompt_tokens", "generated_tokens", "rounds",
                      "drafted", "accepted_exact", "accepted_loose", "regret_spent",
                      "prefill_seconds", "draft_seconds", "verify_seconds", "other_seconds",
-                     "constrain_seconds"):
+                     "constrain_seconds", "reasoning_rounds", "reasoning_tokens",
+                     "reasoning_drafted", "reasoning_accepted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accepted_per_round.extend(other.accepted_per_round)
         for mine, theirs in ((self.draft_sources, other.draft_sources),
@@ -126,4 +150,18 @@ class GenerationStats:
         for name in ("accepted", "tau", "acceptance_rate", "decode_seconds",
                      "decode_tokens_per_second"):
             out[name] = getattr(self, name)
+        out["phases"] = self.phases()
         return out
+
+    def phases(self) -> dict:
+        """Speculation inside reasoning blocks and in the answer, apart."""
+        parts = {"reasoning": (self.reasoning_rounds, self.reasoning_tokens,
+                               self.reasoning_drafted, self.reasoning_accepted),
+                 "answer": (self.rounds - self.reasoning_rounds,
+                            self.generated_tokens - self.reasoning_tokens,
+                            self.drafted - self.reasoning_drafted,
+                            self.accepted - self.reasoning_accepted)}
+        return {name: {"rounds": rounds, "tokens": tokens, "drafted": drafted,
+                       "accepted": accepted, "tau": tokens / rounds if rounds else 0.0,
+                       "acceptance_rate": accepted / drafted if drafted else 0.0}
+                for name, (rounds, tokens, drafted, accepted) in parts.items()}

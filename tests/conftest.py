@@ -70,3 +70,9 @@ def qwen_pair() -> tuple[Path, Path]:
     if not (target.exists() and draft.exists()):
         pytest.skip(f"Qwen pair not in {models_dir()}: run bench/fetch-models.sh")
     return target, draft
+
+
+@pytest.fixture(scope="session")
+def tiny_agent(tiny_dir) -> Path:
+    """The tiny target with a Hermes/Qwen-style template and its markers as tokens."""
+    return tinymodels.make_agent_model(tiny_dir)

@@ -42,7 +42,9 @@ class TinySpec:
 def vocab(words: tuple[str, ...]) -> tuple[list[str], list[float], list[int]]:
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + list(words)
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
-    types += [gguf.TokenType.BYTE] * 256 + [gguf.TokenType.NORMAL] * len(words)
+    types += [gguf.TokenType.BYTE] * 256 + [
+        gguf.TokenType.USER_DEFINED if w in AGENT_WORDS else gguf.TokenType.NORMAL
+        for w in words]  # markers are matched whole, as Qwen's <tool_call> is
     scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
     return tokens, scores, [int(t) for t in types]
 
@@ -206,3 +208,47 @@ def make_mamba(directory: Path, seed: int = 3) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+# A Hermes/Qwen-style template (tools in the system message, <tool_call> blocks, tool turns
+# as <tool_response>) and Qwen3's enable_thinking, over ChatML: what agents' templates do.
+AGENT_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n' }}{%- endif %}"
+    "{{- '# Tools\\n<tools>' }}{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}"
+    "{%- endfor %}{{- '\\n</tools>\\nCall one with <tool_call>{\\\"name\\\": ..., "
+    "\\\"arguments\\\": ...}</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- for call in m.tool_calls or [] %}{{- '\\n<tool_call>\\n{\\\"name\\\": \\\"' + "
+    "call.function.name + '\\\", \\\"arguments\\\": ' + (call.function.arguments | tojson) "
+    "+ '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + "
+    "'\\n</tool_response><|im_end|>\\n' }}"
+    "{%- elif m.role != 'system' %}"
+    "{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and not enable_thinking %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+AGENT_WORDS = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_start|>",
+               "<|im_end|>")
+
+
+def make_agent_model(directory: Path) -> Path:
+    """make_pair's target with the agent template and its markers as single tokens of their
+    own (user-defined tokens, as Qwen's <tool_call> is): agent-shaped prompts and answers on
+    real llama.cpp."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    path = write_gguf(directory / "agent.gguf", spec, weights, AGENT_TEMPLATE)
+    return path
+
+
+def agent_token(vocab, text: str) -> int:
+    """The id of one of AGENT_WORDS in a loaded agent model's vocabulary."""
+    ids = vocab.tokenize(text, add_special=False)
+    assert len(ids) == 1, (text, ids)
+    return ids[0]

@@ -64,13 +64,26 @@ def _occurrences(text: str, needle: str) -> list[int]:
     return found
 
 
-def _init_capturing_stderr(vocab, text: str, root: str):
-    """llama_sampler_init_grammar, with what llama.cpp writes to fd 2 captured."""
+def _init_sampler(vocab, text: str, root: str, triggers: tuple[str, ...],
+                  trigger_tokens: tuple[int, ...]):
+    """llama.cpp's grammar sampler; lazy (free until a trigger) when triggers are given."""
+    if not triggers and not trigger_tokens:
+        return ll.llama_sampler_init_grammar(vocab, utf8_bytes(text), utf8_bytes(root))
+    patterns = (ctypes.c_char_p * max(1, len(triggers)))(*[utf8_bytes(t) for t in triggers])
+    tokens = (ll.llama_token * max(1, len(trigger_tokens)))(*trigger_tokens)
+    return ll.llama_sampler_init_grammar_lazy_patterns(
+        vocab, utf8_bytes(text), utf8_bytes(root), patterns, len(triggers), tokens,
+        len(trigger_tokens))
+
+
+def _init_capturing_stderr(vocab, text: str, root: str, triggers: tuple[str, ...] = (),
+                           trigger_tokens: tuple[int, ...] = ()):
+    """The grammar sampler, with what llama.cpp writes to fd 2 captured."""
     with tempfile.TemporaryFile() as capture:
         saved = os.dup(2)
         try:
             os.dup2(capture.fileno(), 2)
-            sampler = ll.llama_sampler_init_grammar(vocab, utf8_bytes(text), utf8_bytes(root))
+            sampler = _init_sampler(vocab, text, root, triggers, trigger_tokens)
         finally:
             os.dup2(saved, 2)
             os.close(saved)
@@ -88,14 +101,19 @@ class Grammar:
         self._one, self._all = scratch  # shared by clones: one thread uses them at a time
 
     @classmethod
-    def compile(cls, model: Model, text: str, root: str = "root", source: str = "grammar"
+    def compile(cls, model: Model, text: str, root: str = "root", source: str = "grammar",
+                triggers: tuple[str, ...] = (), trigger_tokens: tuple[int, ...] = ()
                 ) -> Grammar:
-        """Parse GBNF `text`; GrammarError with the line and column of a syntax error."""
+        """Parse GBNF `text`; GrammarError with the line and column of a syntax error. With
+        `triggers` (regular expressions over the text generated so far, llama.cpp's trigger
+        patterns) or `trigger_tokens`, the grammar is lazy: it allows everything until one
+        matches, then applies from the match on (its root starts with what triggered it)."""
         if not text.strip():
             raise GrammarError(f"{source} is empty")
         sink = _install_log_sink(model.options.verbose)
         sink.recent.clear()
-        sampler, printed = _init_capturing_stderr(model.vocab.handle, text, root)
+        sampler, printed = _init_capturing_stderr(model.vocab.handle, text, root, triggers,
+                                                  trigger_tokens)
         if not sampler:
             reason = _parse_error(text, printed, list(sink.recent))
             raise GrammarError(f"invalid {source}: {reason}")

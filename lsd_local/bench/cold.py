@@ -1,6 +1,6 @@
 """`lsd bench --cold`: each run a separate `lsd run --json` process, what a script that calls
 lsd once per request sees: model loading aside, the first rounds of every answer, with what
-auto remembered from the earlier processes (lsd_local/learned.py) and nothing else."""
+auto remembered from the earlier processes (drafters/auto/learned.py) and nothing else."""
 
 from __future__ import annotations
 

@@ -20,9 +20,13 @@ from ..config import (
     FLY_ENTROPY_TOP_K,
     FLY_THETA,
     FLY_WINDOW,
+    FREQUENCY_PENALTY,
     MIN_P,
     N_CTX,
     P_MIN,
+    PRESENCE_PENALTY,
+    REPEAT_LAST_N,
+    REPEAT_PENALTY,
     RULES,
     TEMPERATURE,
     TOP_K,
@@ -191,6 +195,22 @@ SAMPLER_OPTIONS = [
                  help="Sampling seed (reproducible)."),
     click.option("--stop", multiple=True, metavar="TEXT", allow_from_autoenv=False,
                  help="End the answer where TEXT appears (not shown); repeatable."),
+    click.option("--repeat-penalty", type=click.FloatRange(min=0, min_open=True),
+                 default=REPEAT_PENALTY, show_default=True,
+                 help="Divide the logits of tokens seen in the last --repeat-last-n tokens "
+                      "(llama.cpp's; 1 = off)."),
+    click.option("--repeat-last-n", type=click.IntRange(min=-1), default=REPEAT_LAST_N,
+                 show_default=True,
+                 help="Tokens the penalties look back over (0 = off, -1 = all)."),
+    click.option("--presence-penalty", type=click.FloatRange(-2, 2), default=PRESENCE_PENALTY,
+                 show_default=True, help="Lower seen tokens' logits by this (OpenAI's)."),
+    click.option("--frequency-penalty", type=click.FloatRange(-2, 2),
+                 default=FREQUENCY_PENALTY, show_default=True,
+                 help="Lower seen tokens' logits by this times their count (OpenAI's)."),
+    llama_option("--logit-bias", aliases=("-l",), multiple=True, metavar="TOKEN(+|-)BIAS",
+                 allow_from_autoenv=False,
+                 help="Add BIAS to a token's logit, e.g. 15043+1 or 15043-inf (a ban); "
+                      "repeatable. llama.cpp's spelling."),
     click.option("--system", default=None, help="System message for the chat template."),
     click.option("--grammar", default=None, metavar="NAME|PATH",
                  help="Constrain the answer to a GBNF grammar: a shipped one (json, "
@@ -211,8 +231,28 @@ def with_options(options):
 
 
 def generation_kwargs(opts: dict) -> dict:
-    return {name: opts[name] for name in ("max_tokens", "temperature", "top_k", "top_p",
-                                          "min_p", "seed", "stop", "grammar", "json_schema")}
+    """Engine.generate's keyword arguments from the sampling options."""
+    out = {name: opts[name] for name in ("max_tokens", "temperature", "top_k", "top_p",
+                                         "min_p", "seed", "stop", "grammar", "json_schema",
+                                         "repeat_penalty", "repeat_last_n", "presence_penalty",
+                                         "frequency_penalty")}
+    out["logit_bias"] = parse_logit_bias(opts["logit_bias"]) or None
+    return out
+
+
+def parse_logit_bias(items: tuple[str, ...]) -> list[list]:
+    """llama.cpp's TOKEN(+|-)BIAS items -> [[token id, bias], ...] (bias -inf: banned)."""
+    import re
+
+    out = []
+    for item in items:
+        found = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(inf|[0-9.]+)\s*", item)
+        if not found:
+            raise ParameterError(f"invalid logit_bias: {item!r} (TOKEN+BIAS or TOKEN-BIAS, "
+                                 "e.g. 15043+1 or 15043-inf)", param="logit_bias")
+        token, sign, size = found.groups()
+        out.append([int(token), (-1.0 if sign == "-" else 1.0) * float(size)])
+    return out
 
 
 def check_grammar_source(opts: dict) -> None:

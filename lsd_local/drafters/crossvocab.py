@@ -103,6 +103,9 @@ class CrossVocabDrafter(Drafter):
     def n_evaluated(self) -> int:
         return self.inner.n_evaluated
 
+    def begin(self, family: str | None = None) -> None:
+        self.inner.begin(family)  # (its end() is not told: its tokens are another vocabulary's)
+
     def reset(self) -> None:
         """Forget the alignment and the draft cache."""
         self.inner.reset()

@@ -20,9 +20,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..config import SERVE_MAX_BODY, SERVE_RETRY_AFTER
+from .jobs import make_job
 from .metrics import Metrics
-from .protocol import ChatRequest, CompletionRequest, Defaults, RequestError, make_job, parse
-from .responses import SSE_DONE, Shaper, lsd_info, sse
+from .protocol import ChatRequest, CompletionRequest, Defaults, RequestError, parse
+from .responses import SSE_DONE, Answer, Shaper, lsd_info, sse
 from .scheduler import EngineUnavailable, QueueFull, Scheduler, Ticket
 
 
@@ -169,7 +170,7 @@ class EngineStream(StreamingResponse):
 async def whole(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_tokens: int,
                 watch: asyncio.Task, endpoint: str) -> Response:
     """Collect the answer and return it in one JSON object."""
-    parts: list[str] = []
+    answer = Answer()
     ttft = None
     while True:
         message = await next_message(state, ticket, watch)
@@ -177,8 +178,8 @@ async def whole(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_token
             state.metrics.requests.labels(endpoint, "499").inc()
             return Response(status_code=499)
         if message[0] == "delta":
-            parts.append(message[2])
-            if ttft is None and message[2]:
+            answer.add(message[2])
+            if ttft is None and _visible(message[2]):
                 ttft = _observe_ttft(state, ticket)
             continue
         if message[0] == "error":
@@ -187,8 +188,14 @@ async def whole(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_token
         _, _, finish, stats, timed_out = message
         state.metrics.record_stats(stats)
         state.metrics.requests.labels(endpoint, "200").inc()
-        return JSONResponse(shaper.whole("".join(parts), finish, prompt_tokens, stats,
+        return JSONResponse(shaper.whole(answer, finish, prompt_tokens, stats,
                                          lsd_info(stats, timed_out, ttft)))
+
+
+def _visible(payload: dict) -> bool:
+    """Whether a round gave the client anything (text, reasoning, a call, logprobs)."""
+    return bool(payload["text"] or payload.get("reasoning") or payload.get("tool_calls")
+                or payload.get("logprobs"))
 
 
 def _observe_ttft(state: ServerState, ticket: Ticket) -> float:
@@ -205,13 +212,14 @@ async def stream(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_toke
     try:
         if shaper.chat:
             yield shaper.chunk(role=True)
-        ttft = None
+        ttft, offset = None, 0
         while True:
             message = await ticket.messages.get()
             if message[0] == "delta":
-                if message[2]:
+                if _visible(message[2]):
                     ttft = ttft or _observe_ttft(state, ticket)
-                    yield shaper.chunk(message[2])
+                    yield shaper.chunk(message[2], offset=offset)
+                    offset += len(message[2]["text"])
                 continue
             if message[0] == "error":
                 status = str(message[2])

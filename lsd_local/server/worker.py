@@ -7,7 +7,7 @@ takes messages off the pipe while the main thread generates, so that a cancel (t
 went away, the server shuts down) is seen at the next round.
 
 Messages to the HTTP process, all tuples: ("ready", info) | ("load_failed", message) |
-("started", job_id, prompt_tokens) | ("delta", job_id, text) |
+("started", job_id, prompt_tokens) | ("delta", job_id, payload: event_payload's dict) |
 ("done", job_id, finish_reason, stats, timed_out) |
 ("error", job_id, status, message, param).
 From it: ("job", Job) | ("cancel", job_id) | ("stop",).
@@ -104,7 +104,7 @@ def _error_status(exc: LsdError) -> tuple[int, str | None]:
     if isinstance(exc, ContextOverflowError):
         return 400, "messages"
     if isinstance(exc, GrammarError):
-        return 400, "response_format"
+        return 400, exc.param or "response_format"
     if isinstance(exc, ParameterError):
         return 400, exc.param
     if isinstance(exc, ModelOutputError):
@@ -137,9 +137,10 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
     conn.send(("started", job.id, gen.stats.prompt_tokens))
     deadline = job.arrived + job.timeout if job.timeout else None
     timed_out = deadline is not None and time.time() >= deadline  # spent in the queue
+    token_text = token_texts(engine.target.vocab)
     try:
         for event in () if timed_out else gen:
-            conn.send(("delta", job.id, event.text))
+            conn.send(("delta", job.id, event_payload(event, token_text)))
             if job.id in cancelled:
                 break
             if deadline is not None and time.time() >= deadline:
@@ -152,3 +153,28 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
         gen.close()
     finish = "length" if timed_out else gen.finish_reason or "stop"
     conn.send(("done", job.id, finish, gen.stats.as_dict(), timed_out))
+
+
+def token_texts(vocab):
+    """token id -> (text, bytes) for logprobs (text as OpenAI shows it: invalid UTF-8 of a
+    token that splits a character becomes U+FFFD; the bytes are exact)."""
+    def text_of(token: int) -> tuple[str, list[int]]:
+        data = vocab.token_bytes(token)
+        return data.decode("utf-8", "replace"), list(data)
+    return text_of
+
+
+def event_payload(event, token_text) -> dict:
+    """What one round sends to the HTTP process: the answer's text delta, reasoning, tool
+    call pieces and logprobs (plain values: they cross the pipe)."""
+    payload = {"text": event.text}
+    if event.reasoning:
+        payload["reasoning"] = event.reasoning
+    if event.tool_calls:
+        payload["tool_calls"] = [{"index": d.index, "id": d.id, "name": d.name,
+                                  "arguments": d.arguments} for d in event.tool_calls]
+    if event.logprobs is not None:
+        payload["logprobs"] = [
+            {"token": token_text(lp.token), "logprob": lp.logprob,
+             "top": [(token_text(t), p) for t, p in lp.top]} for lp in event.logprobs]
+    return payload

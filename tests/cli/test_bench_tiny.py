@@ -165,7 +165,7 @@ def test_llama_cpp_columns_get_lsds_prompt_bytes_and_their_answers_are_checked(
     import tinymodels
 
     from lsd_local import Engine
-    from lsd_local.templates import CHATML
+    from lsd_local.chat.templates import CHATML
 
     spec = tinymodels.TinySpec()
     weights = tinymodels.random_weights(spec, 259 + len(spec.words))

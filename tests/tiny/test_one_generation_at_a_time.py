@@ -115,3 +115,21 @@ def test_two_threads_racing_to_start_get_one_generation(eng):
     assert results.count("refused") == 1
     winner = next(r for r in results if r != "refused")
     assert winner.run().finish_reason == "length"
+
+
+def test_configure_waits_for_the_unfinished_generation(eng):
+    """What a generation uses (drafter, rule) is fixed when it is made."""
+    gen = eng.generate(CHAT, max_tokens=5)
+    with pytest.raises(EngineBusyError, match="finish or close"):
+        eng.configure(rule="fly")
+    gen.close()
+    eng.configure(rule="fly")
+    eng.configure(rule="strict")
+
+
+def test_closing_the_engine_ends_its_unfinished_generation(tiny_pair):
+    engine = load_tiny(tiny_pair, "lookup")
+    gen = engine.generate(CHAT, max_tokens=50)
+    next(iter(gen))
+    engine.close()
+    assert gen.finished and engine.target._ctx is None  # the models are freed

@@ -114,7 +114,7 @@ BAD_REQUESTS = [
      400, "response_format", "schema"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400,
      "messages.0.content", "only text"),
-    ({"messages": QUESTION, "tools": [{"type": "function"}]}, 400, "tools", "not supported"),
+    ({"messages": QUESTION, "tools": [{"type": "function"}]}, 400, "tools", "invalid tools[0]"),
     (b'{"messages": [{"role": "user", "content": "hi"}], "json_schema": '
      + b'{"a": ' * 600 + b"1" + b"}" * 601, 400, None, "nested too deeply"),
     (b'{"x": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, None, "nested too deeply"),

@@ -94,3 +94,18 @@ def test_engine_settings_refuse_what_they_do_not_know(keywords, param):
     with pytest.raises(config.ParameterError) as caught:
         config.engine_settings(has_draft=False, **keywords)
     assert caught.value.param == param
+
+
+def test_engine_settings_take_any_sequence_and_empty_values_as_unset():
+    s = config.engine_settings(has_draft=True, tensor_split=(x for x in (3.0, 1.0)),
+                               device="CPU", draft_device="")
+    assert s.load.tensor_split == (3.0, 1.0) and s.draft_load.tensor_split == (3.0, 1.0)
+    assert s.draft_load.devices == "CPU" and not s.draft_device_given  # "" = as the target
+    assert config.engine_settings(has_draft=False, tensor_split=[]).load.tensor_split is None
+
+
+def test_changed_settings_keep_what_is_not_named():
+    d, r = config.DrafterConfig("lookup", k=8), config.RuleConfig("fly", theta=0.2)
+    assert config.changed_settings(d, r, rule="") == (d, r)  # chat's bare /mode
+    d2, r2 = config.changed_settings(d, r, "model", k=None, window=None, theta=0.3)
+    assert (d2.drafter, d2.k, r2.rule, r2.theta, r2.window) == ("model", None, "fly", 0.3, None)

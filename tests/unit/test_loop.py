@@ -102,3 +102,24 @@ def test_loose_rules_commit_teacher_forced_tokens(rule):
         if origin is Origin.TARGET:
             prefix = seq[:2 + i]
             assert seq[2 + i] == int(np.argmax(target.next_logits(prefix)))
+
+
+def test_a_failing_drafter_end_still_ends_the_request():
+    """Whatever fails as a request ends, the engine is given back and the kernel warm-up
+    learns that no request runs any more (else it would never compile)."""
+    from lsd_local.generation import EngineParts, Generation
+    from lsd_local.kernels.warmup import process_warmup
+
+    class Failing(ScriptedDrafter):
+        def end(self, history):
+            raise RuntimeError("end failed")
+
+    target = FakeTarget()
+    released = []
+    parts = EngineParts(target, None, Failing(target), None, lambda: None, released.append)
+    gen = Generation(parts, [3, 5], LoopSettings(6, 4, None, np.random.default_rng(0)),
+                     Verifier(RuleConfig(), None), TextAssembler(lambda t: b"x"))
+    before = process_warmup()._in_flight
+    with pytest.raises(RuntimeError, match="end failed"):
+        gen.run()
+    assert released == [gen] and gen.finished and process_warmup()._in_flight == before

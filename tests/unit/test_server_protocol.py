@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from lsd_local.config import DrafterConfig, RuleConfig
+from lsd_local.server.jobs import make_job
 from lsd_local.server.protocol import (
     UNLIMITED_TOKENS,
     ChatRequest,
     CompletionRequest,
     Defaults,
     RequestError,
-    make_job,
     parse,
 )
-from lsd_local.server.responses import Shaper, lsd_info, usage
+from lsd_local.server.responses import Answer, Shaper, lsd_info, usage
 
 GENERATE = {"max_tokens": None, "temperature": 0.0, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
-            "seed": None, "stop": [], "grammar": None, "json_schema": None}
+            "seed": None, "stop": [], "grammar": None, "json_schema": None,
+            "repeat_penalty": 1.0, "repeat_last_n": 64, "presence_penalty": 0.0,
+            "frequency_penalty": 0.0}
 DEFAULTS = Defaults(DrafterConfig(drafter="auto", k="auto"), RuleConfig(rule="fly", theta=0.5),
                     GENERATE)
 USER = [{"role": "user", "content": "hi"}]
@@ -87,8 +91,18 @@ def test_response_formats_become_grammars():
 
 @pytest.mark.parametrize(("body", "param"), [
     ({"messages": USER, "n": 3}, "n"),
-    ({"messages": USER, "presence_penalty": 0.5}, "presence_penalty"),
-    ({"messages": USER, "logprobs": True}, "logprobs"),
+    ({"messages": USER, "presence_penalty": 2.5}, "presence_penalty"),
+    ({"messages": USER, "logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+    ({"messages": USER, "top_logprobs": 2}, "top_logprobs"),
+    ({"messages": USER, "repeat_penalty": 0}, "repeat_penalty"),
+    ({"messages": USER, "repeat_last_n": -2}, "repeat_last_n"),
+    ({"messages": USER, "logit_bias": {"5": 101}}, "logit_bias"),
+    ({"messages": USER, "mirostat": 2}, "mirostat"),
+    ({"messages": USER, "typical_p": 0.5}, "typical_p"),
+    ({"messages": USER, "tool_choice": "required"}, "tool_choice"),
+    ({"messages": [*USER, {"role": "tool", "tool_call_id": "x", "content": "1"}]},
+     "messages.1.tool_call_id"),
+    ({"messages": USER, "reasoning_format": "sideways"}, "reasoning_format"),
     ({"messages": USER, "tools": [{"type": "function"}]}, "tools"),
     ({"messages": USER, "temperature": -1}, "temperature"),
     ({"messages": USER, "top_p": 0}, "top_p"),
@@ -129,21 +143,60 @@ def test_stream_options_and_ids():
 STATS = {"prompt_tokens": 10, "generated_tokens": 4, "cached_prompt_tokens": 6, "tau": 2.0,
          "acceptance_rate": 0.5, "rounds": 2, "drafted": 4, "accepted_exact": 2,
          "accepted_loose": 0, "draft_sources": {"lookup": 2},
-         "decode_tokens_per_second": 40.0, "prefill_seconds": 0.1}
+         "decode_tokens_per_second": 40.0, "prefill_seconds": 0.1, "reasoning_tokens": 1}
+
+
+def answer_of(*payloads) -> Answer:
+    answer = Answer()
+    for payload in payloads:
+        answer.add(payload)
+    return answer
 
 
 def test_responses_have_openais_shape():
-    whole = Shaper("chat", "abc", "m").whole("hi", "stop", 10, STATS,
+    whole = Shaper("chat", "abc", "m").whole(answer_of({"text": "hi"}), "stop", 10, STATS,
                                             lsd_info(STATS, False, 0.2))
     assert whole["id"] == "chatcmpl-abc" and whole["object"] == "chat.completion"
     assert whole["choices"][0]["message"] == {"role": "assistant", "content": "hi"}
     assert whole["usage"] == usage(10, STATS) == {
         "prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14,
-        "prompt_tokens_details": {"cached_tokens": 6}}
+        "prompt_tokens_details": {"cached_tokens": 6},
+        "completion_tokens_details": {"reasoning_tokens": 1}}
     assert whole["lsd"]["time_to_first_token"] == 0.2
     text = Shaper("completion", "abc", "m")
-    assert text.whole("hi", "length", 10, STATS, {})["choices"][0]["text"] == "hi"
-    assert text.chunk("x").startswith('data: {"id": "cmpl-abc", "object": "text_completion"')
+    assert text.whole(answer_of({"text": "hi"}), "length", 10, STATS, {})[
+        "choices"][0]["text"] == "hi"
+    assert text.chunk({"text": "x"}).startswith(
+        'data: {"id": "cmpl-abc", "object": "text_completion"')
+
+
+def test_calls_reasoning_and_logprobs_in_openais_shape():
+    token = ("hi", [104, 105])
+    answer = answer_of(
+        {"text": "", "reasoning": "hm", "tool_calls": [
+            {"index": 0, "id": "call_1", "name": "f", "arguments": '{"a"'}]},
+        {"text": "", "tool_calls": [{"index": 0, "id": None, "name": None,
+                                     "arguments": ": 1}"}],
+         "logprobs": [{"token": token, "logprob": -0.5, "top": [(token, -0.5)]}]})
+    chat = Shaper("chat", "abc", "m")
+    choice = chat.whole(answer, "tool_calls", 10, STATS, {})["choices"][0]
+    assert choice["message"] == {
+        "role": "assistant", "content": None, "reasoning_content": "hm",
+        "tool_calls": [{"id": "call_1", "type": "function",
+                        "function": {"name": "f", "arguments": '{"a": 1}'}}]}
+    assert choice["logprobs"]["content"][0] == {
+        "token": "hi", "logprob": -0.5, "bytes": [104, 105],
+        "top_logprobs": [{"token": "hi", "logprob": -0.5, "bytes": [104, 105]}]}
+    first = json.loads(chat.chunk({"text": "", "tool_calls": [
+        {"index": 0, "id": "call_1", "name": "f", "arguments": ""}]})[6:])
+    assert first["choices"][0]["delta"]["tool_calls"] == [
+        {"index": 0, "id": "call_1", "type": "function",
+         "function": {"name": "f", "arguments": ""}}]
+    text = Shaper("completion", "abc", "m").whole(answer_of(
+        {"text": "hi", "logprobs": [{"token": token, "logprob": -0.5, "top": [(token, -0.5)]}]}),
+        "stop", 10, STATS, {})["choices"][0]["logprobs"]
+    assert text == {"tokens": ["hi"], "token_logprobs": [-0.5], "top_logprobs": [{"hi": -0.5}],
+                    "text_offset": [0]}
 
 
 def test_what_other_clients_send_is_understood():

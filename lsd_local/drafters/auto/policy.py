@@ -39,7 +39,7 @@ PRIOR_DRAFT_SHARE = 0.25  # assumed draft-model cost per token vs a target step 
 CATCH_UP_SHARE = 0.25
 CATCH_UP_ROUNDS = 64
 # What an earlier process learned comes back with the weight of this many timings and
-# acceptance tries in all (lsd_local/learned.py): enough to start right, little enough that
+# acceptance tries in all (learned.py): enough to start right, little enough that
 # this process's own evidence takes over within rounds if the machine or workload changed.
 RESTORED_COST_WEIGHT = 16.0
 RESTORED_TRIES = 50.0
@@ -263,6 +263,12 @@ class AutoDrafter(Drafter):
         for drafter in (self.lookup, self.model):
             if drafter is not None:
                 drafter.begin()
+
+    def end(self, history: np.ndarray) -> None:
+        """The request ended: the drafters it delegates to hear it too."""
+        for drafter in (self.lookup, self.model):
+            if drafter is not None:
+                drafter.end(history)
 
     def reset(self) -> None:
         """A new conversation: keep what was learned about costs and acceptance."""

@@ -1,0 +1,214 @@
+"""An answer read apart as it streams: reasoning (`<think>...</think>`, DeepSeek-R1 distills,
+Qwen3, QwQ; also a block the prompt opened), content, and tool calls in the template's
+format, each tool call streamed as OpenAI does (its id and name first, then its arguments'
+JSON text in pieces). Text that may be the start of a marker is held back until it is known;
+text keeps the origin (draft exact / loose, target) of the tokens it came from.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from .jsonscan import list_elements, value_end
+from .tools import ToolFormat, section_calls
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+HERMES_CLOSE = "</tool_call>"
+
+
+@dataclass(frozen=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call: the first carries its id and name."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""  # the next piece of the arguments' JSON text
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A whole tool call, as OpenAI returns it (arguments: JSON text)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class Parts:
+    """What one round's released text became."""
+
+    content: list = field(default_factory=list)  # (text, origin) spans
+    reasoning: list = field(default_factory=list)  # (text, origin) spans
+    tool_calls: list = field(default_factory=list)  # ToolCallDelta
+
+    @staticmethod
+    def text(spans) -> str:
+        return "".join(text for text, _ in spans)
+
+
+def _partial_suffix(text: str, marker: str) -> int:
+    """Length of the longest suffix of text that is a proper prefix of marker."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if text.endswith(marker[:n]):
+            return n
+    return 0
+
+
+class OutputParser:
+    """Feed it each round's released (text, origin) spans; it returns Parts. `fmt`: the tool
+    format to read calls in (None: no tools); `thinking`: the prompt opened a reasoning
+    block; `reasoning`: split `<think>` blocks out (else they stay content)."""
+
+    def __init__(self, fmt: ToolFormat | None = None, thinking: bool = False,
+                 reasoning: bool = True) -> None:
+        self.fmt = fmt
+        self.reasoning = reasoning
+        self.state = "reasoning" if (thinking and reasoning) else "start"
+        self._pending: list[tuple[str, object]] = []  # released but not yet classified
+        self._section = ""  # the tool call section being read
+        self._announced: list[str] = []  # ids of the calls streamed so far
+        self._sent: list[str] = []  # per call: the arguments text streamed so far
+        self._names: list[str] = []
+        self._section_ids: list[str] = []  # ids of the current section's calls
+        self._content_seen = False  # content other than whitespace was given out
+        self.in_reasoning = self.state == "reasoning"
+
+    # --- results ----------------------------------------------------------------------
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        return [ToolCall(i, n, a) for i, n, a in zip(self._announced, self._names, self._sent,
+                                                     strict=True)]
+
+    # --- feeding ----------------------------------------------------------------------
+
+    def feed(self, spans, final: bool = False) -> Parts:
+        """The parts of newly released text (spans: (text, origin) pairs); `final`: no more
+        text will come (flush what was held back)."""
+        self._pending.extend((t, o) for t, o in spans if t)
+        parts = Parts()
+        while True:
+            before = (self.state, self._pending_text())
+            getattr(self, f"_{self.state}")(parts, final)
+            if (self.state, self._pending_text()) == before:
+                break
+        self.in_reasoning = self.state == "reasoning"
+        return parts
+
+    def _pending_text(self) -> str:
+        return "".join(text for text, _ in self._pending)
+
+    def _take(self, n: int) -> list[tuple[str, object]]:
+        """The first n characters of pending text, as spans."""
+        taken, rest = [], []
+        for text, origin in self._pending:
+            if n >= len(text):
+                taken.append((text, origin))
+                n -= len(text)
+            elif n > 0:
+                taken.append((text[:n], origin))
+                rest.append((text[n:], origin))
+                n = 0
+            else:
+                rest.append((text, origin))
+        self._pending = rest
+        return taken
+
+    def _start(self, parts: Parts, final: bool) -> None:
+        """Before any text: a reasoning block may open."""
+        text = self._pending_text()
+        stripped = text.lstrip()
+        if self.reasoning and stripped.startswith(THINK_OPEN):
+            self._take(len(text) - len(stripped) + len(THINK_OPEN))
+            self.state = "reasoning"
+        elif self.reasoning and THINK_OPEN.startswith(stripped) and not final:
+            return  # maybe the beginning of "<think>"
+        else:
+            self.state = "content"
+
+    def _reasoning(self, parts: Parts, final: bool) -> None:
+        text = self._pending_text()
+        at = text.find(THINK_CLOSE)
+        if at >= 0:
+            parts.reasoning += self._take(at)
+            self._take(len(THINK_CLOSE))
+            self.state = "after_reasoning"
+            return
+        keep = 0 if final else _partial_suffix(text, THINK_CLOSE)
+        parts.reasoning += self._take(len(text) - keep)
+
+    def _after_reasoning(self, parts: Parts, final: bool) -> None:
+        """The whitespace between a reasoning block and the answer is neither."""
+        text = self._pending_text()
+        self._take(len(text) - len(text.lstrip()))
+        if self._pending or final:
+            self.state = "content"
+
+    def _content(self, parts: Parts, final: bool) -> None:
+        text = self._pending_text()
+        fmt = self.fmt
+        if fmt is None:
+            parts.content += self._take(len(text))
+            return
+        if fmt.at_start_only:  # the whole answer is a call, or none of it
+            if self._content_seen:
+                parts.content += self._take(len(text))
+            elif text.lstrip().startswith("{"):
+                self._take(len(text) - len(text.lstrip()))
+                self.state = "call"
+            elif text.strip() or final:
+                self._content_seen = bool(text.strip())
+                parts.content += self._take(len(text))
+            return
+        at = text.find(fmt.opener)
+        end = at if at >= 0 else len(text) - (0 if final else _partial_suffix(text, fmt.opener))
+        if self._announced and not text[:end].strip():
+            self._take(end)  # whitespace after a call: neither content nor call
+        else:
+            parts.content += self._take(end)
+        if at >= 0:
+            self.state = "call"
+
+    def _call(self, parts: Parts, final: bool) -> None:
+        taken = self._take(len(self._pending_text()))
+        origin = taken[-1][1] if taken else None
+        self._section += Parts.text(taken)
+        end = self._section_end()
+        calls, _ = section_calls(self.fmt, self._section[:end])
+        base = len(self._announced) - len(self._section_ids)
+        for i, scan in enumerate(calls):
+            self._stream_call(parts, base + i, scan)
+        if end is not None or final:
+            rest = self._section[end:] if end is not None else ""
+            self._section, self._section_ids = "", []
+            self._pending = [(rest, origin)] if rest else []
+            self.state = "content"
+
+    def _stream_call(self, parts: Parts, index: int, scan) -> None:
+        if scan.name is None:
+            return  # (a name must come before anything of a call is streamed)
+        if index >= len(self._announced):
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+            self._announced.append(call_id)
+            self._section_ids.append(call_id)
+            self._names.append(scan.name)
+            self._sent.append(scan.arguments)
+            parts.tool_calls.append(ToolCallDelta(index, call_id, scan.name, scan.arguments))
+            return
+        sent = self._sent[index]
+        if len(scan.arguments) > len(sent) and scan.arguments.startswith(sent):
+            parts.tool_calls.append(ToolCallDelta(index, arguments=scan.arguments[len(sent):]))
+            self._sent[index] = scan.arguments
+
+    def _section_end(self) -> int | None:
+        """Where the current call section ends in its text (None while it goes on)."""
+        section, fmt = self._section, self.fmt
+        if fmt.name == "hermes":
+            at = section.find(HERMES_CLOSE)
+            return at + len(HERMES_CLOSE) if at >= 0 else None
+        if fmt.name == "mistral":
+            return list_elements(section, len(fmt.opener))[1]
+        return value_end(section, 0)

@@ -1,0 +1,183 @@
+"""Chat messages -> prompt text with the GGUF's own Jinja chat template, given what
+Transformers' apply_chat_template gives it: `messages` (assistant turns with `tool_calls`,
+`tool` turns with `tool_call_id`), `tools`, `add_generation_prompt`, the BOS/EOS text and
+template kwargs (`enable_thinking`, `reasoning_effort`, ...). A template that cannot render
+tools gets them in the system message (chat/tools.py, FALLBACK_SYSTEM)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from functools import lru_cache
+
+from ..errors import LsdError, ParameterError
+from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
+
+# Used only when a GGUF ships no template at all: ChatML, which many instruct models know.
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def _raise(message: str) -> None:
+    raise LsdError(f"chat template: {message}")
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+@lru_cache(maxsize=8)
+def _compile(template: str):
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    try:
+        return env.from_string(template)
+    except jinja2.TemplateError as exc:
+        raise LsdError(f"the model's chat template does not parse: {exc}") from None
+
+
+def _content(message: dict, i: int) -> str:
+    """A message's content as one string: text parts joined (OpenAI's content lists), null
+    as "" (an assistant turn that only calls tools: templates add text to it)."""
+    content = message.get("content")
+    if isinstance(content, list):
+        parts = []
+        for j, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or \
+                    not isinstance(part.get("text"), str):
+                raise ParameterError(f"invalid messages.{i}.content.{j}: only text parts are "
+                                     "supported", param=f"messages.{i}.content")
+            parts.append(part["text"])
+        return "".join(parts)
+    if content is None:
+        return ""
+    if not isinstance(content, str):
+        raise ParameterError(f"invalid messages.{i}.content: a string (or text parts)",
+                             param=f"messages.{i}.content")
+    return content
+
+
+def _tool_calls(calls: object, i: int) -> list[dict]:
+    """An assistant turn's OpenAI tool_calls, their arguments as objects for the template."""
+    if not isinstance(calls, list):
+        raise ParameterError(f"invalid messages.{i}.tool_calls: a list",
+                             param=f"messages.{i}.tool_calls")
+    out = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ParameterError(f"invalid messages.{i}.tool_calls.{j}: needs "
+                                 "function.name", param=f"messages.{i}.tool_calls")
+        function = {**function, "arguments": template_arguments(function.get("arguments", {}))}
+        out.append({**call, "type": call.get("type", "function"), "function": function})
+    return out
+
+
+def normalize_messages(messages: Sequence[dict]) -> list[dict]:
+    """Messages as templates expect them (ParameterError names a bad field): string roles and
+    content, tool calls' arguments as objects, and every tool turn answering a call made
+    before it (its tool_call_id)."""
+    if not messages:
+        raise ParameterError("invalid messages: no chat messages given", param="messages")
+    out, call_ids = [], set()
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise ParameterError(f"invalid messages.{i}: needs a string role",
+                                 param=f"messages.{i}.role")
+        clean = {**message, "content": _content(message, i)}
+        if message.get("tool_calls"):
+            clean["tool_calls"] = _tool_calls(message["tool_calls"], i)
+            call_ids |= {c.get("id") for c in clean["tool_calls"] if c.get("id")}
+        if message["role"] == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in call_ids:
+                raise ParameterError(f"invalid messages.{i}.tool_call_id: {call_id!r} answers "
+                                     "no tool call made before it",
+                                     param=f"messages.{i}.tool_call_id")
+        out.append(clean)
+    return out
+
+
+def with_fallback_tools(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
+    """The tools in the system message, for a template that cannot render them."""
+    note = FALLBACK_SYSTEM.format(tools=json.dumps(list(tools), ensure_ascii=False, indent=1))
+    if messages and messages[0].get("role") == "system":
+        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{note}"}] + \
+            messages[1:]
+    return [{"role": "system", "content": note}] + messages
+
+
+def render_chat(template: str | None, messages: Sequence[dict], bos_token: str = "",
+                eos_token: str = "", add_generation_prompt: bool = True,
+                tools: Sequence[dict] | None = None, **template_kwargs) -> str:
+    """Render `messages` (OpenAI chat messages) into the model's prompt text; `tools`: OpenAI
+    function specifications; `template_kwargs`: what else the template reads."""
+    clean = normalize_messages(messages)
+    if tools and not renders_tools(template):
+        clean, tools = with_fallback_tools(clean, tools), None
+    import jinja2
+
+    compiled = _compile(template or CHATML)
+    try:
+        return compiled.render(**template_kwargs, messages=clean, bos_token=bos_token,
+                               eos_token=eos_token, add_generation_prompt=add_generation_prompt,
+                               tools=list(tools) if tools else None)
+    except jinja2.TemplateError as exc:
+        raise LsdError(f"the model's chat template failed on these messages: {exc}") from None
+
+
+def _special(vocab, token: int) -> str:
+    return vocab.token_bytes(token).decode("utf-8", "replace")
+
+
+def render_prompt(template: str | None, messages: Sequence[dict], vocab,
+                  tools: Sequence[dict] | None = None, **template_kwargs) -> str:
+    """Chat messages as prompt text, the template given the vocabulary's BOS and EOS text
+    (`vocab`: a backend Vocab)."""
+    return render_chat(template, messages, bos_token=_special(vocab, vocab.bos_token),
+                       eos_token=_special(vocab, vocab.eos_token), tools=tools,
+                       **template_kwargs)
+
+
+def tokens_of(text: str, vocab) -> list[int]:
+    """Rendered prompt text tokenized: a BOS the template wrote is not added again."""
+    bos = _special(vocab, vocab.bos_token)
+    add_bos = vocab.add_bos and not (bos and text.startswith(bos))
+    return ([vocab.bos_token] if add_bos else []) + vocab.tokenize(text, add_special=False)
+
+
+def prompt_tokens(template: str | None, prompt: str | Sequence[dict], vocab,
+                  tools: Sequence[dict] | None = None, **template_kwargs) -> list[int]:
+    """A raw prompt tokenized with the vocabulary's special tokens (BOS), or chat messages
+    rendered by the template and tokenized."""
+    if isinstance(prompt, str):
+        return vocab.tokenize(prompt, add_special=True)
+    return tokens_of(render_prompt(template, prompt, vocab, tools, **template_kwargs), vocab)
+
+
+def prompt_text(template: str | None, prompt: str | Sequence[dict], vocab,
+                tools: Sequence[dict] | None = None, **template_kwargs) -> str:
+    """What `prompt_tokens` evaluates, as text for a program that tokenizes with special
+    tokens and adds the vocabulary's BOS itself (llama.cpp's tools): a BOS text the template
+    wrote is left out, since that program adds it as a token."""
+    text = prompt if isinstance(prompt, str) else render_prompt(template, prompt, vocab,
+                                                                tools, **template_kwargs)
+    bos = _special(vocab, vocab.bos_token)
+    return text[len(bos):] if vocab.add_bos and bos and text.startswith(bos) else text
+
+
+def opens_thinking(prompt_text: str) -> bool:
+    """Whether the rendered prompt leaves a `<think>` block open (a template that starts the
+    model's reasoning itself: its answer begins inside the block)."""
+    return prompt_text.rfind("<think>") > prompt_text.rfind("</think>")

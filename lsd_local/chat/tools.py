@@ -1,0 +1,244 @@
+"""Tool calls: which format a chat template's model writes them in (found in the template, as
+llama.cpp's common/chat.cpp does), the grammar that makes every call valid against the
+tools' parameter schemas, and reading the calls back out of the text.
+
+Formats:
+- "hermes": `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block per
+  call (Qwen2.5/Qwen3, Hermes, and the many templates with `<tool_call>`);
+- "mistral": `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (templates with
+  `[TOOL_CALLS]`);
+- "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
+  (Llama 3.1/3.2/3.3 templates: `<|start_header_id|>` with `ipython`);
+- "generic": for a template that cannot render tools: the tools go into the system message
+  (FALLBACK_SYSTEM, below) and a call is `{"tool_calls": [{"name": ..., "arguments":
+  {...}}]}` as the whole answer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from ..errors import ParameterError
+from .jsonscan import CallScan, list_elements, scan_call, value_end
+
+FALLBACK_SYSTEM = (
+    "You can call these tools (OpenAI function specifications):\n{tools}\n\n"
+    "To call one or more of them, answer with JSON only, in this form:\n"
+    '{{"tool_calls": [{{"name": "<tool name>", "arguments": {{<arguments>}}}}]}}\n'
+    "To answer without calling a tool, answer in plain text.")
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """How one family writes tool calls."""
+
+    name: str
+    opener: str  # the text a call section starts with ("" : the answer's first "{")
+    arguments_key: str = "arguments"
+
+    @property
+    def at_start_only(self) -> bool:
+        """A call section can only be the whole answer (its first non-space text)."""
+        return self.opener == ""
+
+
+FORMATS = {"hermes": ToolFormat("hermes", "<tool_call>"),
+           "mistral": ToolFormat("mistral", "[TOOL_CALLS]"),
+           "llama3": ToolFormat("llama3", "", "parameters"),
+           "generic": ToolFormat("generic", "")}
+
+
+def detect_format(template: str | None) -> ToolFormat:
+    """The format a template's model writes calls in (generic: the template has no tools)."""
+    source = template or ""
+    if "<tool_call>" in source:
+        return FORMATS["hermes"]
+    if "[TOOL_CALLS]" in source:
+        return FORMATS["mistral"]
+    if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
+        return FORMATS["llama3"]
+    return FORMATS["generic"]
+
+
+def renders_tools(template: str | None) -> bool:
+    """Whether the template itself shows the model its tools (else FALLBACK_SYSTEM does)."""
+    return bool(template) and re.search(r"\btools\b", template) is not None and \
+        detect_format(template).name != "generic"
+
+
+# --- requests ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Tool:
+    """One function the model may call."""
+
+    name: str
+    description: str
+    parameters: dict  # JSON schema of its arguments object
+
+    def spec(self) -> dict:
+        """The OpenAI function specification (what templates render)."""
+        return {"type": "function", "function": {"name": self.name,
+                                                 "description": self.description,
+                                                 "parameters": self.parameters}}
+
+
+def parse_tools(tools: object) -> tuple[Tool, ...]:
+    """OpenAI `tools` (a list of {"type": "function", "function": {...}}) checked: a
+    ParameterError names what is wrong (param "tools")."""
+    if not isinstance(tools, (list, tuple)) or not tools:
+        raise ParameterError("invalid tools: a non-empty list of function specifications",
+                             param="tools")
+    out, seen = [], set()
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or \
+                not isinstance(function, dict):
+            raise ParameterError(f"invalid tools[{i}]: expected {{\"type\": \"function\", "
+                                 "\"function\": {...}}", param="tools")
+        name = function.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", name):
+            raise ParameterError(f"invalid tools[{i}].function.name: {name!r} (1-64 letters, "
+                                 "digits, _ . -)", param="tools")
+        if name in seen:
+            raise ParameterError(f"invalid tools[{i}]: the name {name!r} is used twice",
+                                 param="tools")
+        seen.add(name)
+        parameters = function.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+            raise ParameterError(f"invalid tools[{i}].function.parameters: a JSON schema of "
+                                 "type object", param="tools")
+        out.append(Tool(name, str(function.get("description") or ""), parameters))
+    return tuple(out)
+
+
+def choose_tools(tools: tuple[Tool, ...], tool_choice: object) -> tuple[str, tuple[Tool, ...]]:
+    """("auto" | "required" | "none", the tools a call may name) for OpenAI's tool_choice:
+    "auto", "none", "required", or {"type": "function", "function": {"name": ...}}."""
+    if tool_choice in (None, "auto", "none", "required"):
+        return tool_choice or "auto", tools
+    function = tool_choice.get("function") if isinstance(tool_choice, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    named = [tool for tool in tools if tool.name == name]
+    if not named:
+        raise ParameterError(f"invalid tool_choice: {tool_choice!r} (auto, none, required, or "
+                             "a function among the tools)", param="tool_choice")
+    return "required", tuple(named)
+
+
+# --- grammar -------------------------------------------------------------------------------
+
+def call_schema(tools: tuple[Tool, ...], arguments_key: str) -> dict:
+    """The JSON schema of one call: its name is one of the tools', its arguments that tool's
+    parameters."""
+    return {"anyOf": [{"type": "object",
+                       "properties": {"name": {"const": tool.name},
+                                      arguments_key: tool.parameters},
+                       "required": ["name", arguments_key], "additionalProperties": False}
+                      for tool in tools]}
+
+
+def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
+                 to_gbnf) -> str:
+    """GBNF for one or more calls in `fmt` (only one unless `parallel`), its root starting
+    with the format's opener (what a lazy grammar is triggered by). `to_gbnf(schema)` is the
+    JSON-schema converter (backend.schema_to_gbnf)."""
+    if fmt.name == "generic":
+        calls = {"type": "array", "items": call_schema(tools, "arguments"), "minItems": 1}
+        if not parallel:
+            calls["maxItems"] = 1
+        schema = {"type": "object", "properties": {"tool_calls": calls},
+                  "required": ["tool_calls"], "additionalProperties": False}
+        return to_gbnf(schema)
+    body = re.sub(r"(?m)^root ::=", "tool-call ::=", to_gbnf(call_schema(tools,
+                                                                         fmt.arguments_key)))
+    more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
+            "mistral": '("," tool-ws tool-call)*', "llama3": ""}[fmt.name] if parallel else ""
+    root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
+            "mistral": f'"[TOOL_CALLS]" tool-ws "[" tool-ws tool-call {more} tool-ws "]"',
+            "llama3": "tool-call"}[fmt.name]
+    return f"root ::= {root}\ntool-ws ::= [ \\t\\n]{{0,2}}\n{body}"  # (bounded: no endless blanks)
+
+
+def lazy_triggers(fmt: ToolFormat) -> tuple[str, ...]:
+    """llama.cpp trigger patterns for a lazy grammar (free text until a call starts): the
+    opener anywhere, or for a whole-answer format, a "{" as the answer's first text."""
+    if fmt.at_start_only:
+        return (r"^\s*(\{[\s\S]*)$",)
+    return (re.escape(fmt.opener),)
+
+
+# --- reading calls back --------------------------------------------------------------------
+
+def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
+    """The calls a call section (its text from the opener on, maybe unfinished) holds so far,
+    and whether the section is complete."""
+    if fmt.name == "hermes":
+        calls, complete = [], False
+        for block in re.split(r"<tool_call>", section)[1:]:
+            body, closed, _ = block.partition("</tool_call>")
+            calls.append(scan_call(body.strip()))
+            complete = bool(closed)
+        return calls, complete
+    if fmt.name == "mistral":
+        elements, end = list_elements(section, len(fmt.opener))
+        return [scan_call(section[a:b] if b else section[a:]) for a, b in elements], \
+            end is not None
+    if fmt.name == "llama3":
+        scan = scan_call(section, ("parameters", "arguments"))
+        return [scan], scan.complete
+    return _generic_calls(section)
+
+
+def _generic_calls(section: str) -> tuple[list[CallScan], bool]:
+    match = re.match(r'\s*\{\s*"tool_calls"\s*:', section)
+    if not match:
+        return [], value_end(section, 0) is not None
+    elements, _ = list_elements(section, match.end())
+    calls = [scan_call(section[a:b] if b else section[a:]) for a, b in elements]
+    return calls, value_end(section, 0) is not None
+
+
+def template_arguments(arguments: object) -> object:
+    """A call's arguments as a chat template expects them: an object (OpenAI messages carry
+    them as JSON text; templates write `arguments | tojson`)."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            return arguments
+    return arguments
+
+
+@dataclass(frozen=True)
+class ToolPlan:
+    """What a request's tools mean for its generation."""
+
+    fmt: ToolFormat
+    mode: str  # "auto" (free text or calls), "required" (calls only), "none" (no calls)
+    tools: tuple[Tool, ...]  # every tool (the template shows them all)
+    callable: tuple[Tool, ...]  # the ones a call may name
+    parallel: bool  # more than one call per answer
+
+    @property
+    def specs(self) -> list[dict]:
+        return [tool.spec() for tool in self.tools]
+
+    def grammar(self, to_gbnf) -> tuple[str, tuple[str, ...]] | None:
+        """(GBNF text, lazy trigger patterns: empty for a grammar that holds from the first
+        token) that makes every call valid, or None ("none": no call at all)."""
+        if self.mode == "none":
+            return None
+        text = call_grammar(self.fmt, self.callable, self.parallel, to_gbnf)
+        return text, (lazy_triggers(self.fmt) if self.mode == "auto" else ())
+
+
+def tool_plan(template: str | None, tools: object, tool_choice: object,
+              parallel: bool) -> ToolPlan:
+    """The plan for OpenAI's tools, tool_choice and parallel_tool_calls on this template
+    (ParameterError names a bad field)."""
+    checked = parse_tools(tools)
+    mode, callable_tools = choose_tools(checked, tool_choice)
+    return ToolPlan(detect_format(template), mode, checked, callable_tools, bool(parallel))

@@ -1,0 +1,210 @@
+"""A validated request body -> the engine's Job. Every setting is checked here, in the HTTP
+process (a bad request is a 400 before it waits in the queue): the sampler, penalties and
+biases, logprobs, tools and tool_choice, the messages (tool turns answer calls made before
+them), grammars, and lsd's speculation settings. A sampling field of OpenAI's or
+llama-server's that lsd does not implement is refused by name, never ignored.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..chat.templates import normalize_messages
+from ..chat.tools import choose_tools, parse_tools
+from ..config import MAX_TOP_LOGPROBS, PenaltySettings, sampler_settings
+from ..errors import ParameterError
+from ..grammars import shipped_grammars
+from .protocol import (
+    UNLIMITED_TOKENS,
+    ChatRequest,
+    CompletionRequest,
+    Defaults,
+    Job,
+    RequestError,
+    _Common,
+)
+
+# llama-server's samplers lsd does not implement, and the value that leaves each off
+REFUSED = {"typical_p": 1.0, "mirostat": 0, "dry_multiplier": 0.0, "xtc_probability": 0.0,
+           "top_n_sigma": -1.0, "dynatemp_range": 0.0, "ignore_eos": False,
+           "samplers": None, "penalize_nl": False}
+DRAFTER_FIELDS = ("drafter", "k", "p_min")
+RULE_FIELDS = ("rule", "theta", "window", "entropy_top_k", "entropy", "gate", "max_exceptions",
+               "budget")
+REASONING_FORMATS = ("auto", "deepseek", "deepseek-legacy", "none")
+
+
+def refuse_unsupported(req: _Common) -> None:
+    """Features lsd does not implement are refused, not silently ignored."""
+    if req.n not in (None, 1):
+        raise RequestError(400, f"invalid n: {req.n} (lsd returns one choice: n must be 1)",
+                           "n")
+    for name, off in REFUSED.items():
+        value = (req.model_extra or {}).get(name, off)
+        if value != off and value is not None:
+            raise RequestError(400, f"{name} is not supported (lsd has no such sampler; "
+                               f"leave it out or {off!r})", name)
+    if getattr(req, "echo", False):
+        raise RequestError(400, "echo is not supported", "echo")
+    if getattr(req, "suffix", None):
+        raise RequestError(400, "suffix (fill-in-the-middle) is not supported", "suffix")
+    if getattr(req, "best_of", None) not in (None, 1):
+        raise RequestError(400, "best_of must be 1", "best_of")
+
+
+def chat_messages(req: ChatRequest, system: str | None) -> list[dict]:
+    """The messages as the engine takes them (normalized and checked: a tool turn must
+    answer a call made before it), with --system first when the chat brings none."""
+    raw = [m.model_dump(exclude_none=True) for m in req.messages]
+    for message in raw:
+        message.setdefault("content", None)
+        if message["role"] == "developer":  # OpenAI's newer name for the system role
+            message["role"] = "system"
+    messages = normalize_messages(raw)
+    if system is not None and not any(m["role"] == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+def constraint(req: _Common, defaults: Defaults) -> dict:
+    """grammar / json_schema for Engine.generate. A request's grammar is GBNF text or a
+    shipped grammar's name, never a path: a client must not make the server read files."""
+    fmt = getattr(req, "response_format", None)
+    given = [name for name, value in (("grammar", req.grammar), ("json_schema", req.json_schema),
+             ("response_format", fmt if fmt and fmt.type != "text" else None)) if value]
+    if len(given) > 1:
+        raise RequestError(400, f"give one of {', '.join(given)}, not several", given[1])
+    if req.grammar is not None:
+        if req.grammar not in shipped_grammars() and "::=" not in req.grammar:
+            raise RequestError(400, "invalid grammar: GBNF text (rules with ::=) or the name "
+                               "of a shipped grammar", "grammar")
+        return {"grammar": req.grammar, "json_schema": None}
+    if req.json_schema is not None:
+        return {"grammar": None, "json_schema": req.json_schema}
+    if fmt is not None and fmt.type == "json_object":
+        return {"grammar": "json_object", "json_schema": None}
+    if fmt is not None and fmt.type == "json_schema":
+        if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+            raise RequestError(400, "invalid response_format.json_schema: it needs a schema",
+                               "response_format.json_schema")
+        return {"grammar": None, "json_schema": fmt.json_schema.schema_}
+    return {name: defaults.generate.get(name) for name in ("grammar", "json_schema")}
+
+
+def sampling(req: _Common, defaults: Defaults, max_tokens: int | None) -> dict:
+    """The sampler, penalties, biases and stop strings for Engine.generate."""
+    base = defaults.generate
+    pick = {name: getattr(req, name) if getattr(req, name) is not None else base[name]
+            for name in ("temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
+                         "repeat_last_n", "presence_penalty", "frequency_penalty")}
+    sampler_settings(pick["temperature"], pick["top_k"], pick["top_p"], pick["min_p"])
+    PenaltySettings(pick["repeat_penalty"], pick["repeat_last_n"], pick["presence_penalty"],
+                    pick["frequency_penalty"])  # (the biases are checked by the engine)
+    stop = req.stop if req.stop is not None else base["stop"]
+    stop = [stop] if isinstance(stop, str) else list(stop)
+    if any(not s for s in stop):
+        raise RequestError(400, "invalid stop: empty strings never match", "stop")
+    limit = max_tokens if max_tokens is not None else base["max_tokens"]
+    return dict(pick, stop=stop, max_tokens=UNLIMITED_TOKENS if limit is None else limit,
+                logit_bias=_bias(req.logit_bias), logprobs=_logprobs(req))
+
+
+def _bias(spec) -> object:
+    """logit_bias as it came, its biases checked (the token ids are the engine's to check)."""
+    if spec is None:
+        return None
+    values = spec.values() if isinstance(spec, dict) else [
+        pair[1] if isinstance(pair, list) and len(pair) == 2 else "?" for pair in spec]
+    for value in values:
+        if value is not False and (isinstance(value, (str, bool)) or not isinstance(
+                value, (int, float)) or not math.isfinite(value) or abs(value) > 100):
+            raise ParameterError(f"invalid logit_bias: {value!r} (a number within [-100, 100] "
+                                 "or false; lists take [token, bias] pairs)", param="logit_bias")
+    return dict(spec) if isinstance(spec, dict) else [list(pair) for pair in spec]
+
+
+def _logprobs(req: _Common) -> int | None:
+    """None (not asked), or how many alternatives each token comes with."""
+    if isinstance(req, ChatRequest):
+        top = req.top_logprobs
+        if top is not None and not req.logprobs:
+            raise ParameterError("invalid top_logprobs: it needs logprobs: true",
+                                 param="top_logprobs")
+        asked = (top or 0) if req.logprobs else None
+        name = "top_logprobs"
+    else:
+        given = req.logprobs if req.logprobs is not None else req.n_probs
+        asked = None if given in (None, False) else int(given)
+        name = "logprobs"
+    if asked is not None and not 0 <= asked <= MAX_TOP_LOGPROBS:
+        raise ParameterError(f"invalid {name}: {asked} (0 to {MAX_TOP_LOGPROBS})", param=name)
+    return asked
+
+
+def chat_options(req: ChatRequest) -> dict:
+    """tools, tool_choice, parallel_tool_calls, reasoning and template kwargs, checked."""
+    if req.tools is not None:
+        choose_tools(parse_tools(req.tools), req.tool_choice)  # (ParameterError names them)
+    elif req.tool_choice not in (None, "none", "auto"):
+        raise ParameterError("invalid tool_choice: it needs tools", param="tool_choice")
+    if req.reasoning_format not in (None, *REASONING_FORMATS):
+        raise ParameterError(f"invalid reasoning_format: {req.reasoning_format!r} (one of "
+                             f"{', '.join(REASONING_FORMATS)})", param="reasoning_format")
+    kwargs = dict(req.chat_template_kwargs or {})
+    if req.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+    return {"tools": req.tools, "tool_choice": req.tool_choice,
+            "parallel_tool_calls": req.parallel_tool_calls is not False,
+            "reasoning": req.reasoning_format != "none", "chat_template_kwargs": kwargs}
+
+
+def speculation(req: _Common, defaults: Defaults):
+    """The request's drafter and rule settings: None where it sets none of their fields (the
+    engine then keeps the ones it was loaded with)."""
+    dcfg = rcfg = None
+    changes = {name: getattr(req, name) for name in DRAFTER_FIELDS
+               if getattr(req, name) is not None}
+    if changes:
+        if "drafter" in changes and "k" not in changes:
+            changes["k"] = None  # another drafter without k: its own default K
+        dcfg = defaults.drafter.with_changes(**changes)
+    changes = {name: getattr(req, name) for name in RULE_FIELDS
+               if getattr(req, name) is not None}
+    if changes:
+        rcfg = defaults.rule.with_changes(**changes)
+    return dcfg, rcfg
+
+
+def make_job(req: _Common, defaults: Defaults, arrived: float) -> Job:
+    """The engine's job for a validated request; RequestError for a bad setting."""
+    refuse_unsupported(req)
+    try:
+        if isinstance(req, ChatRequest):
+            limit = (req.max_completion_tokens if req.max_completion_tokens is not None
+                     else req.max_tokens)
+            kind, prompt = "chat", chat_messages(req, defaults.system)
+            extra = chat_options(req)
+        else:
+            limit = req.max_tokens
+            kind, prompt, extra = "completion", _completion_prompt(req), {}
+        generate = {**sampling(req, defaults, limit), **constraint(req, defaults), **extra}
+        if extra.get("tools") and extra["tool_choice"] != "none" and (
+                generate["grammar"] or generate["json_schema"]):
+            raise ParameterError("invalid tools: give tools or a grammar, not both",
+                                 param="tools")
+        drafter, rule = speculation(req, defaults)
+    except ParameterError as exc:
+        raise RequestError(400, str(exc), exc.param) from None
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    return Job(kind, prompt, generate, drafter, rule, stream=bool(req.stream),
+               include_usage=include_usage, timeout=req.timeout, arrived=arrived)
+
+
+def _completion_prompt(req: CompletionRequest) -> str:
+    prompt = req.prompt
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise RequestError(400, "invalid prompt: one prompt per request (a list of one "
+                               "string at most)", "prompt")
+        prompt = prompt[0]
+    return prompt

@@ -1,0 +1,159 @@
+"""Agents on real llama.cpp (a tiny model with a Hermes/Qwen-style template): tool calls
+valid by construction under every rule and drafter, in each tool_choice, streamed as
+OpenAI does; tool turns rendered for the template; reasoning read apart from the answer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tinymodels import TINY_CTX, agent_token
+
+from lsd_local import Engine, ParameterError
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather of a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Rome"]},
+            "metric": {"type": "boolean"}}, "required": ["city", "metric"]}}},
+    {"type": "function", "function": {"name": "now", "description": "The time",
+                                      "parameters": {"type": "object", "properties": {}}}},
+]
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def valid(call) -> bool:
+    """A call names a tool and its arguments are what that tool's schema admits."""
+    args = json.loads(call.arguments)
+    if call.name == "now":
+        return args == {}
+    return call.name == "get_weather" and args["city"] in ("Paris", "Rome") and \
+        isinstance(args["metric"], bool) and set(args) == {"city", "metric"}
+
+
+@pytest.fixture(scope="module")
+def agent(tiny_agent, tiny_pair):
+    with Engine.load(tiny_agent, drafter="lookup", n_ctx=TINY_CTX) as eng:
+        yield eng
+
+
+def stop_bias(eng, extra=None) -> dict:
+    """The end-of-text token made likely, so that an answer ends once its grammar allows
+    (a random model would ramble on), and whatever else a test biases."""
+    return {eng.target.vocab.eos_token: 30.0, **(extra or {})}
+
+
+@pytest.mark.parametrize("rule", ["strict", "fly", "asd"])
+@pytest.mark.parametrize("drafter", ["lookup", "none"])
+def test_required_calls_are_valid_under_every_rule(agent, rule, drafter):
+    agent.configure(drafter=drafter, rule=rule, k=4 if drafter != "none" else None)
+    try:
+        for seed, parallel in ((0, False), (1, True)):
+            gen = agent.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=120,
+                                 parallel_tool_calls=parallel, logit_bias=stop_bias(agent),
+                                 seed=seed).run()
+            assert gen.tool_calls and all(valid(c) for c in gen.tool_calls), gen.tool_calls
+            assert gen.finish_reason == "tool_calls" and gen.text == ""
+            assert parallel or len(gen.tool_calls) == 1
+    finally:
+        agent.configure(drafter="lookup", rule="strict")
+
+
+def test_a_named_function_is_the_one_called(agent):
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    gen = agent.generate(ASK, tools=TOOLS, tool_choice=choice, max_tokens=120,
+                         logit_bias=stop_bias(agent)).run()
+    assert [c.name for c in gen.tool_calls] == ["get_weather"] and valid(gen.tool_calls[0])
+
+
+def test_auto_applies_the_grammar_from_the_call_opener_on(agent):
+    """Free text until the model opens a call (here pushed to by a bias on <tool_call>),
+    then the lazy grammar makes the call valid."""
+    opener = agent_token(agent.target.vocab, "<tool_call>")
+    gen = agent.generate(ASK, tools=TOOLS, max_tokens=150, parallel_tool_calls=False,
+                         logit_bias=stop_bias(agent, {opener: 60.0})).run()
+    assert len(gen.tool_calls) == 1 and valid(gen.tool_calls[0])
+    assert gen.tokens[0] == opener and gen.finish_reason == "tool_calls"
+
+
+def test_none_forbids_calls(agent):
+    opener = agent_token(agent.target.vocab, "<tool_call>")
+    gen = agent.generate(ASK, tools=TOOLS, tool_choice="none", max_tokens=30,
+                         logit_bias={opener: 60.0}).run()
+    assert opener not in gen.tokens and gen.tool_calls == []
+
+
+def test_streamed_pieces_reassemble_to_the_calls(agent):
+    gen = agent.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=150,
+                         logit_bias=stop_bias(agent))
+    calls = {}
+    for event in gen:
+        for piece in event.tool_calls:
+            if piece.name is not None:
+                calls[piece.index] = [piece.id, piece.name, ""]
+            calls[piece.index][2] += piece.arguments
+    assert [tuple(calls[i]) for i in sorted(calls)] == [
+        (c.id, c.name, c.arguments) for c in gen.tool_calls]
+
+
+def test_a_tool_round_trip_renders_for_the_template(agent):
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = ASK + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                      {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"}]
+    text = agent.prompt_text(messages, tools=TOOLS)
+    assert '"name": "get_weather"' in text and "get_weather" in text.split("# Tools")[1]
+    assert '"arguments": {"city": "Paris"}' in text  # an object, not a quoted string
+    assert "<tool_response>\n18 C, sunny\n</tool_response>" in text
+    gen = agent.generate(messages, tools=TOOLS, max_tokens=8).run()
+    assert gen.stats.generated_tokens == 8
+    with pytest.raises(ParameterError, match="answers no tool call"):
+        agent.generate(ASK + [{"role": "tool", "tool_call_id": "x", "content": "1"}])
+
+
+@pytest.mark.parametrize("tools,choice,param", [
+    ([{"type": "function", "function": {"name": "a b"}}], "auto", "tools"),
+    ([{"type": "retrieval"}], "auto", "tools"),
+    (TOOLS, {"type": "function", "function": {"name": "invented"}}, "tool_choice"),
+    ([{"type": "function", "function": {"name": "x", "parameters": {"type": "array"}}}],
+     "required", "tools"),
+])
+def test_bad_tools_are_named(agent, tools, choice, param):
+    with pytest.raises(ParameterError) as caught:
+        agent.generate(ASK, tools=tools, tool_choice=choice)
+    assert caught.value.param == param
+    assert agent.generate(ASK, max_tokens=3).run().tokens  # and the engine goes on
+
+
+def test_reasoning_is_read_apart_from_the_answer(agent):
+    """A <think> block, here forced by a grammar: the answer's text, the reasoning and the
+    events' streams keep them apart."""
+    grammar = 'root ::= "<think>" [a-z ]{4,12} "</think>" [a-z ]{4,12}'
+    gen = agent.generate(ASK, grammar=grammar, max_tokens=60)
+    streamed = {"text": "", "reasoning": ""}
+    for event in gen:
+        streamed["text"] += event.text
+        streamed["reasoning"] += event.reasoning
+    assert gen.reasoning and gen.text and "<think>" not in gen.text + gen.reasoning
+    assert streamed == {"text": gen.text, "reasoning": gen.reasoning}
+    phases = gen.stats.phases()
+    assert phases["reasoning"]["tokens"] > 0 and phases["answer"]["tokens"] > 0
+    kept = agent.generate(ASK, grammar=grammar, max_tokens=60, reasoning=False).run()
+    assert kept.text.startswith("<think>") and kept.reasoning == ""
+
+
+def test_template_kwargs_reach_the_template(agent):
+    off = agent.prompt_text(ASK, enable_thinking=False)
+    assert off.endswith("<think>\n\n</think>\n\n") and not agent.prompt_text(ASK).endswith(
+        "</think>\n\n")
+
+
+def test_a_block_the_prompt_opened_is_reasoning(tiny_agent):
+    opened = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+              "assistant: <think>\n")
+    with Engine.load(tiny_agent, drafter="lookup", n_ctx=TINY_CTX,
+                     chat_template=opened) as eng:
+        gen = eng.generate(ASK, grammar='root ::= [a-z]{3,6} "</think>" [a-z]{3,6}',
+                           max_tokens=40).run()
+    assert gen.reasoning and gen.text and "</think>" not in gen.reasoning + gen.text

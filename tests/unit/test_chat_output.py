@@ -1,0 +1,127 @@
+"""An answer read apart as it streams (chat/output.py, chat/jsonscan.py): reasoning, content
+and tool calls in each format, the same whatever the chunks the text arrives in; tool calls
+streamed as OpenAI does (id and name first, arguments in pieces that reassemble)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lsd_local.chat.jsonscan import list_elements, scan_call, value_end
+from lsd_local.chat.output import OutputParser
+from lsd_local.chat.tools import FORMATS
+
+HERMES = ('I will look.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", '
+          '"days": [1, 2], "note": "a \\"}\\" brace"}}\n</tool_call>\n<tool_call>\n{"name": '
+          '"search", "arguments": {"q": "x{y}"}}\n</tool_call>')
+MISTRAL = ('[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}}, '
+           '{"name": "search", "arguments": {}}]')
+LLAMA3 = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+GENERIC = '{"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}'
+
+
+def read(fmt, text, chunks, thinking=False, reasoning=True):
+    """Feed `text` cut at `chunks`; return (content, reasoning, calls from the deltas,
+    calls the parser reports, the deltas)."""
+    parser = OutputParser(FORMATS[fmt] if fmt else None, thinking, reasoning)
+    cuts = sorted({c for c in chunks if 0 < c < len(text)})
+    pieces = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)], strict=True)]
+    content = reasoning_text = ""
+    deltas = []
+    for i, piece in enumerate(pieces):
+        parts = parser.feed([(piece, i % 3)], final=i == len(pieces) - 1)
+        content += "".join(t for t, _ in parts.content)
+        reasoning_text += "".join(t for t, _ in parts.reasoning)
+        deltas += parts.tool_calls
+    streamed = {}
+    for d in deltas:
+        if d.name is not None:
+            assert d.index not in streamed, "a call is announced once"
+            streamed[d.index] = [d.id, d.name, ""]
+        streamed[d.index][2] += d.arguments
+    calls = [tuple(streamed[i]) for i in sorted(streamed)]
+    reported = [(c.id, c.name, c.arguments) for c in parser.tool_calls]
+    return content, reasoning_text, calls, reported, deltas
+
+
+CASES = [
+    ("hermes", HERMES, "I will look.\n", [("get_weather", {"city": "Paris", "days": [1, 2],
+                                                           "note": 'a "}" brace'}),
+                                          ("search", {"q": "x{y}"})]),
+    ("mistral", MISTRAL, "", [("get_weather", {"city": "Paris"}), ("search", {})]),
+    ("llama3", LLAMA3, "", [("get_weather", {"city": "Paris"})]),
+    ("generic", GENERIC, "", [("get_weather", {"city": "Paris"})]),
+    ("hermes", "No call here, just <tool text.", "No call here, just <tool text.", []),
+    ("llama3", "Plain answer {not a call}.", "Plain answer {not a call}.", []),
+]
+
+
+@pytest.mark.parametrize("fmt,text,content,expected", CASES)
+def test_calls_and_content_in_one_piece(fmt, text, content, expected):
+    got_content, _, calls, reported, _ = read(fmt, text, [])
+    assert got_content == content
+    assert [(name, json.loads(args)) for _, name, args in calls] == expected
+    assert calls == reported and all(i.startswith("call_") for i, _, _ in calls)
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=st.sampled_from(CASES), cuts=st.lists(st.integers(0, 200), max_size=12))
+def test_any_chunking_reads_the_same(case, cuts):
+    fmt, text, content, expected = case
+    got_content, _, calls, reported, deltas = read(fmt, text, cuts)
+    assert got_content == content
+    assert [(name, json.loads(args)) for _, name, args in calls] == expected
+    assert calls == reported
+    for d in deltas:  # OpenAI's shape: id and name on the first piece only
+        assert (d.id is None) == (d.name is None)
+
+
+def test_arguments_stream_in_pieces_before_the_call_ends():
+    text = LLAMA3
+    _, _, _, _, deltas = read("llama3", text, list(range(0, len(text), 3)))
+    assert deltas[0].name == "get_weather"
+    assert len([d for d in deltas if d.arguments]) > 3  # not one piece at the end
+
+
+@pytest.mark.parametrize("text,thinking,reasoning,expected", [
+    ("<think>Let me see.</think>\n\nIt is 4.", False, "Let me see.", "It is 4."),
+    ("  <think>\nhm\n</think>It is 4.", False, "\nhm\n", "It is 4."),
+    ("Let me see.</think>\n\nIt is 4.", True, "Let me see.", "It is 4."),  # opened by prompt
+    ("It is 4.", False, "", "It is 4."),
+    ("<thin", False, "", "<thin"),  # never became a block
+])
+def test_reasoning_is_split_from_the_answer(text, thinking, reasoning, expected):
+    for cuts in ([], list(range(len(text)))):
+        content, got_reasoning, _, _, _ = read(None, text, cuts, thinking)
+        assert (got_reasoning, content) == (reasoning, expected)
+
+
+def test_reasoning_left_in_the_content_when_not_split():
+    text = "<think>x</think>y"
+    assert read(None, text, [3], reasoning=False)[:2] == (text, "")
+
+
+def test_reasoning_then_a_call():
+    text = "<think>I should call it.</think>\n" + HERMES.split("\n", 1)[1]
+    content, reasoning, calls, _, _ = read("hermes", text, list(range(0, len(text), 7)))
+    assert reasoning == "I should call it." and content == ""
+    assert [name for _, name, _ in calls] == ["get_weather", "search"]
+
+
+def test_origins_travel_with_the_text():
+    parser = OutputParser(None)
+    parts = parser.feed([("<think>a", 0), ("b</think>c", 1), ("d", 2)], final=True)
+    assert parts.reasoning == [("a", 0), ("b", 1)] and parts.content == [("c", 1), ("d", 2)]
+
+
+def test_json_scanning_follows_strings_and_nesting():
+    assert value_end('{"a": "}"}x', 0) == 10
+    assert value_end('{"a": "}', 0) is None
+    assert value_end(" 12", 0) is None and value_end(" 12,", 0) == 3
+    scan = scan_call('{"name": "f", "extra": [1, {"x": 2}], "arguments": {"a": [')
+    assert (scan.name, scan.arguments, scan.complete) == ("f", '{"a": [', False)
+    assert scan_call('{"arguments": {}, "name": "g"}').name == "g"
+    assert list_elements(' [ {"a": 1}, {"b": ', 0) == ([(3, 11), (13, None)], None)
