@@ -3,7 +3,6 @@ time (generation.py owns each request from start to close)."""
 
 from __future__ import annotations
 
-import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -11,10 +10,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from .backend import Grammar, Model, recurrent_message, vocab_compatible
+from .backend import Grammar, Model
 from .chat.output import OutputParser
-from .chat.templates import opens_thinking, prompt_text, prompt_tokens, render_prompt, tokens_of
-from .chat.tools import tool_plan
+from .chat.templates import opens_thinking, prompt_and_tokens, prompt_text, prompt_tokens
+from .chat.tools import banned_opener, tool_plan
 from .config import (
     FREQUENCY_PENALTY,
     MAX_TOKENS,
@@ -38,12 +37,11 @@ from .config import (
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
 from .drafters.pool import DrafterPool
-from .errors import ContextOverflowError, EngineBusyError, ParameterError, check
+from .errors import EngineBusyError, ParameterError, check
 from .generation import EngineParts, Generation, OneAtATime
 from .grammars import compile_constraint, compile_tool_grammar
-from .kernels.warmup import process_warmup
 from .loop import LoopSettings
-from .models.loading import load_models, load_notices, open_learned
+from .models.loading import load_for_engine, load_notices
 from .statecache import StateCache
 from .text import TextAssembler
 from .verify.constrain import grammar_top
@@ -77,24 +75,13 @@ class Engine:
     def load(cls, target: str | os.PathLike, draft: str | os.PathLike | None = None, *,
              drafter: DrafterConfig | str | None = None, rule: RuleConfig | str | None = None,
              **settings) -> Engine:
-        """Load the target GGUF (and a draft GGUF: one with another vocabulary drafts through
-        text, see drafters/crossvocab.py).
-
-        drafter: "auto" (lookup, the draft model if given, or no draft, chosen per round by
-        measured cost and acceptance), "model" (needs draft), "lookup", "multilevel" (needs
-        draft) or "none", or a DrafterConfig; default "model" with a draft, else "lookup".
-        rule: "strict", "fly" or "asd", or a RuleConfig. Every other setting is a keyword of
-        config.engine_settings, which builds the typed settings in one place: the drafter's
-        (k: an int, "auto" or None for the drafter's default; p_min, max_ngram, min_ngram),
-        the rule's (FLy theta/window/entropy_top_k/entropy, ASD gate/max_exceptions/budget),
-        loading (load=LoadOptions, or n_ctx, n_threads, n_gpu_layers "auto"/"all"/int,
-        device, main_gpu, split_mode, tensor_split, no_repack, verbose; draft_load, or
-        draft_n_gpu_layers, draft_device), rpc ("host:port,...": llama.cpp RPC servers the
-        target spreads over), chat_template (Jinja, overriding the GGUF's) and remember
-        (start auto from what earlier processes learned about these models on this machine
-        and save it back on close; off while LSD_NO_STATE is set). `placement` says where
-        each model went.
-        """
+        """Load the target GGUF (and a draft GGUF; one with another vocabulary drafts through
+        text). drafter: "auto", "model", "lookup", "multilevel", "none" or a DrafterConfig
+        (default "model" with a draft, else "lookup"); rule: "strict", "fly", "asd" or a
+        RuleConfig. Every other keyword is one of config.engine_settings': the drafter's and
+        the rule's settings (k, p_min, theta, budget, ...), loading (n_ctx, n_threads,
+        n_gpu_layers, device, draft_device, no_repack, ...), rpc, chat_template, remember.
+        `placement` says where each model went; docs/library.md has the details."""
         return cls.from_settings(target, draft, engine_settings(
             has_draft=draft is not None, drafter=drafter, rule=rule, **settings))
 
@@ -103,23 +90,10 @@ class Engine:
                       spec: EngineSettings) -> Engine:
         """Load with typed settings (what `load` builds from its keywords; `lsd serve` hands
         them to its engine process)."""
-        if spec.drafter.uses_draft_model and draft is None:
-            raise ParameterError(f"invalid drafter: {spec.drafter.drafter!r} needs a draft "
-                                 "model (draft=...)", param="drafter")
-        process_warmup().start()  # cached numba kernels load while the models load
-        target_model, draft_model, speculate = load_models(target, draft, spec)
-        if not speculate:  # auto on a model whose state cannot be cut: plain, and says why
-            plain = replace(spec, drafter=replace(spec.drafter, drafter="none", k=None))
-            engine = cls(target_model, None, plain)
-            engine.notices.append(f"{recurrent_message(target_model)}: plain decoding")
-            warnings.warn(engine.notices[-1], UserWarning, stacklevel=3)
-            return engine
-        cross_vocab = draft_model is not None and not vocab_compatible(target_model, draft_model)
-        notices: list[str] = []
-        learned = open_learned(target_model, draft_model, spec, notices.append) \
-            if spec.remember else None
-        engine = cls(target_model, draft_model, spec, cross_vocab, learned)
-        engine.notices.extend(notices)
+        loaded = load_for_engine(target, draft, spec)
+        engine = cls(loaded.target, loaded.draft, loaded.settings, loaded.cross_vocab,
+                     loaded.learned)
+        engine.notices.extend(loaded.notices)
         return engine
 
     def configure(self, drafter: DrafterConfig | str | None = None,
@@ -178,20 +152,15 @@ class Engine:
                  tool_choice: str | dict | None = None, parallel_tool_calls: bool = True,
                  reasoning: bool = True, chat_template_kwargs: dict | None = None
                  ) -> Generation:
-        """Start a generation; iterate it for RoundEvents (docs/library.md). `prompt` is raw
-        text, or chat messages rendered with the GGUF's chat template (OpenAI's shape:
-        assistant turns with tool_calls, tool turns). One generation at a time:
-        EngineBusyError while another one of this engine is unfinished.
-
+        """Start a generation; iterate it for RoundEvents. `prompt`: raw text, or chat
+        messages (OpenAI's shape, tool turns included) rendered with the GGUF's template. One
+        generation at a time: EngineBusyError while another of this engine is unfinished.
         grammar / json_schema: every committed token is allowed by it, under every rule.
-        repeat_penalty, repeat_last_n, presence_penalty, frequency_penalty, logit_bias:
-        llama.cpp's penalties and biases, on every verified row with the counts that row
-        would see. logprobs: None, or n >= 0: each token's log-probability and its n likeliest
-        alternatives (RoundEvent.logprobs). tools (OpenAI function specs), tool_choice
-        ("auto", "none", "required" or a named function), parallel_tool_calls: calls are read
-        out of the answer (Generation.tool_calls) and valid by construction (a grammar from
-        the tools' parameters). reasoning: split `<think>` blocks out of the answer.
-        chat_template_kwargs: what else the template reads (enable_thinking, ...)."""
+        The penalties and logit_bias (llama.cpp's) act on every verified row with the counts
+        that row would see. logprobs: n >= 0 alternatives per token (RoundEvent.logprobs).
+        tools, tool_choice, parallel_tool_calls: calls read out of the answer
+        (Generation.tool_calls), valid by construction. reasoning: split `<think>` blocks
+        out. chat_template_kwargs: what else the template reads. docs/library.md has it all."""
         check(max_tokens >= 0, "max_tokens", f"{max_tokens} (must be >= 0)")
         check(logprobs is None or 0 <= logprobs <= MAX_TOP_LOGPROBS, "top_logprobs",
               f"{logprobs} (0 to {MAX_TOP_LOGPROBS})")
@@ -199,53 +168,29 @@ class Engine:
         verifier = Verifier(self.rule_config, sampler)
         plan = None if tools is None else tool_plan(self.chat_template, tools, tool_choice,
                                                     parallel_tool_calls)
-        if plan is not None and plan.mode != "none" and (grammar or json_schema):
-            raise ParameterError("invalid grammar: give tools or a grammar, not both",
-                                 param="tools")
-        text, prompt_ids = self._prompt(prompt, plan, chat_template_kwargs or {})
-        bias = logit_bias_pairs(logit_bias, self.target.vocab, self._banned(plan))
+        self._check_open()
+        vocab = self.target.vocab
+        text, prompt_ids = prompt_and_tokens(self.chat_template, vocab, self.target.n_ctx,
+                                             prompt, plan, chat_template_kwargs)
         penalties = PenaltySettings(repeat_penalty, repeat_last_n, presence_penalty,
-                                    frequency_penalty, bias)
+                                    frequency_penalty,
+                                    logit_bias_pairs(logit_bias, vocab, banned_opener(plan, vocab)))
+        settings = LoopSettings(max_tokens, self.drafter_config.k_value, sampler,
+                                np.random.default_rng(seed), None,
+                                grammar_top(self.rule_config, sampler, self.target.n_vocab),
+                                penalties if penalties.active else None, logprobs)
         parser = None if text is None else OutputParser(
             plan.fmt if plan is not None and plan.mode != "none" else None,
             opens_thinking(text), reasoning)
         return self._claim.take(lambda: self._generation(  # a busy engine makes nothing
-            prompt, prompt_ids, LoopSettings(
-                max_tokens, self.drafter_config.k_value, sampler, np.random.default_rng(seed),
-                None, grammar_top(self.rule_config, sampler, self.target.n_vocab),
-                penalties if penalties.active else None, logprobs),
-            verifier, stop, (grammar, json_schema, plan), parser))
-
-    def _prompt(self, prompt, plan, template_kwargs: dict) -> tuple[str | None, list[int]]:
-        """(the rendered chat text or None for a raw prompt, its tokens), checked to fit."""
-        if isinstance(prompt, str):
-            if plan is not None:
-                raise ParameterError("invalid tools: a raw prompt has no chat template to show "
-                                     "them; send chat messages", param="tools")
-            text, ids = None, self.prompt_tokens(prompt)
-        else:
-            self._check_open()
-            text = render_prompt(self.chat_template, prompt, self.target.vocab,
-                                 plan.specs if plan is not None else None, **template_kwargs)
-            ids = tokens_of(text, self.target.vocab)
-        if not ids:
-            raise ParameterError("invalid prompt: it is empty (no tokens)", param="prompt")
-        if len(ids) + 1 > self.target.n_ctx:
-            raise ContextOverflowError(
-                f"the prompt has {len(ids)} tokens but the context holds "
-                f"{self.target.n_ctx} (raise n_ctx or shorten the prompt)")
-        return text, ids
-
-    def _banned(self, plan) -> tuple[tuple[int, float], ...]:
-        """tool_choice "none": the token that would open a call, when it is one, is banned."""
-        if plan is None or plan.mode != "none" or not plan.fmt.opener:
-            return ()
-        opener = self.target.vocab.tokenize(plan.fmt.opener, add_special=False)
-        return ((opener[0], -math.inf),) if len(opener) == 1 else ()
+            prompt, prompt_ids, settings, verifier, stop, (grammar, json_schema, plan), parser))
 
     def _generation(self, prompt, prompt_ids: list[int], settings: LoopSettings, verifier,
                     stop, constraint: tuple, parser) -> Generation:
         grammar, json_schema, plan = constraint
+        if plan is not None and plan.mode != "none" and (grammar or json_schema):
+            raise ParameterError("invalid grammar: give tools or a grammar, not both",
+                                 param="tools")
         compiled = (compile_tool_grammar(self.target, plan) if plan is not None
                     else self.compile_grammar(grammar, json_schema))
         if compiled is not None and settings.logprobs is not None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 
-from ..errors import LsdError, ParameterError
+from ..errors import ContextOverflowError, LsdError, ParameterError
 from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
 
 # Used only when a GGUF ships no template at all: ChatML, which many instruct models know.
@@ -181,3 +181,26 @@ def opens_thinking(prompt_text: str) -> bool:
     """Whether the rendered prompt leaves a `<think>` block open (a template that starts the
     model's reasoning itself: its answer begins inside the block)."""
     return prompt_text.rfind("<think>") > prompt_text.rfind("</think>")
+
+
+def prompt_and_tokens(template: str | None, vocab, n_ctx: int, prompt: str | Sequence[dict],
+                      plan=None, template_kwargs: dict | None = None
+                      ) -> tuple[str | None, list[int]]:
+    """(the rendered chat text, or None for a raw prompt; its tokens), checked to be a
+    prompt that fits a context of n_ctx with room for one answer token. `plan`: the
+    request's chat.tools.ToolPlan or None."""
+    if isinstance(prompt, str):
+        if plan is not None:
+            raise ParameterError("invalid tools: a raw prompt has no chat template to show "
+                                 "them; send chat messages", param="tools")
+        text, ids = None, vocab.tokenize(prompt, add_special=True)
+    else:
+        text = render_prompt(template, prompt, vocab, plan.specs if plan is not None else None,
+                             **(template_kwargs or {}))
+        ids = tokens_of(text, vocab)
+    if not ids:
+        raise ParameterError("invalid prompt: it is empty (no tokens)", param="prompt")
+    if len(ids) + 1 > n_ctx:
+        raise ContextOverflowError(f"the prompt has {len(ids)} tokens but the context holds "
+                                   f"{n_ctx} (raise n_ctx or shorten the prompt)")
+    return text, ids

@@ -17,6 +17,7 @@ Formats:
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
@@ -242,3 +243,12 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     checked = parse_tools(tools)
     mode, callable_tools = choose_tools(checked, tool_choice)
     return ToolPlan(detect_format(template), mode, checked, callable_tools, bool(parallel))
+
+
+def banned_opener(plan: ToolPlan | None, vocab) -> tuple[tuple[int, float], ...]:
+    """tool_choice "none": the token that would open a call, when it is one, is banned
+    (a (token, -inf) logit bias)."""
+    if plan is None or plan.mode != "none" or not plan.fmt.opener:
+        return ()
+    opener = vocab.tokenize(plan.fmt.opener, add_special=False)
+    return ((opener[0], -math.inf),) if len(opener) == 1 else ()

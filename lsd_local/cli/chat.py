@@ -8,10 +8,10 @@ import click
 
 from ..errors import LsdError
 from ..stats import Origin
+from .generation import generation_kwargs
 from .options import (
     check_grammar_source,
     complete_model,
-    generation_kwargs,
     generation_options,
     load_engine,
     use_colour,
@@ -23,6 +23,9 @@ HELP = """commands:
   /reset              forget the conversation (keeps the system message)
   /stats              statistics of this session and of the last answer
   /mode strict|fly|asd  switch the verification rule
+  /think on|off       let a reasoning model think first or not (its template's
+                      enable_thinking)
+  /think hide|show    hide or show what it thinks (shown dimmed)
   /help               this text
   Ctrl-C stops an answer; Ctrl-C again at the prompt, or Ctrl-D, exits."""
 
@@ -50,7 +53,14 @@ def _command(session: ChatSession, line: str) -> str | None:
     if name == "mode":
         session.engine.configure(rule=arg.strip())
         return f"(rule: {session.engine.rule_config.rule})"
+    if name == "think":
+        return session.think(arg.strip())
     return f"unknown command /{name}; /help lists them"
+
+
+def render_call(call) -> str:
+    """A tool call as a call: → name(arguments)."""
+    return f"→ {call.name}({call.arguments})"
 
 
 def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
@@ -62,9 +72,13 @@ def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
     interrupted = False
     try:
         for event in gen:
+            if event.reasoning and session.show_thinking:
+                click.echo(click.style(event.reasoning, dim=True), nl=False)
             click.echo(render_spans(event.spans, show_drafts), nl=False)
     except KeyboardInterrupt:
         interrupted = True
+    for call in gen.tool_calls:
+        click.echo(f"\n{render_call(call)}", nl=False)
     session.finish(gen)
     context_full = (gen.finish_reason == "length"
                     and gen.stats.generated_tokens < session.kwargs.get("max_tokens", 0))

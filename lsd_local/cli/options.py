@@ -219,7 +219,24 @@ SAMPLER_OPTIONS = [
     click.option("--json-schema", type=click.Path(dir_okay=False), default=None,
                  metavar="FILE", help="Constrain the answer to JSON matching this schema."),
 ]
-SAMPLING_OPTIONS = [MAX_TOKENS_OPTION] + SAMPLER_OPTIONS
+CHAT_OPTIONS = [
+    click.option("--reasoning-format", type=click.Choice(["auto", "none"]), default="auto",
+                 show_default=True,
+                 help="auto: a <think> block is reasoning, shown apart from the answer (dimmed "
+                      "on a terminal, on stderr for `lsd run`); none: it stays in the answer."),
+    click.option("--chat-template-kwargs", default=None, metavar="JSON",
+                 help='What else the chat template reads, e.g. \'{"enable_thinking": false}\''),
+]
+TOOL_OPTIONS = [
+    click.option("--tools", "tools_file", type=click.Path(dir_okay=False), default=None,
+                 metavar="FILE",
+                 help="OpenAI tool specifications (a JSON list) the model may call; a call is "
+                      "shown as a call (--json: under tool_calls)."),
+    click.option("--tool-choice", default="auto", show_default=True,
+                 metavar="auto|none|required|NAME",
+                 help="Whether the model may, must or must not call a tool, or which one."),
+]
+SAMPLING_OPTIONS = [MAX_TOKENS_OPTION] + SAMPLER_OPTIONS + CHAT_OPTIONS
 
 
 def with_options(options):
@@ -228,31 +245,6 @@ def with_options(options):
             func = option(func)
         return func
     return decorate
-
-
-def generation_kwargs(opts: dict) -> dict:
-    """Engine.generate's keyword arguments from the sampling options."""
-    out = {name: opts[name] for name in ("max_tokens", "temperature", "top_k", "top_p",
-                                         "min_p", "seed", "stop", "grammar", "json_schema",
-                                         "repeat_penalty", "repeat_last_n", "presence_penalty",
-                                         "frequency_penalty")}
-    out["logit_bias"] = parse_logit_bias(opts["logit_bias"]) or None
-    return out
-
-
-def parse_logit_bias(items: tuple[str, ...]) -> list[list]:
-    """llama.cpp's TOKEN(+|-)BIAS items -> [[token id, bias], ...] (bias -inf: banned)."""
-    import re
-
-    out = []
-    for item in items:
-        found = re.fullmatch(r"\s*(\d+)\s*([+-])\s*(inf|[0-9.]+)\s*", item)
-        if not found:
-            raise ParameterError(f"invalid logit_bias: {item!r} (TOKEN+BIAS or TOKEN-BIAS, "
-                                 "e.g. 15043+1 or 15043-inf)", param="logit_bias")
-        token, sign, size = found.groups()
-        out.append([int(token), (-1.0 if sign == "-" else 1.0) * float(size)])
-    return out
 
 
 def check_grammar_source(opts: dict) -> None:
@@ -360,8 +352,8 @@ def use_colour() -> bool:
 
 def generation_options(func):
     """The options every command that loads models and answers takes (run, chat): the model,
-    the engine's, the sampler's and --show-drafts."""
-    return with_options([MODEL_OPTION] + ENGINE_OPTIONS + SAMPLING_OPTIONS
+    the engine's, the sampler's, tools and --show-drafts."""
+    return with_options([MODEL_OPTION] + ENGINE_OPTIONS + SAMPLING_OPTIONS + TOOL_OPTIONS
                         + [SHOW_DRAFTS_OPTION])(func)
 
 

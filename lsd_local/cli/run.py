@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import asdict
 
 import click
 
-from . import options as shared  # the options and helpers run shares with chat
-from .chat import render_spans, start_chat
+from . import options as shared
+from .chat import render_call, render_spans, start_chat
+from .generation import generation_kwargs  # the options and helpers run shares with chat
 
 
 @click.command()
@@ -38,18 +40,32 @@ def run(args: tuple[str, ...], model_option: str | None, **opts) -> None:
     request = prompt if opts["raw"] else messages + [{"role": "user", "content": prompt}]
     colour = opts["show_drafts"] and shared.use_colour()
     shared.check_grammar_source(opts)
+    kwargs = generation_kwargs(opts)
+    if opts["raw"]:  # (a raw prompt has no template to show tools or open a reasoning block)
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("tools", "tool_choice")}
     with shared.load_engine(model, opts) as engine:
-        gen = engine.generate(request, **shared.generation_kwargs(opts))
+        gen = engine.generate(request, **kwargs)
         for event in gen:
             if not opts["as_json"]:
-                click.echo(render_spans(event.spans, colour), nl=False)
+                show_round(event, colour)
     if opts["as_json"]:
-        click.echo(json.dumps({"text": gen.text, "tokens": gen.tokens,
-                               "finish_reason": gen.finish_reason,
+        click.echo(json.dumps({"text": gen.text, "reasoning": gen.reasoning,
+                               "tool_calls": [asdict(call) for call in gen.tool_calls],
+                               "tokens": gen.tokens, "finish_reason": gen.finish_reason,
                                "stats": gen.stats.as_dict(), "placement": engine.placement}))
     else:
+        for call in gen.tool_calls:
+            click.echo(f"\n{render_call(call)}", nl=False)
         click.echo()
         click.echo(f"[{gen.stats.summary()}]", err=True)
+
+
+def show_round(event, colour: bool) -> None:
+    """A round's reasoning (dimmed, on stderr: stdout carries only the answer) and text."""
+    if event.reasoning:
+        click.echo(click.style(event.reasoning, dim=True) if sys.stderr.isatty()
+                   else event.reasoning, nl=False, err=True)
+    click.echo(render_spans(event.spans, colour), nl=False)
 
 
 def stdin_is_terminal() -> bool:

@@ -16,6 +16,7 @@ from ..config import (
     STATE_CACHE_MAX_BYTES,
 )
 from . import options as shared
+from .generation import generation_kwargs
 
 # `lsd run`'s options, but an answer runs until EOS, a stop string or a full context unless
 # --max-tokens (or the request) says otherwise, as in llama-server and OpenAI's API
@@ -23,7 +24,7 @@ SERVE_SAMPLING_OPTIONS = [
     click.option("--max-tokens", type=click.IntRange(min=0), default=None,
                  help="Most tokens per answer when a request does not say (default: until "
                       "the context is full).")
-] + shared.SAMPLER_OPTIONS
+] + shared.SAMPLER_OPTIONS + shared.CHAT_OPTIONS
 
 
 def _serve_options(func):
@@ -88,7 +89,7 @@ def serve(model: str | None, model_option: str | None, **opts) -> None:
     model = model_option or model
     shared.check_grammar_source(opts)
     target, draft, engine = shared.engine_arguments(model, opts, probe_devices=False)
-    generate = shared.generation_kwargs(opts)
+    generate = generation_kwargs(opts)
     generate["stop"] = list(generate["stop"])
     defaults = Defaults(engine.drafter, engine.rule, generate, opts["system"])
     _warn_if_open(opts["host"], opts["api_key"])

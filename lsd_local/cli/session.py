@@ -19,7 +19,20 @@ class ChatSession:
         self.turns = 0
         self.dropped_turns = 0
         self.last: GenerationStats | None = None
+        self.show_thinking = True  # /think hide|show
         self.reset()
+
+    def think(self, how: str) -> str:
+        """/think on|off (the template's enable_thinking) and hide|show (the reasoning)."""
+        if how in ("on", "off"):
+            kwargs = dict(self.kwargs.get("chat_template_kwargs") or {})
+            kwargs["enable_thinking"] = how == "on"
+            self.kwargs["chat_template_kwargs"] = kwargs
+            return f"(thinking {how}: the template's enable_thinking is {how == 'on'})"
+        if how in ("hide", "show"):
+            self.show_thinking = how == "show"
+            return f"(reasoning {'shown' if self.show_thinking else 'hidden'})"
+        return "usage: /think on|off|hide|show"
 
     def reset(self) -> None:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []
@@ -50,7 +63,13 @@ class ChatSession:
 
     def finish(self, gen) -> None:
         """Record the (possibly interrupted) answer in the history and the statistics."""
-        self.messages.append({"role": "assistant", "content": gen.text})
+        answer = {"role": "assistant", "content": gen.text}
+        if gen.tool_calls:
+            answer["tool_calls"] = [{"id": call.id, "type": "function",
+                                     "function": {"name": call.name,
+                                                  "arguments": call.arguments}}
+                                    for call in gen.tool_calls]
+        self.messages.append(answer)
         self.last = gen.stats
         self.totals.merge(gen.stats)
         self.turns += 1

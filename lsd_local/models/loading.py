@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from ..backend import Model, build_identity, physical_cores, recurrent_message
+from ..backend import Model, build_identity, physical_cores, recurrent_message, vocab_compatible
 from ..backend.devices import add_rpc_servers, list_devices
 from ..config import EngineSettings, LoadOptions
 from ..drafters.auto import learned
-from ..errors import IncompatibleModelsError
+from ..errors import IncompatibleModelsError, ParameterError
+from ..kernels.warmup import process_warmup
 
 
 def add_rpc(spec: EngineSettings) -> LoadOptions:
@@ -81,6 +82,38 @@ def pair_doubts(target: Model, draft: Model | None) -> list[str]:
                 f"than the target {target.path.name} ({target.n_params / 1e6:.1f}M): drafting "
                 "will cost more than it saves"]
     return []
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What an engine is made of once its models are loaded."""
+
+    target: Model
+    draft: Model | None
+    settings: EngineSettings  # (a recurrent target under auto: plain decoding)
+    cross_vocab: bool  # the draft has another vocabulary: it drafts through text
+    learned: learned.LearnedStore | None
+    notices: list[str]  # what else a user should know
+
+
+def load_for_engine(target, draft, spec: EngineSettings) -> Loaded:
+    """Load an engine's models (the numba kernels load beside them) and open what auto
+    learned in earlier processes."""
+    if spec.drafter.uses_draft_model and draft is None:
+        raise ParameterError(f"invalid drafter: {spec.drafter.drafter!r} needs a draft model "
+                             "(draft=...)", param="drafter")
+    process_warmup().start()  # cached numba kernels load while the models load
+    target_model, draft_model, speculate = load_models(target, draft, spec)
+    if not speculate:  # auto on a model whose state cannot be cut: plain, and says why
+        notice = f"{recurrent_message(target_model)}: plain decoding"
+        warnings.warn(notice, UserWarning, stacklevel=4)
+        plain = replace(spec, drafter=replace(spec.drafter, drafter="none", k=None))
+        return Loaded(target_model, None, plain, False, None, [notice])
+    cross_vocab = draft_model is not None and not vocab_compatible(target_model, draft_model)
+    notices: list[str] = []
+    memory = open_learned(target_model, draft_model, spec, notices.append) \
+        if spec.remember else None
+    return Loaded(target_model, draft_model, spec, cross_vocab, memory, notices)
 
 
 def open_learned(target: Model, draft: Model | None, spec: EngineSettings,

@@ -106,7 +106,8 @@ def sampling(req: _Common, defaults: Defaults, max_tokens: int | None) -> dict:
         raise RequestError(400, "invalid stop: empty strings never match", "stop")
     limit = max_tokens if max_tokens is not None else base["max_tokens"]
     return dict(pick, stop=stop, max_tokens=UNLIMITED_TOKENS if limit is None else limit,
-                logit_bias=_bias(req.logit_bias), logprobs=_logprobs(req))
+                logit_bias=_bias(req.logit_bias if req.logit_bias is not None
+                                 else base.get("logit_bias")), logprobs=_logprobs(req))
 
 
 def _bias(spec) -> object:
@@ -141,8 +142,9 @@ def _logprobs(req: _Common) -> int | None:
     return asked
 
 
-def chat_options(req: ChatRequest) -> dict:
-    """tools, tool_choice, parallel_tool_calls, reasoning and template kwargs, checked."""
+def chat_options(req: ChatRequest, defaults: Defaults) -> dict:
+    """tools, tool_choice, parallel_tool_calls, reasoning and template kwargs, checked (the
+    server's --reasoning-format and --chat-template-kwargs where the request says none)."""
     if req.tools is not None:
         choose_tools(parse_tools(req.tools), req.tool_choice)  # (ParameterError names them)
     elif req.tool_choice not in (None, "none", "auto"):
@@ -150,12 +152,15 @@ def chat_options(req: ChatRequest) -> dict:
     if req.reasoning_format not in (None, *REASONING_FORMATS):
         raise ParameterError(f"invalid reasoning_format: {req.reasoning_format!r} (one of "
                              f"{', '.join(REASONING_FORMATS)})", param="reasoning_format")
-    kwargs = dict(req.chat_template_kwargs or {})
+    kwargs = {**(defaults.generate.get("chat_template_kwargs") or {}),
+              **(req.chat_template_kwargs or {})}
     if req.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+    reasoning = defaults.generate.get("reasoning", True) if req.reasoning_format is None \
+        else req.reasoning_format != "none"
     return {"tools": req.tools, "tool_choice": req.tool_choice,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "reasoning": req.reasoning_format != "none", "chat_template_kwargs": kwargs}
+            "reasoning": reasoning, "chat_template_kwargs": kwargs}
 
 
 def speculation(req: _Common, defaults: Defaults):
@@ -183,7 +188,7 @@ def make_job(req: _Common, defaults: Defaults, arrived: float) -> Job:
             limit = (req.max_completion_tokens if req.max_completion_tokens is not None
                      else req.max_tokens)
             kind, prompt = "chat", chat_messages(req, defaults.system)
-            extra = chat_options(req)
+            extra = chat_options(req, defaults)
         else:
             limit = req.max_tokens
             kind, prompt, extra = "completion", _completion_prompt(req), {}
