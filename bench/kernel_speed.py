@@ -108,6 +108,27 @@ def cases(logits: np.ndarray, draft: np.ndarray, history: np.ndarray) -> list[tu
     ]
 
 
+def request_costs(logits: np.ndarray, draft: np.ndarray, repeat: int) -> None:
+    """What a request's own options cost when asked (no kernel, no reference): logprobs per
+    committed token, penalties and a logit bias per K 8 block."""
+    from lsd_local.config import PenaltySettings
+    from lsd_local.verify.logprobs import token_logprobs
+    from lsd_local.verify.penalties import penalize_block
+
+    history = np.random.default_rng(1).integers(0, logits.shape[1], 600).astype(np.int32)
+    penalties = PenaltySettings(1.1, 64, 0.5, 0.5, ((13, -2.0), (271, 1.0)))
+    work = logits.copy()
+    for name, call in (
+            ("logprobs, one token, 5 alternatives", lambda: token_logprobs(
+                logits[:1], [int(draft[0])], 5)),
+            ("logprobs, one token, no alternatives", lambda: token_logprobs(
+                logits[:1], [int(draft[0])], 0)),
+            ("penalties + 2 biases, a K 8 block", lambda: penalize_block(
+                work, history, draft, penalties))):
+        seconds, _ = timed(call, repeat)
+        print(f"{name:40} {'when asked':22} {seconds * 1e6:7.1f}us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL)
@@ -122,6 +143,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     history = rng.integers(0, 2000, 2000).astype(np.int32)  # no long match: a full scan
     print(f"{args.model.name}: V = {logits.shape[1]}, median of {args.repeat} calls")
+    request_costs(logits, draft, args.repeat)
     print(f"{'kernel':40} {'when':22} {'numba':>9} {'numpy':>9} {'saves':>9}")
     for name, when, kernel, reference in cases(logits, draft, history):
         fast, got = timed(kernel, args.repeat)

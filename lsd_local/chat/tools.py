@@ -242,7 +242,9 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     (ParameterError names a bad field)."""
     checked = parse_tools(tools)
     mode, callable_tools = choose_tools(checked, tool_choice)
-    return ToolPlan(detect_format(template), mode, checked, callable_tools, bool(parallel))
+    named = isinstance(tool_choice, dict)  # "call this function": once, as OpenAI does
+    return ToolPlan(detect_format(template), mode, checked, callable_tools,
+                    bool(parallel) and not named)
 
 
 def banned_opener(plan: ToolPlan | None, vocab) -> tuple[tuple[int, float], ...]:

@@ -1,0 +1,104 @@
+"""Agents on the real Qwen2.5-Coder pair through lsd serve and the `openai` SDK (-m slow): a
+tool-calling round trip with two tools (required, a named tool, parallel calls, streamed
+and not), and penalties with speculation equal to plain decoding with them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import serving
+
+from lsd_local import Engine
+
+pytestmark = pytest.mark.slow
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather of a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "Current time in a timezone",
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}},
+                       "required": ["timezone"]}}},
+]
+ASK = [{"role": "user", "content": "What is the weather in Paris in celsius, and what time "
+                                   "is it in Europe/Paris?"}]
+
+
+def check(call) -> dict:
+    """The call's arguments, validated against its tool's schema."""
+    args = json.loads(call.function.arguments)
+    if call.function.name == "get_weather":
+        assert isinstance(args["city"], str) and set(args) <= {"city", "unit"}
+        assert args.get("unit", "celsius") in ("celsius", "fahrenheit")
+    else:
+        assert call.function.name == "get_time" and isinstance(args["timezone"], str)
+        assert set(args) == {"timezone"}
+    return args
+
+
+@pytest.fixture(scope="module")
+def server(qwen_pair):
+    with serving.Server(qwen_pair[0], "--draft", str(qwen_pair[1]), "--ctx", "4096",
+                        "--threads", "2", "--max-tokens", "256") as srv:
+        yield srv
+
+
+def test_a_tool_calling_round_trip_on_qwen(server):
+    client = server.client()
+    answer = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                            tool_choice="required")
+    message = answer.choices[0].message
+    assert answer.choices[0].finish_reason == "tool_calls" and len(message.tool_calls) >= 1
+    args = [check(call) for call in message.tool_calls]
+    assert any("Paris" in json.dumps(a) for a in args)
+    messages = ASK + [message.model_dump(exclude_none=True)] + [
+        {"role": "tool", "tool_call_id": c.id, "content": "18 degrees, sunny"
+         if c.function.name == "get_weather" else "14:05"} for c in message.tool_calls]
+    follow = client.chat.completions.create(model="x", messages=messages, tools=TOOLS,
+                                            tool_choice="none", max_tokens=80)
+    assert follow.choices[0].message.content and not follow.choices[0].message.tool_calls
+    assert follow.usage.prompt_tokens > answer.usage.prompt_tokens
+
+
+def test_streamed_named_and_parallel_calls_on_qwen(server):
+    client = server.client()
+    choice = {"type": "function", "function": {"name": "get_time"}}
+    named = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                           tool_choice=choice).choices[0].message.tool_calls
+    assert [c.function.name for c in named] == ["get_time"] and check(named[0])
+    whole = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                           tool_choice="required", parallel_tool_calls=True)
+    calls = {}
+    for chunk in client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                                tool_choice="required", stream=True):
+        for piece in (chunk.choices[0].delta.tool_calls or ()) if chunk.choices else ():
+            if piece.id:
+                calls[piece.index] = [piece.function.name, ""]
+            calls[piece.index][1] += piece.function.arguments or ""
+    assert [tuple(calls[i]) for i in sorted(calls)] == [
+        (c.function.name, c.function.arguments) for c in whole.choices[0].message.tool_calls]
+    single = client.chat.completions.create(model="x", messages=ASK, tools=TOOLS,
+                                            tool_choice="required",
+                                            parallel_tool_calls=False)
+    assert len(single.choices[0].message.tool_calls) == 1
+
+
+def test_penalties_with_speculation_equal_plain_decoding_on_qwen(qwen_pair):
+    prompt = [{"role": "user", "content": "Write a Python function that reverses a list, "
+                                          "with a docstring."}]
+    controls = {"repeat_penalty": 1.1, "presence_penalty": 0.3, "frequency_penalty": 0.2,
+                "logit_bias": {"13": -2.0}}
+    with Engine.load(qwen_pair[0], qwen_pair[1], drafter="auto", n_threads=2) as eng:
+        eng.configure(drafter="none")
+        plain = eng.generate(prompt, max_tokens=96, **controls).run().tokens
+        eng.configure(drafter="lookup", k=16)
+        lookup = eng.generate(prompt, max_tokens=96, **controls).run()
+        eng.configure(drafter="model", k=4)
+        model = eng.generate(prompt, max_tokens=96, **controls).run()
+    assert lookup.tokens == plain and model.tokens == plain
+    assert model.stats.accepted > 0
