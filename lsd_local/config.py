@@ -221,6 +221,7 @@ class DrafterConfig(_Settings):
     p_min: float = P_MIN  # draft model: stop drafting under this top-1 probability
     max_ngram: int = MAX_NGRAM  # prompt lookup: longest n-gram to match
     min_ngram: int = MIN_NGRAM  # prompt lookup: shortest n-gram to match
+    forced: bool = True  # under a grammar, draft the text it forces first (drafters/forced.py)
 
     @property
     def adaptive_k(self) -> bool:
@@ -247,6 +248,7 @@ class DrafterConfig(_Settings):
         check(self.max_ngram >= 1, "max_ngram", f"{self.max_ngram} (must be >= 1)")
         check(1 <= self.min_ngram <= self.max_ngram, "min_ngram",
               f"{self.min_ngram} (must be within 1..max_ngram)")
+        check(isinstance(self.forced, bool), "forced", f"{self.forced!r} (true or false)")
 
 
 @dataclass(frozen=True)

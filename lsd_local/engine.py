@@ -36,6 +36,7 @@ from .config import (
 )
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
+from .drafters.forced import ForcedDraft
 from .drafters.pool import DrafterPool
 from .errors import EngineBusyError, ParameterError, check
 from .generation import EngineParts, Generation, OneAtATime
@@ -197,7 +198,11 @@ class Engine:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
         parts = EngineParts(self.target, self.draft_model, self._drafter, self.state_cache,
                             self._check_open, self._claim.give_back)
-        return Generation(parts, prompt_ids, replace(settings, grammar=compiled), verifier,
+        forced = None
+        if compiled is not None and self.drafter_config.forced:
+            forced = ForcedDraft(compiled.text, compiled.triggers, self.target.vocab)
+        settings = replace(settings, grammar=compiled, forced=forced)
+        return Generation(parts, prompt_ids, settings, verifier,
                           TextAssembler(self.target.vocab.token_bytes, stop),
                           request_family(prompt), parser)
 

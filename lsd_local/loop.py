@@ -19,6 +19,7 @@ import numpy as np
 
 from .config import PenaltySettings, SamplerSettings
 from .drafters.base import EMPTY_DRAFT, Draft, Drafter
+from .drafters.forced import NO_TOKENS
 from .stats import Origin, RoundEvent
 from .verify import Verdict
 from .verify.constrain import prepare_block
@@ -58,6 +59,7 @@ class LoopSettings:
     grammar_top: int = 1  # allowed tokens exact at the top of each row (constrain.py)
     penalties: PenaltySettings | None = None  # None: the rows are left as the target gave them
     logprobs: int | None = None  # None: not asked; n: each token's and n alternatives'
+    forced: object | None = None  # drafters.forced.ForcedDraft: what the grammar forces
 
 
 def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
@@ -66,9 +68,7 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     its decode/truncate/n_cached/most_logit_rows/vocab.is_eog) whose cache holds
     history[:-1]; so does it afterwards. The event's text is left empty."""
     t0 = clock()
-    draft = EMPTY_DRAFT
-    if drafter is not None and k > 0:
-        draft = drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar)
+    draft, n_forced = _propose(drafter, history, req, k)
     t1 = clock()
     n = history.n
     block = np.empty(len(draft) + 1, np.int32)
@@ -81,20 +81,44 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
     t2 = clock()
     if drafter is not None:
-        drafter.accept(len(draft), verdict.n_accept, t2 - t1, grew_logits)
+        drafter.accept(len(draft), verdict.n_accept, t2 - t1, grew_logits, n_forced=n_forced)
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     logprobs = None if req.logprobs is None else \
         token_logprobs(logits[:len(tokens)], tokens, req.logprobs)  # the rows that chose them
     _advance_grammar(req, tokens, eog)
+    if req.forced is not None:
+        req.forced.advance(tokens[:len(tokens) - 1] if eog else tokens)
     history.extend(tokens)
     if target.n_cached >= history.n:  # rows past the commit: a rejection, an EOG or grammar cut
         target.truncate(history.n - 1)
-    source = (draft.source or drafter.name) if len(draft) and drafter is not None else "none"
+    source = "none" if not len(draft) else draft.source or \
+        (drafter.name if drafter is not None else "forced")
     n_accepted = len(tokens) - 1 if origins[-1] is Origin.TARGET else len(tokens)
     return RoundEvent(tuple(tokens), tuple(origins), "", (), len(draft), n_accepted,
                       sum(o is Origin.DRAFT_LOOSE for o in origins), t1 - t0, t2 - t1,
                       clock() - t2, draft_source=source, constrain_seconds=constrain_s,
-                      eog=eog, logprobs=logprobs)
+                      eog=eog, logprobs=logprobs, n_forced=n_forced)
+
+
+def _propose(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
+             k: int) -> tuple[Draft, int]:
+    """The block's draft: the tokens the grammar forces first (free), then the drafter's
+    from there; and how many were forced."""
+    forced = req.forced.propose(k) if req.forced is not None else NO_TOKENS
+    if drafter is None or k <= len(forced):
+        return (Draft(forced, source="forced") if len(forced) else EMPTY_DRAFT), len(forced)
+    if not len(forced):
+        return drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar), 0
+    more = drafter.propose(np.concatenate([history.view(), forced]), k - len(forced),
+                           req.sampler, req.rng, None)  # (the grammar state is before forced)
+    tokens = np.concatenate([forced, more.tokens]).astype(np.int32)
+    probs = None
+    if more.probs is not None:  # a sampled draft: the forced tokens are certain (one-hot)
+        probs = np.zeros((len(tokens), more.probs.shape[1]), more.probs.dtype)
+        probs[np.arange(len(forced)), forced] = 1.0
+        probs[len(forced):] = more.probs
+    return Draft(tokens, probs, more.source or drafter.name if len(more) else "forced",
+                 more.run), len(forced)
 
 
 def draft_limit(req: LoopSettings, generated: int, n: int, n_ctx: int) -> int:

@@ -43,6 +43,7 @@ class RoundEvent:
     reasoning: str = ""  # reasoning text (a `<think>` block) released by this round
     reasoning_spans: tuple[tuple[str, Origin], ...] = ()
     tool_calls: tuple[ToolCallDelta, ...] = ()  # pieces of tool calls, as OpenAI streams them
+    n_forced: int = 0  # draft tokens the grammar forced (the first of the draft; free)
 
 
 @dataclass
@@ -66,6 +67,10 @@ class GenerationStats:
     accepted_per_round: list[int] = field(default_factory=list)
     draft_sources: dict[str, int] = field(default_factory=dict)  # rounds per drafter used
     draft_lengths: dict[int, int] = field(default_factory=dict)  # rounds per tokens drafted
+    # draft tokens per supplier ("forced": the grammar's; "lookup", "suffix", "model", ...):
+    # which share of the accepted tokens each drafter supplied
+    drafted_by_source: dict[str, int] = field(default_factory=dict)
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
     # the share of the above spent inside a reasoning block (the rest is the answer's):
     # acceptance differs between thinking and answering
     reasoning_rounds: int = 0
@@ -113,6 +118,20 @@ class GenerationStats:
         self.accepted_per_round.append(event.n_accepted)
         self.draft_sources[event.draft_source] = self.draft_sources.get(event.draft_source, 0) + 1
         self.draft_lengths[event.n_drafted] = self.draft_lengths.get(event.n_drafted, 0) + 1
+        self._count_sources(event)
+
+    def _count_sources(self, event: RoundEvent) -> None:
+        """Split the round's drafted and accepted tokens between the grammar's forced head
+        and the drafter that went on from there."""
+        n_forced_kept = min(event.n_forced, event.n_accepted)
+        parts = (("forced", event.n_forced, n_forced_kept),
+                 (event.draft_source, event.n_drafted - event.n_forced,
+                  event.n_accepted - n_forced_kept))
+        for source, drafted, accepted in parts:
+            if drafted > 0:
+                self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + drafted
+                self.accepted_by_source[source] = \
+                    self.accepted_by_source.get(source, 0) + accepted
 
     def summary(self) -> str:
         """One line for people: tokens, speed, tau, acceptance, loose acceptances."""
@@ -127,7 +146,12 @@ class GenerationStats:
         sources = ", ".join(f"{name} {count / self.rounds:.0%}" for name, count in
                             sorted(self.draft_sources.items(), key=lambda kv: -kv[1]))
         lengths = " ".join(f"{k}:{count}" for k, count in sorted(self.draft_lengths.items()))
-        return f"drafts by {sources}; rounds per K: {lengths}"
+        out = f"drafts by {sources}; rounds per K: {lengths}"
+        if self.accepted:
+            out += "; accepted tokens from " + ", ".join(
+                f"{name} {count / self.accepted:.0%}" for name, count in
+                sorted(self.accepted_by_source.items(), key=lambda kv: -kv[1]) if count)
+        return out
 
     def merge(self, other: GenerationStats) -> None:
         """Add another generation's counters and timings (e.g. totals of a chat session)."""
@@ -139,7 +163,9 @@ class GenerationStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accepted_per_round.extend(other.accepted_per_round)
         for mine, theirs in ((self.draft_sources, other.draft_sources),
-                             (self.draft_lengths, other.draft_lengths)):
+                             (self.draft_lengths, other.draft_lengths),
+                             (self.drafted_by_source, other.drafted_by_source),
+                             (self.accepted_by_source, other.accepted_by_source)):
             for key, count in theirs.items():
                 mine[key] = mine.get(key, 0) + count
 

@@ -117,7 +117,9 @@ class Grammar:
         if not sampler:
             reason = _parse_error(text, printed, list(sink.recent))
             raise GrammarError(f"invalid {source}: {reason}")
-        return cls(sampler, model, (_Candidates(1), _Candidates(model.n_vocab)))
+        grammar = cls(sampler, model, (_Candidates(1), _Candidates(model.n_vocab)))
+        grammar.text, grammar.triggers = text, tuple(triggers)  # (what the forced drafter reads)
+        return grammar
 
     def allows(self, token: int) -> bool:
         """Whether the grammar lets `token` come next (end-of-generation: only when complete)."""

@@ -69,6 +69,12 @@ class Vocab:
                                   parse_special)
         return list(buf[:n])
 
+    def is_added(self, token: int) -> bool:
+        """A token added to the vocabulary (control or user-defined: "<tool_call>"), which the
+        tokenizer matches as a whole where the model may have learned to spell it out."""
+        attr = ll.llama_vocab_get_attr(self.handle, token)
+        return bool(attr & (ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_USER_DEFINED))
+
     def token_text(self, token: int) -> bytes:
         """The vocabulary's stored text for a token (used for compatibility checks)."""
         return ll.llama_vocab_get_text(self.handle, token) or b""

@@ -151,17 +151,22 @@ class AutoDrafter(Drafter):
             self.draft_token_s = float(draft_s)
 
     def accept(self, n_drafted: int, n_accept: int, verify_seconds: float,
-               grew_logits: bool = False) -> None:
+               grew_logits: bool = False, n_forced: int = 0) -> None:
         """Learn t(n) from every round and the draft model's acceptance from its rounds. A
         batch that grew the target's logits buffer pays a one-time cost (llama.cpp grows and
         clears it, faulting new pages; docs/auto.md): CostModel takes such a timing only as
-        a stand-in for a size it has not measured."""
+        a stand-in for a size it has not measured. Forced tokens (n_forced, the grammar's)
+        count in the batch size, not in a drafter's acceptance; when a forced token was
+        rejected, the drafter's own tokens were never judged."""
         self.cost.observe(n_drafted + 1, verify_seconds, first=grew_logits)
+        if n_forced >= n_drafted or n_accept < n_forced:
+            return
+        n_own, n_own_accept = n_drafted - n_forced, n_accept - n_forced
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
-            self.acceptance["model"].update(n_drafted, n_accept)
+            self.acceptance["model"].update(n_own, n_own_accept)
         used = {"lookup": self.lookup, "model": self.model}.get(self._used_source)
         if used is not None:  # the drafter whose tokens were verified hears the verdict
-            used.accept(n_drafted, n_accept, verify_seconds, grew_logits)
+            used.accept(n_own, n_own_accept, verify_seconds, grew_logits)
 
     def _choose(self, history: np.ndarray, n_lookup: int, k: int, run: int) -> _Choice:
         """The best option this round; run: the lookup proposal's copy run."""

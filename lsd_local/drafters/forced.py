@@ -1,0 +1,132 @@
+"""Tokens a grammar forces, drafted for free (SGLang's jump-forward idea, as a draft): under a
+JSON schema or a tool call the grammar often admits one continuation only (keys,
+punctuation, a tool's name, closing brackets). Each round, the text the grammar forces after
+the committed tokens (drafters/gbnf.py) is tokenized and drafted without any model; another
+drafter may go on after it in the same block. The whitespace the grammar leaves optional is
+drafted as the model has been writing it (after ":" a space, after ">" a newline, ...:
+learned from the committed text). Verification still decides: a wrong guess costs a
+rejected draft token, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+
+import numpy as np
+
+from .crossvocab import TextCodec
+from .gbnf import GrammarState, GrammarSyntaxError, parse_gbnf
+
+# Whitespace after a character where the grammar leaves it optional: JSON as models write
+# it, a newline after a tag ("<tool_call>\n{"), until the committed text says otherwise.
+# After any other character the forced text stops until the model has shown its habit.
+SPACING = {":": " ", ",": " ", '"': "", ">": "\n", "": ""}  # "": at the start
+CHARS_PER_TOKEN = 4  # forced text looked at per draft token (then cut to the tokens asked)
+# Forced tokens per round start at FIRST_CAP, double while all are kept and drop to one past
+# the first rejected one: a writer whose spacing or token splits the guesses miss (a small
+# or odd model) costs about one verified row per round, not a whole run of them.
+FIRST_CAP = 16
+MAX_CAP = 64
+NO_TOKENS = np.zeros(0, np.int32)
+
+
+class ForcedDraft:
+    """The forced text after the committed tokens of one request. `grammar_text`, `triggers`:
+    the request's GBNF and lazy trigger patterns (as backend.Grammar got them); `vocab`: the
+    target's (backend.Vocab or alike: what crossvocab.TextCodec uses, and is_added)."""
+
+    def __init__(self, grammar_text: str, triggers: tuple[str, ...], vocab) -> None:
+        self._vocab = vocab
+        self._codec = TextCodec(vocab)
+        self._written_added: set[int] = set()  # added tokens the model wrote as one token
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.spacing = dict(SPACING)
+        self._tail = ""  # the committed text from its last non-blank character on
+        try:
+            self._rules = parse_gbnf(grammar_text)
+            start = GrammarState.start(self._rules)
+        except GrammarSyntaxError:  # a grammar this reader does not know: no forced text
+            self._rules, start = None, None
+        self._triggers = [re.compile(pattern) for pattern in triggers]
+        self._awaiting = bool(triggers) and start is not None
+        self._buffer = ""  # text before a lazy grammar's trigger
+        self.state = None if self._awaiting else start
+        self.cap = FIRST_CAP
+        self._proposed = NO_TOKENS  # the last proposal, checked against what was committed
+
+    def advance(self, tokens: list[int]) -> None:
+        """The committed tokens (end-of-generation excluded) move the state on."""
+        if len(self._proposed):
+            self._adjust_cap(tokens)
+        self._written_added.update(t for t in tokens if self._vocab.is_added(t))
+        text = "".join(self._decoder.decode(self._vocab.token_bytes(t)) for t in tokens)
+        if not text:
+            return
+        self._learn(text)
+        if self._awaiting:
+            self._buffer += text
+            text = self._triggered()
+            if text is None:
+                return
+        if self.state is not None and not self.state.dead:
+            self.state = self.state.accept(text)
+
+    def propose(self, k: int) -> np.ndarray:
+        """int32[<= k]: the forced text's tokens (none when nothing is forced)."""
+        self._proposed = NO_TOKENS
+        k = min(k, self.cap)
+        if k <= 0 or self.state is None or self.state.dead:
+            return NO_TOKENS
+        text = self.state.forced(k * CHARS_PER_TOKEN, self.spacing, self._tail)
+        if not text:
+            return NO_TOKENS
+        self._proposed = np.asarray(self._tokens(text)[:k], np.int32)
+        return self._proposed
+
+    def _adjust_cap(self, committed: list[int]) -> None:
+        kept = 0
+        for proposed, token in zip(self._proposed, committed, strict=False):
+            if proposed != token:
+                break
+            kept += 1
+        if kept == len(self._proposed):
+            self.cap = min(2 * self.cap, MAX_CAP)
+        elif kept < len(committed):  # (not cut short by the end of the answer)
+            self.cap = kept + 1
+        self._proposed = NO_TOKENS
+
+    def _tokens(self, text: str) -> list[int]:
+        """The text's tokens, up to an added token ("<tool_call>") this model has not yet
+        written as one: small models often spell it out ("<", "tool", "_call", ">"); which
+        way it writes it shows in the committed text after the round."""
+        tokens = self._codec.exact(text.encode()) or []  # (SentencePiece's added space: not)
+        for at, token in enumerate(tokens):
+            if token not in self._written_added and self._vocab.is_added(token):
+                return tokens[:at]
+        return tokens
+
+    def _triggered(self) -> str | None:
+        """The text from a trigger's match on (the grammar starts there), or None."""
+        for pattern in self._triggers:
+            found = pattern.search(self._buffer)
+            if found:
+                start = found.start(1) if found.groups() and found.group(1) is not None \
+                    else found.start()
+                text, self._buffer, self._awaiting = self._buffer[start:], "", False
+                self.state = GrammarState.start(self._rules)
+                return text
+        return None
+
+    def _learn(self, text: str) -> None:
+        """What whitespace (maybe none) follows each character in the committed text (a run
+        at the very end may go on: it is learned once something follows it)."""
+        text = self._tail + text
+        for found in _FOLLOWED.finditer(text):
+            self.spacing[found.group(1)] = found.group(2)
+        solid = text.rstrip(" \t\r\n")
+        self._tail = text[len(solid) - 1:] if solid else text[-MAX_TAIL:]
+
+
+_FOLLOWED = re.compile(r"([^ \t\r\n])([ \t\r\n]*)(?=[^ \t\r\n])")
+MAX_TAIL = 64  # blanks kept after the last character (a longer run is not a habit)
