@@ -2,7 +2,12 @@
 same prompts, the same constraints and (checked) the same answers.
 
     .venv/bin/python bench/agents_compare.py --llama-cpp ~/.cache/lsd-peers/build/bin \\
-        [--conversations 6] [--repeat 1] [--threads 2]
+        [--conversations 6] [--workload agents|repeat|edits]
+
+Workloads: "agents" (below), "repeat" (the same conversations three times, the second and
+third with small changes: bench/make_workload_sets.py's VARIATIONS; both servers keep what
+they saw: lsd's suffix index, llama-server's ngram-mod pool) and "edits" (functions of
+bench/code-edit.jsonl edited over three turns, each answer appended to the conversation).
 
 Each conversation of bench/agents.jsonl (3 tools: get_weather, search_docs, calculator)
 runs 3 turns, as an agent does: turns 1 and 2 must call a tool (tool_choice "required"; the
@@ -104,10 +109,11 @@ def post(port: int, path: str, body: dict) -> dict:
         return json.load(response)
 
 
-def lsd_turn(client, messages: list, choice: str) -> dict:
+def lsd_turn(client, messages: list, choice: str | None) -> dict:
     start = time.perf_counter()
-    answer = client.chat.completions.create(model="lsd", messages=messages, tools=TOOLS,
-                                            tool_choice=choice, max_tokens=256, temperature=0)
+    tools = {"tools": TOOLS, "tool_choice": choice} if choice else {}
+    answer = client.chat.completions.create(model="lsd", messages=messages, max_tokens=256,
+                                            temperature=0, **tools)
     seconds = time.perf_counter() - start
     message = answer.choices[0].message
     calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
@@ -116,11 +122,11 @@ def lsd_turn(client, messages: list, choice: str) -> dict:
             "tokens": answer.usage.completion_tokens}
 
 
-def llama_turn(port: int, prompt: str, grammar: str | None, opener_id: int) -> dict:
+def llama_turn(port: int, prompt: str, grammar: str | None, opener_id: int | None) -> dict:
     body = {"prompt": prompt, "n_predict": 256, "temperature": 0, "cache_prompt": True}
     if grammar:
         body["grammar"] = grammar
-    else:
+    elif opener_id is not None:  # (an answer turn of an agent: no call)
         body["logit_bias"] = [[opener_id, False]]
     start = time.perf_counter()
     answer = post(port, "/completion", body)
@@ -137,6 +143,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp build/bin")
     parser.add_argument("--conversations", type=int, default=6)
+    parser.add_argument("--workload", choices=["agents", "repeat", "edits"], default="agents")
     parser.add_argument("--json", default="agents-compare.json", help="every turn measured")
     args = parser.parse_args()
     from lsd_local import Engine
@@ -144,6 +151,8 @@ def main() -> None:
     conversations = [json.loads(line) for line in
                      (Path(__file__).with_name("agents.jsonl")).read_text().splitlines()]
     conversations = conversations[:args.conversations]
+    if args.workload == "repeat":
+        conversations = repeated(conversations)
     with Engine.load(TARGET, drafter="none", n_ctx=4096) as renderer:
         plan = tool_plan(renderer.chat_template, TOOLS, "required", True)
         grammar = plan.grammar(lambda s: schema_to_gbnf(s, "tools"))[0]
@@ -158,7 +167,9 @@ def main() -> None:
                                                          "--spec-type", "draft-simple",
                                                          "--spec-draft-n-max", "4")}
         try:
-            rows = run_all(columns, conversations, renderer, grammar, opener_id)
+            rows = run_edits(columns, renderer, args.conversations) \
+                if args.workload == "edits" else \
+                run_all(columns, conversations, renderer, grammar, opener_id)
         finally:
             for proc, _ in columns.values():
                 proc.terminate()
@@ -166,6 +177,53 @@ def main() -> None:
         [{k: ({kk: vv for kk, vv in v.items() if kk != "message"} if isinstance(v, dict)
               else v) for k, v in row.items()} for row in rows], indent=1))
     report(rows, list(columns))
+    if args.workload == "repeat":
+        print("\nasked again (the second and third time):")
+        report([r for r in rows if not r["id"].endswith("-0")], list(columns))
+
+
+def repeated(conversations: list[dict]) -> list[dict]:
+    """Each conversation three times: as is, then with each of VARIATIONS' small changes."""
+    from make_workload_sets import VARIATIONS
+
+    out = []
+    for round_, changes in enumerate([{}] + VARIATIONS):
+        for conv in conversations:
+            user = conv["user"]
+            for old, new in changes.items():
+                user = user.replace(old, new)
+            out.append({"id": f"{conv['id']}-{round_}", "user": user})
+    return out
+
+
+def run_edits(columns, renderer, n: int) -> list[dict]:
+    """Functions edited over three turns; every column gets lsd's conversation so far."""
+    from make_workload_sets import EDIT_TURNS
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{columns['lsd serve'][1]}/v1",
+                           api_key="none", timeout=900)
+    edits = [json.loads(line) for line in
+             Path(__file__).with_name("code-edit.jsonl").read_text().splitlines()][:n]
+    rows = []
+    for item in edits:
+        messages = [dict(item["messages"][0])]
+        for turn in range(1 + len(EDIT_TURNS)):
+            prompt = renderer.prompt_text(messages)
+            theirs = post(columns["llama-server plain"][1], "/apply-template",
+                          {"messages": messages})["prompt"]
+            if theirs != prompt:
+                raise SystemExit(f"{item['id']} turn {turn}: the prompts differ")
+            row = {"id": item["id"], "turn": turn + 1, "lsd serve": lsd_turn(client, messages,
+                                                                            None)}
+            for name, (_, port) in columns.items():
+                if name != "lsd serve":
+                    row[name] = llama_turn(port, prompt, None, None)
+            rows.append(row)
+            print_row(row, list(columns))
+            if turn < len(EDIT_TURNS):
+                messages += [{"role": "assistant", "content": row["lsd serve"]["text"]},
+                             {"role": "user", "content": EDIT_TURNS[turn]}]
+    return rows
 
 
 def run_all(columns, conversations, renderer, grammar, opener_id) -> list[dict]:

@@ -87,6 +87,17 @@ MAX_NGRAM = 12  # prompt lookup: longest n-gram matched
 MIN_NGRAM = 6  # prompt lookup: shortest n-gram matched
 RUN_CAP = 256  # prompt lookup: how far back a copy's run is measured (auto's copy model)
 DRAFTERS_KEPT = 4  # drafter settings whose learned statistics an Engine keeps (drafters/pool.py)
+# the suffix index over past requests (drafters/suffix.py, docs/drafting.md): tokens kept
+# (4 bytes each in the ring, 8 in its hash chain, plus a table of as many 8-byte slots:
+# 1 Mi tokens = 20 MiB), and how much of each prompt's end is kept with its answer
+SUFFIX_TOKENS = 1 << 20
+SUFFIX_PROMPT_TAIL = 64
+# text lookup (drafters/textlookup.py): the shortest and longest end of the text matched
+# (bytes), where token lookup finds nothing; the match must hold this many letters or digits
+TEXT_LOOKUP_MIN_CHARS = 5
+TEXT_LOOKUP_MAX_CHARS = 32
+TEXT_LOOKUP_MIN_ALNUM = 4
+TEXT_LOOKUP_MAX_TOKENS = 8  # a text match is weaker evidence than a token n-gram: short drafts
 
 
 class _Settings:
@@ -222,6 +233,7 @@ class DrafterConfig(_Settings):
     max_ngram: int = MAX_NGRAM  # prompt lookup: longest n-gram to match
     min_ngram: int = MIN_NGRAM  # prompt lookup: shortest n-gram to match
     forced: bool = True  # under a grammar, draft the text it forces first (drafters/forced.py)
+    text_lookup: bool = True  # lookup: match the text where no token n-gram matches
 
     @property
     def adaptive_k(self) -> bool:
@@ -249,6 +261,8 @@ class DrafterConfig(_Settings):
         check(1 <= self.min_ngram <= self.max_ngram, "min_ngram",
               f"{self.min_ngram} (must be within 1..max_ngram)")
         check(isinstance(self.forced, bool), "forced", f"{self.forced!r} (true or false)")
+        check(isinstance(self.text_lookup, bool), "text_lookup",
+              f"{self.text_lookup!r} (true or false)")
 
 
 @dataclass(frozen=True)
@@ -292,6 +306,9 @@ class EngineSettings:
     draft_device_given: bool = False  # draft_load.devices was chosen (else local with RPC)
     chat_template: str | None = None  # Jinja text overriding the GGUF's template
     remember: bool = False  # start auto from what earlier processes learned, save it back
+    # tokens of past requests lookup also searches (0: none); kept between processes with
+    # remember (drafters/suffixstore.py)
+    suffix_tokens: int = SUFFIX_TOKENS
 
 
 LOAD_KEYWORDS = {"device": "devices"}  # keyword conveniences spelled otherwise than fields
@@ -308,13 +325,15 @@ def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = No
                     rule: RuleConfig | str | None = None, load: LoadOptions | None = None,
                     draft_load: LoadOptions | None = None, rpc: str | tuple | list | None = None,
                     chat_template: str | None = None, remember: bool = False,
-                    **keywords) -> EngineSettings:
+                    suffix_tokens: int = SUFFIX_TOKENS, **keywords) -> EngineSettings:
     """The one place where Engine.load's keyword conveniences become typed settings: each
     keyword names a field of DrafterConfig (k, p_min, max_ngram, min_ngram), RuleConfig
     (theta, window, ..., budget) or LoadOptions (n_ctx, n_threads, n_gpu_layers, device,
     ..., no_repack, verbose), or the draft's LoadOptions (draft_n_gpu_layers, draft_device);
     they apply on top of the typed settings given. `drafter` defaults to "model" with a draft
     model, else "lookup". ParameterError names an unknown keyword or an invalid value."""
+    check(isinstance(suffix_tokens, int) and not isinstance(suffix_tokens, bool)
+          and suffix_tokens >= 0, "suffix_tokens", f"{suffix_tokens!r} (an integer >= 0)")
     by_name = {"drafter": (setting_names(DrafterConfig), {}),
                "rule": (setting_names(RuleConfig), {}),
                "load": (setting_names(LoadOptions) | set(LOAD_KEYWORDS), {}),
@@ -341,7 +360,8 @@ def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = No
                       if e.strip())
     return EngineSettings(dcfg, rcfg, opts, dopts, endpoints,
                           draft_device_given=draft_load is not None or "devices" in draft_changes,
-                          chat_template=chat_template, remember=remember)
+                          chat_template=chat_template, remember=remember,
+                          suffix_tokens=suffix_tokens)
 
 
 def changed_settings(drafter_config: DrafterConfig, rule_config: RuleConfig,

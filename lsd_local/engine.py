@@ -54,7 +54,7 @@ class Engine:
     """Speculative decoding over llama.cpp. Create with `Engine.load(...)`."""
 
     def __init__(self, target: Model, draft: Model | None, settings: EngineSettings,
-                 cross_vocab: bool = False, learned=None) -> None:
+                 cross_vocab: bool = False, learned=None, suffix=None) -> None:
         self.target = target
         self.draft_model = draft
         self.chat_template = settings.chat_template or target.chat_template()
@@ -64,7 +64,8 @@ class Engine:
             self.placement["draft"] = draft.placement
         self.notices = load_notices(target, draft, cross_vocab)  # the CLI prints these
         self.learned = learned  # what auto learned, across processes (drafters/auto/learned)
-        self._pool = DrafterPool(draft, target if cross_vocab else None, learned)
+        self._pool = DrafterPool(draft, target if cross_vocab else None, learned, suffix,
+                                 target.vocab)
         self.drafter_config = settings.drafter
         self.rule_config = settings.rule
         self._drafter = self._pool.get(settings.drafter, settings.rule.rule)
@@ -93,7 +94,7 @@ class Engine:
         them to its engine process)."""
         loaded = load_for_engine(target, draft, spec)
         engine = cls(loaded.target, loaded.draft, loaded.settings, loaded.cross_vocab,
-                     loaded.learned)
+                     loaded.learned, loaded.suffix)
         engine.notices.extend(loaded.notices)
         return engine
 
@@ -228,11 +229,25 @@ class Engine:
         if self.draft_model is not None:
             self.draft_model.truncate(0)
 
+    @property
+    def suffix_index(self):
+        """The suffix index over past requests that lookup searches (drafters/suffixstore.py;
+        None: none). Setting another (or None) applies from the next round; a benchmark gives
+        each configuration its own."""
+        return self._pool.index
+
+    @suffix_index.setter
+    def suffix_index(self, index) -> None:
+        self._pool.use_suffix_index(index)
+
     def save_learned(self) -> None:
-        """Save what the auto drafters learned (with remember=True; a cache dir that cannot
-        be written is a warning, never an error)."""
+        """Save what the auto drafters learned and the suffix index (with remember=True; a
+        cache dir that cannot be written is a warning, never an error)."""
         try:
             self._pool.save(self.rule_config.rule)
+            index = self._pool.index
+            if index is not None and index.path is not None and index.changed:
+                index.save(index.path)
         except OSError as exc:
             warnings.warn(f"cannot save what auto learned: {exc}", UserWarning, stacklevel=2)
 

@@ -257,7 +257,7 @@ class Generation:
         self._closed = True
         try:
             if self._life is not None and self._parts.drafter is not None:
-                self._parts.drafter.end(self._history.view())
+                self._parts.drafter.end(self._history.view(), len(self._prompt))
         finally:
             try:
                 if self._settings.grammar is not None:

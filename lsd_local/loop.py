@@ -103,20 +103,29 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
 def _propose(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
              k: int) -> tuple[Draft, int]:
     """The block's draft: the tokens the grammar forces first (free), then the drafter's
-    from there; and how many were forced."""
+    from there, then what the grammar forces after those (a value copied from the prompt,
+    then the next key); and how many were forced first."""
     forced = req.forced.propose(k) if req.forced is not None else NO_TOKENS
     if drafter is None or k <= len(forced):
         return (Draft(forced, source="forced") if len(forced) else EMPTY_DRAFT), len(forced)
-    if not len(forced):
-        return drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar), 0
-    more = drafter.propose(np.concatenate([history.view(), forced]), k - len(forced),
-                           req.sampler, req.rng, None)  # (the grammar state is before forced)
-    tokens = np.concatenate([forced, more.tokens]).astype(np.int32)
+    if len(forced):  # (the grammar state is before the forced tokens: the block checks them)
+        more = drafter.propose(np.concatenate([history.view(), forced]), k - len(forced),
+                               req.sampler, req.rng, None)
+    else:
+        more = drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar)
+    tail = NO_TOKENS
+    if req.forced is not None and len(more):
+        tail = req.forced.propose_after(np.concatenate([forced, more.tokens]),
+                                        k - len(forced) - len(more))
+    if not len(forced) and not len(tail):
+        return more, 0
+    tokens = np.concatenate([forced, more.tokens, tail]).astype(np.int32)
     probs = None
-    if more.probs is not None:  # a sampled draft: the forced tokens are certain (one-hot)
+    if more.probs is not None:  # a sampled draft: the grammar's tokens are certain (one-hot)
         probs = np.zeros((len(tokens), more.probs.shape[1]), more.probs.dtype)
-        probs[np.arange(len(forced)), forced] = 1.0
-        probs[len(forced):] = more.probs
+        grammar_rows = np.r_[0:len(forced), len(forced) + len(more):len(tokens)]
+        probs[grammar_rows, tokens[grammar_rows]] = 1.0
+        probs[len(forced):len(forced) + len(more)] = more.probs
     return Draft(tokens, probs, more.source or drafter.name if len(more) else "forced",
                  more.run), len(forced)
 

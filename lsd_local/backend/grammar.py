@@ -18,8 +18,8 @@ import llama_cpp as ll
 import numpy as np
 
 from ..errors import GrammarError
+from ..utf8 import utf8_bytes
 from .model import Model, _install_log_sink
-from .vocab import utf8_bytes
 
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=False)
 

@@ -4,25 +4,12 @@ the context that evaluates them (model.py), as llama-cpp-python's _internals spl
 from __future__ import annotations
 
 import ctypes
+import hashlib
 
 import llama_cpp as ll
 
 from ..errors import IncompatibleModelsError
-
-
-def utf8_bytes(text: str) -> bytes:
-    """Valid UTF-8 for any str: lone surrogates (undecodable command-line bytes, JSON's
-    '\\ud800') become U+FFFD (one per undecodable byte) instead of a UnicodeEncodeError, so
-    no user text can crash a tokenizer or the grammar parser."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        pass
-    try:  # bytes Python could not decode (argv, file names) come back as those bytes
-        raw = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # other lone surrogates
-        raw = text.encode("utf-8", "surrogatepass")
-    return raw.decode("utf-8", "replace").encode("utf-8")
+from ..utf8 import utf8_bytes
 
 
 class Vocab:
@@ -68,6 +55,16 @@ class Vocab:
             n = ll.llama_tokenize(self.handle, data, len(data), buf, cap, add_special,
                                   parse_special)
         return list(buf[:n])
+
+    def fingerprint(self) -> str:
+        """A short key for this vocabulary (what files that hold token ids depend on): its
+        size and a hash of a spread of its tokens' texts, the added ones at the end too."""
+        n = self.n_tokens
+        sample = sorted(set(range(0, n, max(1, n // 4096))) | set(range(max(0, n - 512), n)))
+        digest = hashlib.sha256(str(n).encode())
+        for token in sample:
+            digest.update(self.token_text(token) + b"\0")
+        return digest.hexdigest()[:24]
 
     def is_added(self, token: int) -> bool:
         """A token added to the vocabulary (control or user-defined: "<tool_call>"), which the

@@ -19,7 +19,9 @@ from ..errors import LsdError
 from ..models.resources import data_path
 
 BUILTIN_SETS = ("humaneval", "code-edit", "chat", "summarize")
-EXTRA_SETS = ("json",)  # shipped, not run by default: structured output (see --grammar)
+# shipped, not run by default: structured output (see --grammar), and the workloads where
+# drafting from the grammar and from past requests pays (bench/make_workload_sets.py)
+EXTRA_SETS = ("json", "json-extract", "agents-repeat", "edits-multiturn")
 SPLITS = ("dev", "test", "all")
 
 
@@ -33,6 +35,13 @@ class PromptItem:
     split: str = "test"
     max_tokens: int | None = None
     checker: dict = field(default_factory=dict)
+    json_schema: dict | None = None  # the answer is constrained to it (JSON extraction)
+    tools: tuple[dict, ...] = ()  # OpenAI tools offered (an agent's turn), with tool_choice
+    tool_choice: str | None = None
+    # items of one sequence run in file order and each configuration's suffix index keeps
+    # what the earlier ones answered (an agent or an editor repeating itself); elsewhere
+    # every run starts with an empty index (a repeat never copies its own earlier answer)
+    sequence: str | None = None
 
 
 def shipped_sets_dir() -> Path | None:
@@ -108,4 +117,15 @@ def _item(set_name: str, row: dict) -> PromptItem:
     checker = row.get("checker") or {}
     if not isinstance(checker, dict) or set(checker) - {"humaneval", "json"}:
         raise ValueError(f'unknown checker {checker!r} (known: "humaneval", "json")')
-    return PromptItem(set_name, str(row["id"]), tuple(messages), split, max_tokens, checker)
+    schema, tools, choice, sequence = (row.get("json_schema"), row.get("tools") or [],
+                                       row.get("tool_choice"), row.get("sequence"))
+    if schema is not None and not isinstance(schema, dict):
+        raise ValueError('"json_schema" must be a JSON schema object')
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ValueError('"tools" must be a list of OpenAI tool objects')
+    if choice is not None and choice not in ("auto", "required", "none"):
+        raise ValueError('"tool_choice" must be "auto", "required" or "none"')
+    if sequence is not None and not isinstance(sequence, str):
+        raise ValueError('"sequence" must be a string')
+    return PromptItem(set_name, str(row["id"]), tuple(messages), split, max_tokens, checker,
+                      schema, tuple(tools), choice, sequence)

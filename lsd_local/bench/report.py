@@ -87,6 +87,14 @@ def summarize_group(set_name: str, config: str, group: list[dict],
                  draft_share=sum(r["draft_s"] for r in group) / decode,
                  verify_share=sum(r["verify_s"] for r in group) / decode,
                  other_share=sum(r["other_s"] for r in group) / decode)
+        by_source: dict[str, int] = {}
+        for row in group:
+            for source, count in row.get("accepted_by_source", {}).items():
+                by_source[source] = by_source.get(source, 0) + count
+        accepted = sum(by_source.values())
+        if accepted:  # which share of the accepted tokens each drafter supplied
+            s["accepted_share"] = {name: count / accepted for name, count in sorted(
+                by_source.items(), key=lambda kv: -kv[1])}
         if any(r.get("constrain_s") for r in group):
             s["grammar_share"] = sum(r.get("constrain_s", 0.0) for r in group) / decode
     if "prefill_s" in group[0]:
@@ -242,6 +250,14 @@ def choices(rows: Sequence[dict]) -> list[str]:
         hist = " ".join(f"{k}:{count}" for k, count in sorted(lengths.items()))
         lines.append(f"{set_name:<10} {config:<24} rounds by {mix}; rounds per K {hist}")
     return lines
+
+
+def suppliers(summaries: Sequence[dict]) -> list[str]:
+    """Per prompt set and configuration that drafted: which drafter supplied which share of
+    the accepted tokens ("forced": the grammar's; "suffix": past requests)."""
+    return [f"{s['set']:<10} {s['config']:<24} " + ", ".join(
+        f"{name} {share:.0%}" for name, share in s["accepted_share"].items())
+        for s in summaries if s.get("accepted_share")]
 
 
 def write_json(path: Path, meta: dict, rows: Sequence[dict], summaries: Sequence[dict],

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..config import DRAFTERS, N_CTX, RULES, DrafterConfig, RuleConfig
+from ..drafters.suffixstore import SuffixIndex
 from ..engine import Engine
 from ..errors import LsdError, ParameterError
 from ..kernels.warmup import load_kernels_now
@@ -25,7 +26,9 @@ LSD_DRAFTERS = tuple(d for d in DRAFTERS if d != "none")
 DRAFT_MODEL_DRAFTERS = ("model", "multilevel")
 INT_PARAMS = {"window", "entropy_top_k", "max_exceptions", "max_ngram", "min_ngram"}
 FLOAT_PARAMS = {"theta", "gate", "budget", "p_min"}
+BOOL_PARAMS = {"forced", "text_lookup", "suffix"}  # 0 or 1 ("suffix": an index or none)
 PEER_PRED_TOKENS = 10  # llama-cpp-python's documented example value
+BENCH_SUFFIX_TOKENS = 1 << 18  # each configuration's suffix index (a sequence fits whole)
 
 
 @dataclass(frozen=True)
@@ -80,9 +83,10 @@ def parse_config(text: str) -> BenchConfig:
     params = []
     for item in rest:
         key, _, value = item.partition("=")
-        if key not in INT_PARAMS | FLOAT_PARAMS:
+        if key not in INT_PARAMS | FLOAT_PARAMS | BOOL_PARAMS:
             raise ParameterError(f"invalid config: {text!r}: unknown setting {key!r}")
-        params.append((key, _int(value, text) if key in INT_PARAMS else _float(value, text)))
+        params.append((key, _int(value, text) if key in INT_PARAMS else
+                       _bool(value, text) if key in BOOL_PARAMS else _float(value, text)))
     return BenchConfig(text, "lsd", parts[0], parts[1], k, tuple(params), grammar=grammar)
 
 
@@ -93,6 +97,12 @@ def parse_external(text: str) -> BenchConfig:
     if not sep or not name.strip() or not command.strip():
         raise ParameterError(f"invalid external: {text!r} (expected NAME=COMMAND)")
     return BenchConfig(name.strip(), "external", command=command.strip())
+
+
+def _bool(value: str, text: str) -> bool:
+    if value not in ("0", "1"):
+        raise ParameterError(f"invalid config: {text!r}: {value!r} is not 0 or 1")
+    return value == "1"
 
 
 def _int(value: str, text: str) -> int:
@@ -121,6 +131,9 @@ class BenchModels:
     rpc: str | None = None  # llama.cpp RPC servers the target spreads over (--rpc)
     cold: bool = False  # each run a separate `lsd run` process (--cold, bench/cold.py)
     engines: dict[str, object] = field(default_factory=dict)
+    # (configuration, repeat, sequence) -> its suffix index; sequence None: one per
+    # configuration, emptied before each run
+    indexes: dict[tuple, SuffixIndex] = field(default_factory=dict)
 
     def engine(self, with_draft: bool) -> Engine:
         key = "draft" if with_draft else "plain"
@@ -132,11 +145,23 @@ class BenchModels:
                 self.engines[key] = Engine.load(
                     self.target, self.draft if with_draft else None,
                     drafter="model" if with_draft else "none", k=64, n_ctx=self.n_ctx,
-                    n_threads=self.n_threads, chat_template=self.chat_template, rpc=self.rpc)
+                    n_threads=self.n_threads, chat_template=self.chat_template, rpc=self.rpc,
+                    suffix_tokens=0)  # (each configuration gets its own: suffix_index)
             for notice in self.engines[key].notices:
                 print(notice, file=sys.stderr)
             load_kernels_now()  # no timed request runs on the numpy fallbacks
         return self.engines[key]
+
+    def suffix_index(self, config: BenchConfig, item: PromptItem, rep: int) -> SuffixIndex:
+        """The suffix index a run searches: its sequence's (what this configuration answered
+        to the sequence's earlier items in this repeat), else an empty one."""
+        key = (config.name, rep if item.sequence is not None else 0, item.sequence)
+        index = self.indexes.get(key)
+        if index is None:
+            index = self.indexes[key] = SuffixIndex(BENCH_SUFFIX_TOKENS)
+        elif item.sequence is None:
+            index.clear()
+        return index
 
     def peer(self, num_pred_tokens: int):
         from .peer import PeerLlama
@@ -158,12 +183,13 @@ def default_settings() -> dict:
     settings never leak into the next (Engine.configure keeps unnamed settings)."""
     rule = {f.name: f.default for f in fields(RuleConfig) if f.name != "rule"}
     drafter = {name: getattr(DrafterConfig(), name) for name in ("p_min", "max_ngram",
-                                                                  "min_ngram")}
+                                                                  "min_ngram", "forced",
+                                                                  "text_lookup")}
     return {**rule, **drafter}
 
 
 def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
-            max_tokens: int) -> dict:
+            max_tokens: int, rep: int = 0) -> dict:
     """One generation: speed, counters and the answer."""
     if config.kind == "peer":
         return run_peer(models, config, item, max_tokens)
@@ -177,11 +203,15 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
         config.drafter == "auto" and models.draft is not None))
     # A fresh drafter for every run: what auto learned (costs, acceptance) must not carry over
     # from another configuration or prompt, so that every run starts as `lsd run` does.
+    params = dict(config.params)
+    engine.suffix_index = models.suffix_index(config, item, rep) if params.pop("suffix", True) \
+        else None
     engine.configure(drafter=config.drafter, k=config.k, rule=config.rule, fresh_drafter=True,
-                     **{**default_settings(), **dict(config.params)})
+                     **{**default_settings(), **params})
     engine.reset()  # every configuration pays the same prefill
     gen = engine.generate(list(item.messages), max_tokens=max_tokens,
-                          grammar=config.grammar).run()
+                          grammar=config.grammar, json_schema=item.json_schema,
+                          tools=list(item.tools) or None, tool_choice=item.tool_choice).run()
     s = gen.stats
     return {"text": gen.text, "tokens": gen.tokens, "n_tokens": s.generated_tokens,
             "tps": s.decode_tokens_per_second, "prefill_s": s.prefill_seconds,
@@ -191,6 +221,8 @@ def run_one(models: BenchModels, config: BenchConfig, item: PromptItem,
             "other_s": s.other_seconds, "constrain_s": s.constrain_seconds,
             "accepted_per_round": list(s.accepted_per_round),
             "draft_sources": dict(s.draft_sources), "draft_lengths": dict(s.draft_lengths),
+            "accepted_by_source": dict(s.accepted_by_source),
+            "tool_calls": [[c.name, c.arguments] for c in gen.tool_calls],
             "finish_reason": gen.finish_reason}
 
 
@@ -318,7 +350,7 @@ def run_bench(models: BenchModels, configs: Sequence[BenchConfig],
             for config in configs:
                 row = {"set": item.set_name, "id": item.id, "rep": rep,
                        "config": config.name, "max_tokens": budget,
-                       **run_one(models, config, item, budget), "rss_mb": peak_rss_mb()}
+                       **run_one(models, config, item, budget, rep), "rss_mb": peak_rss_mb()}
                 done += 1
                 yield Progress(done, total, time.perf_counter() - start, row)
 

@@ -16,9 +16,11 @@ from .options import complete_model, notify
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
                        " -t {{threads}} --temp 0 -c {{ctx}} -no-cnv --no-display-prompt",
-    "llama.cpp:ngram": "{bin}/llama-speculative-simple -m {{target}} "
-                       "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c {{ctx}} "
-                       "--spec-type ngram-simple",
+    **{f"llama.cpp:{kind}": "{bin}/llama-speculative-simple -m {{target}} -f {{prompt_file}} "
+                            "-n {{max_tokens}} -t {{threads}} --temp 0 -c {{ctx}} "
+                            f"--spec-type {kind}"
+       for kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+                    "ngram-cache")},
     "llama.cpp:draft": "{bin}/llama-speculative-simple -m {{target}} -md {{draft}} "
                        "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c {{ctx}} "
                        "--spec-type draft-simple --spec-draft-n-max 4",
@@ -53,7 +55,7 @@ LLAMA_CPP_COMMANDS = {
                    "output.")
 @click.option("--llama-cpp", "llama_cpp_bin", type=click.Path(file_okay=False), default=None,
               help="llama.cpp build/bin folder: adds llama-completion and "
-                   "llama-speculative-simple (ngram, draft) as external columns.")
+                   "llama-speculative-simple (each n-gram type, draft) as external columns.")
 @click.option("--tune", is_flag=True,
               help="Sweep K, FLy theta/W and ASD gate/budget on the dev split; report the "
                    "fastest setting per rule above --quality-floor.")
@@ -204,7 +206,7 @@ def run_and_print(models, options):
 
 def finish(result, opts) -> None:
     from ..bench.cost import format_costs
-    from ..bench.report import choices, differing_answers, format_table
+    from ..bench.report import choices, differing_answers, format_table, suppliers
     from ..bench.suite import write_outputs
     from ..bench.tune import candidate_scores, choose, format_tuning
 
@@ -214,6 +216,9 @@ def finish(result, opts) -> None:
     auto = choices(result.rows)
     if auto:
         click.echo("what auto chose:\n" + "\n".join(auto) + "\n")
+    supplied = suppliers(result.summaries)
+    if supplied:
+        click.echo("accepted tokens by drafter:\n" + "\n".join(supplied) + "\n")
     if result.costs is not None:
         click.echo("cost on this machine:\n" + format_costs(result.costs, result.cost_rows))
     extra_tune = None

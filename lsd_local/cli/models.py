@@ -57,11 +57,19 @@ def list_models(hub_sizes: bool) -> None:
 
 
 @click.command(name="rm")
-@click.argument("name", shell_complete=complete_model)
-def remove(name: str) -> None:
+@click.argument("name", required=False, shell_complete=complete_model)
+@click.option("--cache", "clear_cache", is_flag=True,
+              help="Delete what lsd keeps between runs instead: the suffix indexes (past "
+                   "prompts' ends and answers, as token ids) and what auto learned.")
+def remove(name: str | None, clear_cache: bool) -> None:
     """Delete downloaded model NAME (a registry name or owner/repo[:QUANT]) from the Hugging
     Face cache, all parts of a split model, through huggingface_hub's cache scan and deletion
-    strategy. A registry model's draft stays."""
+    strategy. A registry model's draft stays. With --cache: delete lsd's kept state."""
+    if clear_cache or name is None:
+        if name is not None or not clear_cache:
+            raise click.UsageError("give a model NAME or --cache")
+        click.echo(remove_kept_state())
+        return
     from ..models.hub import remove_cached
     from ..models.hubnames import cached_hub_specs
     from ..models.registry import find_spec, is_hub_name, load_registry
@@ -72,3 +80,29 @@ def remove(name: str) -> None:
     files = [spec.file for spec in specs]
     freed = remove_cached(specs[0].repo, files, name)
     click.echo(f"removed {name} ({', '.join(files)}, {freed})")
+
+
+def remove_kept_state() -> str:
+    """Delete the suffix indexes and learned.json; say what went."""
+    from ..drafters.auto.learned import learned_path
+    from ..drafters.suffixstore import suffix_dir
+
+    files = [learned_path()]
+    folder = suffix_dir()
+    if folder.is_dir():
+        files += sorted(p for p in folder.iterdir() if p.is_file())
+    gone = []
+    for path in files:
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise click.ClickException(f"cannot delete {path}: {exc.strerror}") from None
+        gone.append((path, size))
+    if not gone:
+        return "nothing kept: no suffix index, nothing learned"
+    total = sum(size for _, size in gone)
+    return f"removed {len(gone)} file(s), {total / 1e6:.1f} MB: " + \
+        ", ".join(str(path) for path, _ in gone)

@@ -28,6 +28,7 @@ from ..config import (
     REPEAT_LAST_N,
     REPEAT_PENALTY,
     RULES,
+    SUFFIX_TOKENS,
     TEMPERATURE,
     TOP_K,
     TOP_P,
@@ -170,9 +171,14 @@ ENGINE_OPTIONS = [
                       "where the CPU traps AMX (found by a one-time probe); LSD_NO_REPACK=1 "
                       "also turns them off."),
     click.option("--fresh", is_flag=True,
-                 help="Start auto's cost and acceptance estimates empty and save nothing "
-                      "(default: continue from earlier runs of these models on this "
-                      "machine; also LSD_NO_STATE=1)."),
+                 help="Start auto's cost and acceptance estimates and the suffix index "
+                      "empty and save nothing (default: continue from earlier runs of these "
+                      "models on this machine; also LSD_NO_STATE=1)."),
+    click.option("--suffix-tokens", type=click.IntRange(min=0), default=SUFFIX_TOKENS,
+                 show_default=True,
+                 help="Tokens of past requests (answers and their prompts' ends) that "
+                      "lookup also drafts from, kept under ~/.cache/lsd/suffix between runs "
+                      "(user text: mode 0600; `lsd rm --cache` deletes it). 0: none."),
     click.option("--verbose", is_flag=True, help="Show llama.cpp's log."),
 ]
 
@@ -280,7 +286,8 @@ def engine_arguments(model: str | None, opts: dict, probe_devices: bool = True):
         device=opts["device"], draft_device=opts["draft_device"], main_gpu=opts["main_gpu"],
         split_mode=opts["split_mode"], tensor_split=_tensor_split(opts["tensor_split"]),
         no_repack=True if opts["no_repack"] else None, verbose=opts["verbose"],
-        rpc=opts["rpc"], chat_template=found.chat_template, remember=not opts["fresh"])
+        rpc=opts["rpc"], chat_template=found.chat_template, remember=not opts["fresh"],
+        suffix_tokens=opts["suffix_tokens"])
     return found.target, found.draft, settings
 
 

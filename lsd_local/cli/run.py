@@ -75,7 +75,7 @@ def stdin_is_terminal() -> bool:
 
 def read_stdin() -> str:
     """The piped prompt. Bytes that are not UTF-8 become U+FFFD (never a traceback)."""
-    from ..backend.vocab import utf8_bytes
+    from ..utf8 import utf8_bytes
 
     stream = getattr(sys.stdin, "buffer", None)
     if stream is None:  # a text-only stream: what it could not decode arrives as surrogates

@@ -59,9 +59,14 @@ class Drafter(ABC):
         n_forced: the block's first n_forced tokens were the grammar's (drafters/forced.py),
         not this drafter's (n_forced == n_drafted: it was not asked this round)."""
 
-    def end(self, history: np.ndarray) -> None:  # noqa: B027 - a no-op unless it learns
+    def end(self, history: np.ndarray,  # noqa: B027 - a no-op unless it learns
+            n_prompt: int | None = None) -> None:
         """The request ended (finished, closed or failed); `history` (int32[n]) holds the
-        prompt and every token it committed."""
+        prompt (its first n_prompt tokens; None: not known) and every token committed."""
+
+    def use_suffix_index(self, index) -> None:  # noqa: B027 - only lookup searches one
+        """Search this suffix index (drafters/suffixstore.SuffixIndex, or None) besides the
+        context from now on, and feed it each finished request."""
 
     def reset(self) -> None:  # noqa: B027 - a no-op for stateless drafters
         """Forget what was built from earlier text (a draft model's cache), not what was

@@ -9,22 +9,30 @@ from .crossvocab import CrossVocabDrafter, TextCodec
 from .lookup import LookupDrafter
 from .model import ModelDrafter
 from .multilevel import MultiLevelDrafter
+from .textlookup import TextLookup
 
 
-def make_drafter(cfg, draft, cross_vocab_target=None):
+def make_drafter(cfg, draft, cross_vocab_target=None, index=None, target_vocab=None):
     """`cfg` is an engine DrafterConfig, `draft` a backend Model or None. With
     `cross_vocab_target` (the target Model, when the draft's vocabulary differs), the draft
-    model drafts through text (CrossVocabDrafter)."""
-    if cfg.drafter == "auto" or cfg.adaptive_k:
-        return auto_drafter(cfg, draft, cross_vocab_target)
-    return fixed_drafter(cfg, draft, cross_vocab_target)
+    model drafts through text (CrossVocabDrafter). `index`: the suffix index over past
+    requests that prompt lookup also searches (suffixstore.SuffixIndex or None);
+    `target_vocab`: the target's vocabulary, for text lookup (None: token lookup only)."""
+    text = TextLookup(TextCodec(target_vocab)) if target_vocab is not None and \
+        cfg.text_lookup else None
+    drafter = auto_drafter(cfg, draft, cross_vocab_target, text) \
+        if cfg.drafter == "auto" or cfg.adaptive_k else \
+        fixed_drafter(cfg, draft, cross_vocab_target, text)
+    if drafter is not None:
+        drafter.use_suffix_index(index)
+    return drafter
 
 
-def auto_drafter(cfg, draft, cross_vocab_target=None) -> AutoDrafter | None:
+def auto_drafter(cfg, draft, cross_vocab_target=None, text=None) -> AutoDrafter | None:
     """The cost-aware controller over the drafters the configuration allows."""
     if cfg.drafter == "none":
         return None
-    lookup = LookupDrafter(cfg.max_ngram, cfg.min_ngram) if cfg.drafter in (
+    lookup = LookupDrafter(cfg.max_ngram, cfg.min_ngram, text=text) if cfg.drafter in (
         "auto", "lookup") else None
     model = None
     if draft is not None and cfg.drafter in ("auto", "model", "multilevel"):
@@ -33,10 +41,10 @@ def auto_drafter(cfg, draft, cross_vocab_target=None) -> AutoDrafter | None:
     return AutoDrafter(lookup, model, fixed_k=None if cfg.adaptive_k else cfg.k_value)
 
 
-def fixed_drafter(cfg, draft, cross_vocab_target=None):
+def fixed_drafter(cfg, draft, cross_vocab_target=None, text=None):
     """One drafter with a fixed K (None for drafter 'none')."""
     if cfg.drafter == "lookup":
-        return LookupDrafter(cfg.max_ngram, cfg.min_ngram)
+        return LookupDrafter(cfg.max_ngram, cfg.min_ngram, text=text)
     if cfg.drafter == "model":
         inner = ModelDrafter(draft, cfg.p_min)
     elif cfg.drafter == "multilevel":

@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from ..utf8 import utf8_bytes
 from .crossvocab import TextCodec
 from .gbnf import GrammarState, GrammarSyntaxError, parse_gbnf
 
@@ -84,6 +85,23 @@ class ForcedDraft:
         self._proposed = np.asarray(self._tokens(text)[:k], np.int32)
         return self._proposed
 
+    def propose_after(self, drafted: np.ndarray, k: int) -> np.ndarray:
+        """int32[<= k]: what the grammar forces after the block's draft so far (drafted
+        int32[m]: forced tokens, then another drafter's), as if it were committed: a value
+        copied from the prompt, then the next key's forced text, in one block."""
+        if k <= 0 or self.state is None or self.state.dead or self._awaiting:
+            return NO_TOKENS
+        data = b"".join(self._vocab.token_bytes(int(t)) for t in drafted)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:  # (a character cut in two: not now)
+            return NO_TOKENS
+        state = self.state.accept(text)
+        if state.dead:
+            return NO_TOKENS
+        forced = state.forced(k * CHARS_PER_TOKEN, self.spacing, self._tail + text)
+        return np.asarray(self._tokens(forced)[:k], np.int32) if forced else NO_TOKENS
+
     def _adjust_cap(self, committed: list[int]) -> None:
         kept = 0
         for proposed, token in zip(self._proposed, committed, strict=False):
@@ -100,7 +118,7 @@ class ForcedDraft:
         """The text's tokens, up to an added token ("<tool_call>") this model has not yet
         written as one: small models often spell it out ("<", "tool", "_call", ">"); which
         way it writes it shows in the committed text after the round."""
-        tokens = self._codec.exact(text.encode()) or []  # (SentencePiece's added space: not)
+        tokens = self._codec.exact(utf8_bytes(text)) or []  # (SentencePiece's added space: not)
         for at, token in enumerate(tokens):
             if token not in self._written_added and self._vocab.is_added(token):
                 return tokens[:at]

@@ -13,6 +13,8 @@ from ..kernels.jit import kernels_ready
 from ..verify.constrain import allowed_prefix
 from .base import EMPTY_DRAFT, Draft, Drafter
 
+TEXT_BYTES_PER_RUN = 4  # a text match's length in bytes -> a run in tokens, roughly
+
 
 @njit(cache=True, nogil=True)
 def lookup_match(tokens, max_ngram, min_ngram, k, run_cap, out):
@@ -94,11 +96,14 @@ class LookupDrafter(Drafter):
 
     name = "lookup"
 
-    def __init__(self, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> None:
+    def __init__(self, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
+                 index=None, text=None) -> None:
         check(max_ngram >= 1, "max_ngram", f"{max_ngram} (must be >= 1)")
         check(1 <= min_ngram <= max_ngram, "min_ngram", f"{min_ngram} (must be 1..max_ngram)")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
+        self.index = index  # suffixstore.SuffixIndex over past requests, or None
+        self.text = text  # textlookup.TextLookup (where no token n-gram matches), or None
         self._out = np.zeros(64, np.int32)
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -108,6 +113,23 @@ class LookupDrafter(Drafter):
         if len(self._out) < k:
             self._out = np.zeros(k, np.int32)
         m, _, run = lookup_any(history, self.max_ngram, self.min_ngram, k, self._out)
+        tokens, source = self._out[:m], ""
+        if self.index is not None:  # past requests: taken when their match runs longer
+            found, found_run = self.index.find(history, k, self.min_ngram)
+            if len(found) and found_run > run:
+                tokens, run, source = found, found_run, "suffix"
+        if not len(tokens) and self.text is not None:  # the same text as other tokens?
+            tokens, size = self.text.find(history, k)
+            run, source = size // TEXT_BYTES_PER_RUN, "text"
+        m = len(tokens)
         if grammar is not None and m:  # a shorter block costs less to verify
-            m = allowed_prefix(grammar, self._out[:m])
-        return Draft(self._out[:m].copy(), run=run)
+            m = allowed_prefix(grammar, tokens)
+        return Draft(tokens[:m].copy(), run=run, source=source)
+
+    def end(self, history: np.ndarray, n_prompt: int | None = None) -> None:
+        """Keep the request's answer (with its prompt's end) in the suffix index."""
+        if self.index is not None and n_prompt is not None:
+            self.index.add_request(history, n_prompt)
+
+    def use_suffix_index(self, index) -> None:
+        self.index = index

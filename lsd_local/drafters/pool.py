@@ -16,19 +16,25 @@ class DrafterPool:
     """At most DRAFTERS_KEPT drafters (the least recently used go first: a client varying
     p_min or K must not make the engine grow without end). `draft_model`: a backend Model or
     None; `cross_vocab_target`: the target Model when the draft has another vocabulary;
-    `learned`: an auto.learned.LearnedStore or None."""
+    `learned`: an auto.learned.LearnedStore or None; `index`: the suffix index every
+    drafter that looks up searches (suffixstore.SuffixIndex or None); `target_vocab`: the
+    target's vocabulary (backend.Vocab), for text lookup."""
 
-    def __init__(self, draft_model=None, cross_vocab_target=None, learned=None) -> None:
+    def __init__(self, draft_model=None, cross_vocab_target=None, learned=None,
+                 index=None, target_vocab=None) -> None:
         self._draft_model = draft_model
         self._cross_vocab_target = cross_vocab_target
+        self._target_vocab = target_vocab  # (text lookup tokenizes with it)
         self.learned = learned
+        self.index = index
         self._built: OrderedDict[DrafterConfig, Drafter | None] = OrderedDict()
 
     def get(self, config: DrafterConfig, rule: str, fresh: bool = False) -> Drafter | None:
         """The drafter for `config` (None for plain decoding), built when it is not kept or
         `fresh` is asked (a fresh one also ignores what earlier processes learned)."""
         if fresh or config not in self._built:
-            drafter = make_drafter(config, self._draft_model, self._cross_vocab_target)
+            drafter = make_drafter(config, self._draft_model, self._cross_vocab_target,
+                                   self.index, self._target_vocab)
             if self.learned is not None and drafter is not None and not fresh:
                 self.learned.restore(drafter, config, rule)
             self._built[config] = drafter
@@ -36,6 +42,13 @@ class DrafterPool:
         while len(self._built) > DRAFTERS_KEPT:
             self._built.popitem(last=False)
         return self._built[config]
+
+    def use_suffix_index(self, index) -> None:
+        """Every drafter, built or to be built, searches and feeds `index` (or none)."""
+        self.index = index
+        for drafter in self._built.values():
+            if drafter is not None:
+                drafter.use_suffix_index(index)
 
     def reset(self) -> None:
         """Every drafter forgets what it built from earlier text (not what it learned)."""

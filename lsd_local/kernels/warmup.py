@@ -30,6 +30,7 @@ import numpy as np
 
 from ..config import RUN_CAP
 from ..drafters.lookup import lookup_match
+from ..drafters.suffix import HASH_N, MAX_CANDIDATES, index_add, index_find
 from ..verify._asd import asd_kernel
 from ..verify._fly import fly_kernel
 from ..verify._rows import row_entropy, row_top, row_top_share
@@ -50,7 +51,12 @@ def kernel_calls() -> list[tuple[object, tuple]]:
     out = np.zeros(8, np.int32)
     row = logits[0]
     targets = logits.argmax(axis=1)  # int64[K+1], as the verifiers pass it
-    return [(fly_kernel, (logits, targets, draft, 0.6, 1, 3, False, loose)),
+    ring = np.zeros(16, np.int32)
+    chain, table = np.full(16, -1, np.int64), np.full(16, -1, np.int64)
+    return [(index_add, (ring, chain, table, 0, tokens, HASH_N)),
+            (index_find, (ring, chain, table, 0, tokens, HASH_N, 6, 8, RUN_CAP,
+                          MAX_CANDIDATES, out)),
+            (fly_kernel, (logits, targets, draft, 0.6, 1, 3, False, loose)),
             (asd_kernel, (logits, targets, draft, 0.0, 2.0, 2, 6.0, loose)),
             (lookup_match, (tokens, 12, 6, 8, RUN_CAP, out)), (row_top, (row, 4)),
             (row_entropy, (row, row[1], 3, False)), (row_top_share, (row, 10))]

@@ -12,6 +12,7 @@ from ..backend import Model, build_identity, physical_cores, recurrent_message, 
 from ..backend.devices import add_rpc_servers, list_devices
 from ..config import EngineSettings, LoadOptions
 from ..drafters.auto import learned
+from ..drafters.suffixstore import SuffixIndex, suffix_dir
 from ..errors import IncompatibleModelsError, ParameterError
 from ..kernels.warmup import process_warmup
 
@@ -94,6 +95,7 @@ class Loaded:
     cross_vocab: bool  # the draft has another vocabulary: it drafts through text
     learned: learned.LearnedStore | None
     notices: list[str]  # what else a user should know
+    suffix: SuffixIndex | None = None  # past requests' text (kept on disk with remember)
 
 
 def load_for_engine(target, draft, spec: EngineSettings) -> Loaded:
@@ -108,12 +110,28 @@ def load_for_engine(target, draft, spec: EngineSettings) -> Loaded:
         notice = f"{recurrent_message(target_model)}: plain decoding"
         warnings.warn(notice, UserWarning, stacklevel=4)
         plain = replace(spec, drafter=replace(spec.drafter, drafter="none", k=None))
-        return Loaded(target_model, None, plain, False, None, [notice])
+        return Loaded(target_model, None, plain, False, None, [notice])  # (no lookup)
     cross_vocab = draft_model is not None and not vocab_compatible(target_model, draft_model)
     notices: list[str] = []
     memory = open_learned(target_model, draft_model, spec, notices.append) \
         if spec.remember else None
-    return Loaded(target_model, draft_model, spec, cross_vocab, memory, notices)
+    suffix = open_suffix(target_model, spec, notices.append)
+    return Loaded(target_model, draft_model, spec, cross_vocab, memory, notices, suffix)
+
+
+def open_suffix(target: Model, spec: EngineSettings,
+                notify: Callable[[str], None]) -> SuffixIndex | None:
+    """The suffix index over past requests (None with suffix_tokens=0); with remember (and
+    LSD_NO_STATE unset) it starts from what earlier processes on this vocabulary kept and is
+    saved back on close."""
+    if spec.suffix_tokens <= 0:
+        return None
+    key = target.vocab.fingerprint()
+    index = SuffixIndex(spec.suffix_tokens, key)
+    if spec.remember and not learned.disabled():
+        index.path = suffix_dir() / f"{key}.bin"
+        index.load(index.path, target.n_vocab, notify)
+    return index
 
 
 def open_learned(target: Model, draft: Model | None, spec: EngineSettings,

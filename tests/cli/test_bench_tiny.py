@@ -188,11 +188,13 @@ def test_llama_cpp_columns_get_lsds_prompt_bytes_and_their_answers_are_checked(
         expected = [eng.prompt_text(m) for m in messages]
         assert expected[0].endswith("assistant\n")  # what llama.cpp's -f would cut
         assert eng.prompt_tokens(expected[0]) == eng.prompt_tokens(messages[0])
-    for name in ("llama-completion", "llama-speculative-simple"):
+    for name, calls in (("llama-completion", 1), ("llama-speculative-simple", 5)):
         got = (folder / f"got-{name}.txt").read_text(encoding="utf-8").split("\0")[:-1]
-        assert got[-2:] == expected  # (the first call is the warm-up's)
+        # (the first call is the warm-up's; each n-gram type is a column of its own)
+        assert got[-2 * calls:] == [expected[0]] * calls + [expected[1]] * calls
     assert "warning: llama.cpp:plain: 2 of 2 answers differ" in result.output
-    assert "warning: llama.cpp:ngram: 2 of 2 answers differ" in result.output
+    for kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"):
+        assert f"warning: llama.cpp:{kind}: 2 of 2 answers differ" in result.output
     assert all(r["text"] == "not what lsd wrote" for r in rows if r.get("external"))
     plain = [r for r in rows if r["config"] == "plain"]
     (folder / "answer.txt").write_text(plain[0]["text"])  # now the same answer as lsd's

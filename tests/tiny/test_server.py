@@ -69,7 +69,9 @@ def test_streamed_chat_equals_the_whole_answer(server):
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == "length" and set(finishes[:-1]) == {None}
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 50
-    assert chunks[-2].model_extra["lsd"]["draft_sources"].keys() <= {"lookup", "none"}
+    # the lookup drafter's sources: the prompt, the suffix index of earlier answers, text matches
+    sources = chunks[-2].model_extra["lsd"]["draft_sources"].keys()
+    assert sources <= {"lookup", "suffix", "text", "none"}
 
 
 def test_json_schema_response_format_is_obeyed(server):

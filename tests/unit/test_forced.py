@@ -148,6 +148,9 @@ class ListForced:
     def propose(self, k: int) -> np.ndarray:
         return np.asarray(self.tokens[:k], np.int32)
 
+    def propose_after(self, drafted, k: int) -> np.ndarray:
+        return np.zeros(0, np.int32)
+
     def advance(self, tokens) -> None:
         self.advanced.extend(tokens)
         self.tokens = self.tokens[len(tokens):] if self.tokens[:len(tokens)] == list(
@@ -198,3 +201,46 @@ def test_stats_split_accepted_tokens_between_forced_and_drafter():
     assert sum(stats.accepted_by_source.values()) == stats.accepted
     assert sum(stats.drafted_by_source.values()) == stats.drafted
     assert "accepted tokens from" in stats.mix()
+
+
+def test_the_grammar_text_after_a_drafted_value_is_drafted_too():
+    vocab = ByteVocab()
+    grammar = ('root ::= "{\\"a\\": \\"" [a-z]+ "\\", \\"b\\": \\"" [a-z]+ "\\"}"')
+    forced = ForcedDraft(grammar, (), vocab)
+    forced.advance(vocab.tokenize('{"a": "xy'))
+    assert len(forced.propose(16)) == 0  # inside a string: not forced
+    tail = forced.propose_after(np.asarray(vocab.tokenize('z"'), np.int32), 16)
+    assert text_of(vocab, tail) == ', "b": "'
+    assert len(forced.propose_after(np.asarray(vocab.tokenize("Z"), np.int32), 16)) == 0
+    assert len(forced.propose_after(np.asarray([0xC3], np.int32), 16)) == 0  # half a char
+    assert forced.cap == 16  # (a chained proposal is not what the cap is judged on)
+
+
+class TailForced(ListForced):
+    """Forces `head`; after any drafted tokens, forces `tail`."""
+
+    def __init__(self, head, tail) -> None:
+        super().__init__(head)
+        self.tail = list(tail)
+
+    def propose_after(self, drafted, k):
+        return np.asarray(self.tail[:k], np.int32)
+
+
+def test_loop_chains_grammar_tokens_after_the_drafters():
+    target = FakeTarget(n_ctx=256)
+    prompt = [1, 5, 9]
+    expected = target.greedy(prompt, 24)
+    for head in ([], expected[:2]):
+        start = len(head)
+        forced = TailForced(head, expected[start + 6:start + 9])  # after the drafter's
+        drafter = ScriptedDrafter(target)
+        settings = LoopSettings(24, 12, None, np.random.default_rng(0), forced=forced)
+        gen = fake_generation(target, drafter, prompt, settings,
+                              Verifier(RuleConfig("strict"), None),
+                              TextAssembler(lambda t: b"x", ()))
+        events = list(gen)
+        assert gen.tokens == expected
+        first = events[0]
+        assert first.n_drafted == 12 and first.n_forced == start
+        assert first.n_accepted == 12  # head, the drafter's, then the chained tail

@@ -111,7 +111,7 @@ def test_a_failing_drafter_end_still_ends_the_request():
     from lsd_local.kernels.warmup import process_warmup
 
     class Failing(ScriptedDrafter):
-        def end(self, history):
+        def end(self, history, n_prompt=None):
             raise RuntimeError("end failed")
 
     target = FakeTarget()

@@ -28,6 +28,11 @@ LOOKUP_PRIOR = 0.5
 LONG_LOOKUP_PRIOR = 0.98
 LONG_MATCH = 12  # run length from which a match counts as a copy (with any max_ngram)
 RUN_EDGES = (0, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)  # run buckets (lower edges)
+# A match in past requests (the suffix index) is priced apart: a long one is often an answer
+# asked for again, but near-duplicate requests share long runs and then part ways (measured:
+# docs/drafting.md), so a long suffix match starts less trusted than a copy within the context.
+SUFFIX_PRIOR = 0.5
+LONG_SUFFIX_PRIOR = 0.85
 MODEL_PRIOR = 0.7  # a draft model stops under p_min, so what it drafts is mostly right
 EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
 EXPLORE_K = 2
@@ -77,6 +82,8 @@ class AutoDrafter(Drafter):
         self.cost = CostModel()
         self.acceptance = {"lookup": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, lookup_prior,
                                                         long_lookup_prior),
+                           "suffix": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, SUFFIX_PRIOR,
+                                                        LONG_SUFFIX_PRIOR),
                            "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
@@ -99,8 +106,9 @@ class AutoDrafter(Drafter):
         proposal = (EMPTY_DRAFT if self.lookup is None
                     else self.lookup.propose(history, min(k, LOOKUP_CAP), grammar=grammar))
         run = proposal.run
-        choice = self._choose(history, len(proposal), k, run)
-        kind = "copy" if run >= LONG_MATCH else "short"
+        kind = "suffix" if proposal.source == "suffix" else \
+            "copy" if run >= LONG_MATCH else "short"
+        choice = self._choose(history, len(proposal), k, run, _model_of(kind))
         if len(proposal) and kind not in self._shadows:
             # Lookup acceptance is learned from whole proposals against what gets committed
             # (verified or not, cut or not): every position is scored at no target cost.
@@ -110,7 +118,8 @@ class AutoDrafter(Drafter):
                 self._shadows.pop("short", None)
             self._shadows[kind] = [len(history), proposal.tokens.copy(), 0, run]
         if choice.source == "lookup":
-            draft = replace(proposal, tokens=proposal.tokens[:choice.k], source="lookup")
+            draft = replace(proposal, tokens=proposal.tokens[:choice.k],
+                            source=proposal.source or "lookup")  # ("suffix": past requests)
         else:
             draft = self._model_draft(history, choice.k, sampler, rng, grammar) if choice.k \
                 else EMPTY_DRAFT
@@ -130,6 +139,7 @@ class AutoDrafter(Drafter):
         """What the acceptance models hold (JSON-able), per kind of proposal."""
         model = self.acceptance["model"]
         return {"lookup": self.acceptance["lookup"].counts(),
+                "suffix": self.acceptance["suffix"].counts(),
                 "model": {"accepted": model.accepted.tolist(), "tried": model.tried.tolist()}}
 
     def restore(self, costs: object, acceptance: object) -> None:
@@ -141,6 +151,7 @@ class AutoDrafter(Drafter):
         if not isinstance(acceptance, dict):
             return
         self.acceptance["lookup"].restore(acceptance.get("lookup"), RESTORED_LOOKUP_TRIES)
+        self.acceptance["suffix"].restore(acceptance.get("suffix"), RESTORED_LOOKUP_TRIES)
         self.acceptance["model"].restore(acceptance.get("model"), RESTORED_TRIES)
 
     def _restore_costs(self, costs: dict) -> None:
@@ -168,8 +179,10 @@ class AutoDrafter(Drafter):
         if used is not None:  # the drafter whose tokens were verified hears the verdict
             used.accept(n_own, n_own_accept, verify_seconds, grew_logits)
 
-    def _choose(self, history: np.ndarray, n_lookup: int, k: int, run: int) -> _Choice:
-        """The best option this round; run: the lookup proposal's copy run."""
+    def _choose(self, history: np.ndarray, n_lookup: int, k: int, run: int,
+                lookup_model: str = "lookup") -> _Choice:
+        """The best option this round; run: the lookup proposal's copy run, priced by the
+        acceptance model `lookup_model` ("suffix" for a match in past requests)."""
         if not n_lookup and self.model is None:  # nothing to draft with: no arithmetic
             return _Choice("none", 0, 0.0)
         t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2))
@@ -180,7 +193,7 @@ class AutoDrafter(Drafter):
         catch_up_s = 0.0
         if n_lookup:
             k_max = min(n_lookup, k)
-            expected = self.acceptance["lookup"].expected_accepted(run, k_max)
+            expected = self.acceptance[lookup_model].expected_accepted(run, k_max)
             options.append(self._option("lookup", expected, t, 0.0))
         if self.model is not None:
             d = self.draft_token_s if self.draft_token_s is not None else \
@@ -249,7 +262,7 @@ class AutoDrafter(Drafter):
         available = history[start + scored:start + len(tokens)]
         fresh = tokens[scored:scored + len(available)]
         mismatch = np.flatnonzero(available != fresh)
-        model = self.acceptance["lookup"]
+        model = self.acceptance[_model_of(kind)]
         if len(mismatch):
             model.update(run, len(tokens) - scored, int(mismatch[0]), scored)
             del self._shadows[kind]
@@ -265,18 +278,28 @@ class AutoDrafter(Drafter):
         acceptance is also learned per kind."""
         self._shadows.clear()
         self.acceptance["lookup"].begin(family)
+        self.acceptance["suffix"].begin(family)
         for drafter in (self.lookup, self.model):
             if drafter is not None:
                 drafter.begin()
 
-    def end(self, history: np.ndarray) -> None:
+    def end(self, history: np.ndarray, n_prompt: int | None = None) -> None:
         """The request ended: the drafters it delegates to hear it too."""
         for drafter in (self.lookup, self.model):
             if drafter is not None:
-                drafter.end(history)
+                drafter.end(history, n_prompt)
+
+    def use_suffix_index(self, index) -> None:
+        if self.lookup is not None:
+            self.lookup.use_suffix_index(index)
 
     def reset(self) -> None:
         """A new conversation: keep what was learned about costs and acceptance."""
         self._shadows.clear()
         if self.model is not None:
             self.model.reset()
+
+
+def _model_of(kind: str) -> str:
+    """The acceptance model a lookup proposal of this kind is learned and priced by."""
+    return "suffix" if kind == "suffix" else "lookup"
