@@ -67,6 +67,9 @@ TOOLS = [
                        "required": ["expression"]}}},
 ]
 TURNS = ("required", "required", "none")
+PEERS = {"plain": (), "ngram-simple": ("--spec-type", "ngram-simple"),
+         "ngram-mod": ("--spec-type", "ngram-mod"),
+         "draft K4": ("-md", str(DRAFT), "--spec-type", "draft-simple", "--spec-draft-n-max", "4")}
 THREADS = "2"
 
 
@@ -145,6 +148,8 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=6)
     parser.add_argument("--workload", choices=["agents", "repeat", "edits"], default="agents")
     parser.add_argument("--json", default="agents-compare.json", help="every turn measured")
+    parser.add_argument("--peers", default=",".join(PEERS),
+                        help="llama-server columns, comma-separated, of: " + ", ".join(PEERS))
     args = parser.parse_args()
     from lsd_local import Engine
 
@@ -157,15 +162,11 @@ def main() -> None:
         plan = tool_plan(renderer.chat_template, TOOLS, "required", True)
         grammar = plan.grammar(lambda s: schema_to_gbnf(s, "tools"))[0]
         opener_id = renderer.target.vocab.tokenize("<tool_call>", add_special=False)[0]
-        columns = {"lsd serve": lsd_serve(),
-                   "llama-server plain": llama_server(args.llama_cpp),
-                   "llama-server ngram-simple": llama_server(args.llama_cpp, "--spec-type",
-                                                             "ngram-simple"),
-                   "llama-server ngram-mod": llama_server(args.llama_cpp, "--spec-type",
-                                                          "ngram-mod"),
-                   "llama-server draft K4": llama_server(args.llama_cpp, "-md", str(DRAFT),
-                                                         "--spec-type", "draft-simple",
-                                                         "--spec-draft-n-max", "4")}
+        columns = {"lsd serve": lsd_serve()}
+        for peer in args.peers.split(","):
+            if peer not in PEERS:
+                raise SystemExit(f"unknown peer {peer!r}; choose from {', '.join(PEERS)}")
+            columns[f"llama-server {peer}"] = llama_server(args.llama_cpp, *PEERS[peer])
         try:
             rows = run_edits(columns, renderer, args.conversations) \
                 if args.workload == "edits" else \

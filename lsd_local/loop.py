@@ -68,7 +68,7 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     its decode/truncate/n_cached/most_logit_rows/vocab.is_eog) whose cache holds
     history[:-1]; so does it afterwards. The event's text is left empty."""
     t0 = clock()
-    draft, n_forced = _propose(drafter, history, req, k)
+    draft, n_forced, n_forced_after = _propose(drafter, history, req, k)
     t1 = clock()
     n = history.n
     block = np.empty(len(draft) + 1, np.int32)
@@ -81,7 +81,8 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
     t2 = clock()
     if drafter is not None:
-        drafter.accept(len(draft), verdict.n_accept, t2 - t1, grew_logits, n_forced=n_forced)
+        drafter.accept(len(draft), verdict.n_accept, t2 - t1, grew_logits, n_forced=n_forced,
+                       n_forced_after=n_forced_after)
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     logprobs = None if req.logprobs is None else \
         token_logprobs(logits[:len(tokens)], tokens, req.logprobs)  # the rows that chose them
@@ -97,17 +98,18 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
     return RoundEvent(tuple(tokens), tuple(origins), "", (), len(draft), n_accepted,
                       sum(o is Origin.DRAFT_LOOSE for o in origins), t1 - t0, t2 - t1,
                       clock() - t2, draft_source=source, constrain_seconds=constrain_s,
-                      eog=eog, logprobs=logprobs, n_forced=n_forced)
+                      eog=eog, logprobs=logprobs, n_forced=n_forced,
+                      n_forced_after=n_forced_after)
 
 
 def _propose(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
-             k: int) -> tuple[Draft, int]:
+             k: int) -> tuple[Draft, int, int]:
     """The block's draft: the tokens the grammar forces first (free), then the drafter's
     from there, then what the grammar forces after those (a value copied from the prompt,
-    then the next key); and how many were forced first."""
+    then the next key); and how many were forced first and last."""
     forced = req.forced.propose(k) if req.forced is not None else NO_TOKENS
     if drafter is None or k <= len(forced):
-        return (Draft(forced, source="forced") if len(forced) else EMPTY_DRAFT), len(forced)
+        return (Draft(forced, source="forced") if len(forced) else EMPTY_DRAFT), len(forced), 0
     if len(forced):  # (the grammar state is before the forced tokens: the block checks them)
         more = drafter.propose(np.concatenate([history.view(), forced]), k - len(forced),
                                req.sampler, req.rng, None)
@@ -118,7 +120,7 @@ def _propose(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
         tail = req.forced.propose_after(np.concatenate([forced, more.tokens]),
                                         k - len(forced) - len(more))
     if not len(forced) and not len(tail):
-        return more, 0
+        return more, 0, 0
     tokens = np.concatenate([forced, more.tokens, tail]).astype(np.int32)
     probs = None
     if more.probs is not None:  # a sampled draft: the grammar's tokens are certain (one-hot)
@@ -127,7 +129,7 @@ def _propose(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
         probs[grammar_rows, tokens[grammar_rows]] = 1.0
         probs[len(forced):len(forced) + len(more)] = more.probs
     return Draft(tokens, probs, more.source or drafter.name if len(more) else "forced",
-                 more.run), len(forced)
+                 more.run), len(forced), len(tail)
 
 
 def draft_limit(req: LoopSettings, generated: int, n: int, n_ctx: int) -> int:

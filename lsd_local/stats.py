@@ -44,6 +44,7 @@ class RoundEvent:
     reasoning_spans: tuple[tuple[str, Origin], ...] = ()
     tool_calls: tuple[ToolCallDelta, ...] = ()  # pieces of tool calls, as OpenAI streams them
     n_forced: int = 0  # draft tokens the grammar forced (the first of the draft; free)
+    n_forced_after: int = 0  # the grammar's forced tokens after the drafter's (the last)
 
 
 @dataclass
@@ -121,12 +122,14 @@ class GenerationStats:
         self._count_sources(event)
 
     def _count_sources(self, event: RoundEvent) -> None:
-        """Split the round's drafted and accepted tokens between the grammar's forced head
-        and the drafter that went on from there."""
-        n_forced_kept = min(event.n_forced, event.n_accepted)
-        parts = (("forced", event.n_forced, n_forced_kept),
-                 (event.draft_source, event.n_drafted - event.n_forced,
-                  event.n_accepted - n_forced_kept))
+        """Split the round's drafted and accepted tokens between the grammar's forced head,
+        the drafter that went on from there and the grammar's forced tail after it."""
+        n_own = event.n_drafted - event.n_forced - event.n_forced_after
+        head_kept = min(event.n_forced, event.n_accepted)
+        own_kept = min(n_own, event.n_accepted - head_kept)
+        tail_kept = event.n_accepted - head_kept - own_kept
+        parts = (("forced", event.n_forced + event.n_forced_after, head_kept + tail_kept),
+                 (event.draft_source, n_own, own_kept))
         for source, drafted, accepted in parts:
             if drafted > 0:
                 self.drafted_by_source[source] = self.drafted_by_source.get(source, 0) + drafted

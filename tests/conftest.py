@@ -28,6 +28,16 @@ def no_lsd_environment(monkeypatch) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def no_kept_state_for_the_whole_session():
+    """LSD_NO_STATE for fixtures of every scope: a module's `lsd serve` starts before the
+    per-test environment above, and would otherwise load and save what auto learned and
+    the suffix index under the user's cache dir (one test run then drafts from another's)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LSD_NO_STATE", "1")
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def kernels_loaded() -> None:
     """Every test in this process runs on the numba kernels: a test that compares a kernel
     with its numpy reference must not meet the reference on both sides (an Engine would

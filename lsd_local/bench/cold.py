@@ -32,7 +32,8 @@ def run_command(models, config, item, max_tokens: int) -> list[str]:
     cmd = [sys.executable, "-m", "lsd_local", "run", "--json", "-m", str(models.target),
            "--ctx", str(models.n_ctx), "--max-tokens", str(max_tokens),
            "--drafter", config.drafter if config.kind == "lsd" else "none",
-           "--rule", config.rule]
+           "--rule", config.rule,
+           "--suffix-tokens", "0"]  # (another configuration's answer must not be drafted)
     if models.draft is not None and config.kind == "lsd" and config.drafter != "lookup":
         cmd += ["--draft", str(models.draft)]
     else:

@@ -163,6 +163,11 @@ class BenchModels:
             index.clear()
         return index
 
+    def drop_sequence(self, sequence: str) -> None:
+        """Free the suffix indexes of a sequence whose last item has run."""
+        for key in [key for key in self.indexes if key[2] == sequence]:
+            del self.indexes[key]
+
     def peer(self, num_pred_tokens: int):
         from .peer import PeerLlama
 
@@ -260,11 +265,12 @@ def parse_speed(log: str) -> float | None:
 
 
 # What llama.cpp's tools print on stdout around the answer: whether the prompt comes first
-# (after two newlines and maybe a BOS piece), what follows the answer, and what follows it
-# when the answer ended with an end-of-generation token
+# (after two newlines and maybe a BOS piece), what follows the answer, and the marker that
+# follows it (then newlines: two or three, by version) when it ended with an
+# end-of-generation token
 TOOL_OUTPUT = {
-    "llama-completion": (False, "\n\n", " [end of text]\n\n"),
-    "llama-speculative-simple": (True, "\n\n\n\n", "\n\n\n\n"),
+    "llama-completion": (False, "\n\n", " [end of text]"),
+    "llama-speculative-simple": (True, "\n\n\n\n", None),
 }
 
 
@@ -274,17 +280,16 @@ def answer_text(command: list[str], stdout: str, prompt: str) -> str | None:
     shape = TOOL_OUTPUT.get(Path(command[0]).name) if command else None
     if shape is None:
         return None
-    echoes_prompt, after, after_eog = shape
+    echoes_prompt, after, eog_marker = shape
     text = stdout
     if echoes_prompt:
         at = stdout.find(prompt)
         if not stdout.startswith("\n\n") or at < 0:
             return None
         text = stdout[at + len(prompt):]
-    for ending in (after_eog, after):
-        if text.endswith(ending):
-            return text[:len(text) - len(ending)]
-    return None
+    if eog_marker is not None and text.rstrip("\n").endswith(eog_marker):
+        return text.rstrip("\n")[:-len(eog_marker)]
+    return text[:len(text) - len(after)] if text.endswith(after) else None
 
 
 def run_external(models: BenchModels, config: BenchConfig, item: PromptItem,
@@ -340,11 +345,14 @@ def run_bench(models: BenchModels, configs: Sequence[BenchConfig],
               ) -> Iterator[Progress]:
     """Every configuration on every prompt, interleaved per prompt (A B C, A B C, ...) so that
     machine drift hits all alike. Yields one Progress per run; rows hold the measurements."""
+    refuse_unconstrained(models, configs, items)
     warm_up(models, configs, items[0])
+    models.indexes.clear()  # (the warm-up's answers are no request's past)
+    last_of = {item.sequence: at for at, item in enumerate(items)}  # a sequence's last item
     total = len(items) * repeat * len(configs)
     start = time.perf_counter()
     done = 0
-    for item in items:
+    for at, item in enumerate(items):
         budget = item.max_tokens or max_tokens
         for rep in range(repeat):
             for config in configs:
@@ -353,6 +361,23 @@ def run_bench(models: BenchModels, configs: Sequence[BenchConfig],
                        **run_one(models, config, item, budget, rep), "rss_mb": peak_rss_mb()}
                 done += 1
                 yield Progress(done, total, time.perf_counter() - start, row)
+        if item.sequence is not None and at == last_of[item.sequence]:
+            models.drop_sequence(item.sequence)  # its indexes are done with: free them
+
+
+def refuse_unconstrained(models: BenchModels, configs: Sequence[BenchConfig],
+                         items: Sequence[PromptItem]) -> None:
+    """The peer, external commands and --cold cannot take a prompt's JSON schema or tools:
+    they would answer unconstrained, which is no comparison."""
+    constrained = next((i for i in items if i.json_schema is not None or i.tools), None)
+    if constrained is None:
+        return
+    who = [c.name for c in configs if c.kind in ("peer", "external")]
+    who += ["--cold"] if models.cold else []
+    if who:
+        raise LsdError(f"{', '.join(who)} cannot take a prompt's json_schema or tools "
+                       f"({constrained.set_name}/{constrained.id} has them): leave "
+                       f"{'it' if len(who) == 1 else 'them'} out for this prompt set")
 
 
 def warm_up(models: BenchModels, configs: Sequence[BenchConfig], item: PromptItem) -> None:

@@ -104,5 +104,7 @@ def remove_kept_state() -> str:
     if not gone:
         return "nothing kept: no suffix index, nothing learned"
     total = sum(size for _, size in gone)
-    return f"removed {len(gone)} file(s), {total / 1e6:.1f} MB: " + \
-        ", ".join(str(path) for path, _ in gone)
+    return (f"removed {len(gone)} file(s), {total / 1e6:.1f} MB: "
+            + ", ".join(str(path) for path, _ in gone)
+            + "\n(an lsd process running now still holds what it saw and saves it again when "
+            "it exits, lsd serve every minute: stop it first, or run it with --fresh)")

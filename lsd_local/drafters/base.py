@@ -51,13 +51,15 @@ class Drafter(ABC):
         the loop cuts any draft at its first forbidden token anyway."""
 
     def accept(self, n_drafted: int, n_accept: int,  # noqa: B027 - no-op unless it learns
-               verify_seconds: float, grew_logits: bool = False, n_forced: int = 0) -> None:
+               verify_seconds: float, grew_logits: bool = False, n_forced: int = 0,
+               n_forced_after: int = 0) -> None:
         """What verification made of the last proposal: n_accept of n_drafted kept, the
         target pass took verify_seconds (the cost-aware drafter learns from it); grew_logits:
         the pass scored more rows at once than any before it on this target, so its time
         includes llama.cpp growing its logits buffer (backend.Model.most_logit_rows);
         n_forced: the block's first n_forced tokens were the grammar's (drafters/forced.py),
-        not this drafter's (n_forced == n_drafted: it was not asked this round)."""
+        not this drafter's (n_forced == n_drafted: it was not asked this round), and so
+        were its last n_forced_after (what the grammar forced after the drafter's tokens)."""
 
     def end(self, history: np.ndarray,  # noqa: B027 - a no-op unless it learns
             n_prompt: int | None = None) -> None:

@@ -47,7 +47,9 @@ class ForcedDraft:
         try:
             self._rules = parse_gbnf(grammar_text)
             start = GrammarState.start(self._rules)
-        except GrammarSyntaxError:  # a grammar this reader does not know: no forced text
+        except (GrammarSyntaxError, ValueError, IndexError, RecursionError):
+            # a grammar this reader does not know (llama.cpp's parser, which compiled it,
+            # is more lenient: "\U00110000", deep nesting): no forced text, never an error
             self._rules, start = None, None
         self._triggers = [re.compile(pattern) for pattern in triggers]
         self._awaiting = bool(triggers) and start is not None
@@ -88,7 +90,9 @@ class ForcedDraft:
     def propose_after(self, drafted: np.ndarray, k: int) -> np.ndarray:
         """int32[<= k]: what the grammar forces after the block's draft so far (drafted
         int32[m]: forced tokens, then another drafter's), as if it were committed: a value
-        copied from the prompt, then the next key's forced text, in one block."""
+        copied from the prompt, then the next key's forced text, in one block. At most the
+        cap: after a miss, a writer the guesses do not fit costs one row here too."""
+        k = min(k, self.cap)
         if k <= 0 or self.state is None or self.state.dead or self._awaiting:
             return NO_TOKENS
         data = b"".join(self._vocab.token_bytes(int(t)) for t in drafted)

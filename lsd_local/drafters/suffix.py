@@ -128,8 +128,8 @@ def find_reference(added: np.ndarray, capacity: int, context: np.ndarray, table_
     mask = table_size - 1
     ends = np.arange(max(oldest, hash_n - 1), total)  # the kept n-grams' last positions
     windows = np.stack([added[ends - hash_n + 1 + i] for i in range(hash_n)], axis=1)
-    hashes = _hashes(windows, mask)
-    want = _hashes(context[None, n - hash_n:].astype(np.int64), mask)[0]
+    hashes = masked_hashes(windows, mask)
+    want = masked_hashes(context[None, n - hash_n:].astype(np.int64), mask)[0]
     whole = (windows != SEP).all(axis=1)  # the n-gram lies in one document
     candidates = ends[whole & (hashes == want)][::-1][:max_candidates].tolist()
     scored = []
@@ -149,7 +149,7 @@ def find_reference(added: np.ndarray, capacity: int, context: np.ndarray, table_
     return after[:k].astype(np.int32), best[1]
 
 
-def _hashes(windows: np.ndarray, mask: int) -> np.ndarray:
+def masked_hashes(windows: np.ndarray, mask: int) -> np.ndarray:
     """int64[m]: the kernels' hash of each row of windows int64[m, hash_n], masked."""
     h = np.zeros(len(windows), np.int64)
     for column in windows.T:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from ..config import RUN_CAP, SUFFIX_PROMPT_TAIL, SUFFIX_TOKENS, lsd_cache_dir
 from ..kernels.jit import kernels_ready
-from .suffix import HASH_N, MAX_CANDIDATES, SEP, index_add, index_find
+from .suffix import HASH_N, MAX_CANDIDATES, SEP, index_add, index_find, masked_hashes
 
 MAGIC = b"lsd-suffix-1\n"  # then: the vocabulary key (ASCII, one line), int32 tokens
 
@@ -30,7 +31,8 @@ def suffix_dir() -> Path:
 
 class SuffixIndex:
     """Past requests' text, searchable by the end of the current context. `capacity`: tokens
-    kept (the oldest go first); `vocab_key`: the vocabulary its tokens belong to."""
+    kept (the oldest go first); `vocab_key`: the vocabulary its tokens belong to. Engines in
+    several threads may share one (its kernels release the GIL: a lock keeps it whole)."""
 
     def __init__(self, capacity: int = SUFFIX_TOKENS, vocab_key: str = "") -> None:
         self.capacity = max(int(capacity), 2 * HASH_N)
@@ -42,6 +44,7 @@ class SuffixIndex:
         self.changed = False  # added to since loaded or saved
         self.path: Path | None = None  # where it is kept between processes (None: nowhere)
         self._out = np.zeros(64, np.int32)
+        self._lock = threading.RLock()
 
     @property
     def nbytes(self) -> int:
@@ -59,8 +62,9 @@ class SuffixIndex:
         if len(doc) >= self.capacity:
             doc = doc[-(self.capacity - 1):]
         add = index_add if kernels_ready() else index_add.py_func  # (same code, slower)
-        self.total = int(add(self.ring, self.chain, self.table, self.total, doc, HASH_N))
-        self.changed = True
+        with self._lock:
+            self.total = int(add(self.ring, self.chain, self.table, self.total, doc, HASH_N))
+            self.changed = True
 
     def add_request(self, history: np.ndarray, n_prompt: int) -> None:
         """A finished request: its answer with the last SUFFIX_PROMPT_TAIL prompt tokens
@@ -73,26 +77,29 @@ class SuffixIndex:
         run); nothing for a match shorter than min_n (at least HASH_N) tokens."""
         if k <= 0 or self.total == 0:
             return np.zeros(0, np.int32), 0
-        if len(self._out) < k:
-            self._out = np.zeros(k, np.int32)
         find = index_find if kernels_ready() else index_find.py_func
-        m, run = find(self.ring, self.chain, self.table, self.total,
-                      np.ascontiguousarray(context, np.int32), HASH_N, max(min_n, HASH_N), k,
-                      RUN_CAP, MAX_CANDIDATES, self._out)
-        return self._out[:int(m)].copy(), int(run)
+        context = np.ascontiguousarray(context, np.int32)
+        with self._lock:
+            if len(self._out) < k:
+                self._out = np.zeros(k, np.int32)
+            m, run = find(self.ring, self.chain, self.table, self.total, context, HASH_N,
+                          max(min_n, HASH_N), k, RUN_CAP, MAX_CANDIDATES, self._out)
+            return self._out[:int(m)].copy(), int(run)
 
     def clear(self) -> None:
         """Forget everything (the file, if any, stays until saved or removed)."""
-        self.chain.fill(-1)
-        self.table.fill(-1)
-        self.total = 0
-        self.changed = True
+        with self._lock:
+            self.chain.fill(-1)
+            self.table.fill(-1)
+            self.total = 0
+            self.changed = True
 
     def live_tokens(self) -> np.ndarray:
         """int32[n_tokens]: what is held, oldest first (SEP between documents)."""
-        start = self.total - self.n_tokens
-        return np.roll(self.ring, -(start % self.capacity))[:self.n_tokens].copy() \
-            if self.total > self.capacity else self.ring[:self.total].copy()
+        with self._lock:
+            start = self.total - self.n_tokens
+            return np.roll(self.ring, -(start % self.capacity))[:self.n_tokens].copy() \
+                if self.total > self.capacity else self.ring[:self.total].copy()
 
     def save(self, path: Path) -> None:
         """Write what is held to `path` (0600, atomically; OSError when it cannot)."""
@@ -121,10 +128,42 @@ class SuffixIndex:
         tokens = _parse(data, self.vocab_key, n_vocab)
         if isinstance(tokens, str):
             return _ignored(notify, path, tokens)
-        for doc in _documents(tokens):
-            self.add(doc)
+        self.add_all(_documents(tokens))
         self.changed = False
         return True
+
+    def add_all(self, docs: list[np.ndarray]) -> None:
+        """add() each document (int32[m] each), at once when the index is empty and they
+        fit: a file's million tokens through add()'s Python path (numba's kernels not
+        loaded yet, as after an upgrade) would take ~10 s."""
+        stream = np.concatenate([np.r_[SEP, doc] for doc in docs]).astype(np.int32) \
+            if docs else np.zeros(0, np.int32)
+        with self._lock:
+            if self.total or len(stream) > self.capacity or not len(stream):
+                for doc in docs:
+                    self.add(doc)
+            else:
+                self._build(stream)
+
+    def _build(self, stream: np.ndarray) -> None:
+        """Fill the empty index with stream (int32[n <= capacity]: SEP, document, SEP, ...)."""
+        n = len(stream)
+        self.ring[:n] = stream
+        self.chain[:n] = -1
+        # the positions whose last HASH_N tokens lie in one document, and their hashes
+        ends = np.arange(HASH_N - 1, n)
+        windows = np.stack([stream[ends - HASH_N + 1 + i] for i in range(HASH_N)], axis=1)
+        whole = (windows != SEP).all(axis=1)
+        ends = ends[whole]
+        hashes = masked_hashes(windows[whole].astype(np.int64), len(self.table) - 1)
+        order = np.lexsort((ends, hashes))  # by hash, then position
+        ends, hashes = ends[order], hashes[order]
+        same = hashes[1:] == hashes[:-1]  # each position chains to the one before it
+        self.chain[ends[1:][same]] = ends[:-1][same]
+        last = np.r_[~same, True]
+        self.table[hashes[last]] = ends[last]
+        self.total = n
+        self.changed = True
 
 
 def _parse(data: bytes, vocab_key: str, n_vocab: int) -> np.ndarray | str:

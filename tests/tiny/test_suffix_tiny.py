@@ -93,6 +93,7 @@ def test_cli_keeps_the_index_and_rm_cache_deletes_it(tiny_pair, cache_dir):
     assert len(suffix_files(cache_dir)) == 1
     result = runner.invoke(cli, ["rm", "--cache"])
     assert result.exit_code == 0 and "removed" in result.output and "suffix" in result.output
+    assert "stop it first" in result.output  # a running process would save it again
     assert suffix_files(cache_dir) == []
     result = runner.invoke(cli, ["rm", "--cache"])
     assert result.exit_code == 0 and "nothing kept" in result.output

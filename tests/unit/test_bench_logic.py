@@ -256,6 +256,7 @@ PROMPT = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 @pytest.mark.parametrize("tool,stdout,expected", [
     ("llama-completion", "Hello!\n\nBye\n\n", "Hello!\n\nBye"),  # cut by -n
     ("llama-completion", "Hello!\n [end of text]\n\n", "Hello!\n"),  # ended by EOS
+    ("llama-completion", "```\n [end of text]\n\n\n", "```\n"),  # (newer builds: one more newline)
     ("llama-speculative-simple", f"\n\n{PROMPT}Hello!\n\n\n\n\n\n", "Hello!\n\n"),
     ("llama-speculative-simple", f"\n\n<s>{PROMPT}Hi\n\n\n\n", "Hi"),  # a BOS piece first
     ("llama-speculative-simple", "\n\nanother prompt: Hi\n\n\n\n", None),
@@ -288,3 +289,63 @@ def test_an_answer_that_ran_past_the_limit_matches_the_cut_baseline():
                      "cpp: 1 answers could not be read from its output: their speeds are "
                      "not checked against the same text"]
     assert differing_answers(rows[:4]) == []
+
+
+# --- what each configuration may draft from --------------------------------------------------
+
+
+def test_cold_processes_draft_from_no_suffix_index():
+    from pathlib import Path
+
+    from lsd_local.bench.cold import run_command
+    from lsd_local.bench.prompts import PromptItem
+
+    models = SimpleNamespace(chat_template=None, target=Path("t.gguf"), draft=None, n_ctx=512,
+                             n_threads=None, rpc=None)
+    item = PromptItem("qa", "1", ({"role": "user", "content": "hi"},))
+    cmd = run_command(models, parse_config("strict:lookup"), item, 16)
+    assert cmd[cmd.index("--suffix-tokens") + 1] == "0"  # (one config's answer: not another's)
+
+
+def test_constrained_prompts_refuse_what_cannot_take_their_schema():
+    from lsd_local.bench.runner import refuse_unconstrained
+
+    items = load_set("json-extract", "all", 2)
+    lsd_only = [parse_config("plain"), parse_config("strict:auto")]
+    refuse_unconstrained(SimpleNamespace(cold=False), lsd_only, items)  # fine
+    for configs, cold in ((lsd_only + [parse_config("peer")], False),
+                          (lsd_only + [parse_external("cpp=./llama -f {prompt_file}")], False),
+                          (lsd_only, True)):
+        with pytest.raises(LsdError, match="json_schema or tools"):
+            refuse_unconstrained(SimpleNamespace(cold=cold), configs, items)
+    refuse_unconstrained(SimpleNamespace(cold=True), lsd_only, load_set("chat", "test", 2))
+
+
+def test_a_sequence_keeps_its_index_from_the_first_item_to_the_last_only(monkeypatch):
+    import numpy as np
+
+    from lsd_local.bench import runner
+    from lsd_local.bench.prompts import PromptItem
+
+    def fake_warm_up(models, configs, item):  # as a real warm-up: it answers a prompt
+        models.suffix_index(configs[0], item, 0).add(np.arange(20, dtype=np.int32))
+
+    seen = []
+
+    def fake_run_one(models, config, item, max_tokens, rep=0):
+        index = models.suffix_index(config, item, rep)
+        seen.append((item.id, rep, index.n_tokens, len(models.indexes)))
+        index.add(np.arange(10, dtype=np.int32))
+        return {}
+
+    monkeypatch.setattr(runner, "warm_up", fake_warm_up)
+    monkeypatch.setattr(runner, "run_one", fake_run_one)
+    user = ({"role": "user", "content": "x"},)
+    items = [PromptItem("s", "a1", user, sequence="a"), PromptItem("s", "a2", user, sequence="a"),
+             PromptItem("s", "b1", user, sequence="b"), PromptItem("s", "c", user)]
+    models = runner.BenchModels(target=None)
+    list(runner.run_bench(models, [parse_config("strict:lookup")], items, 8, repeat=2))
+    # (id, repeat, tokens in its index when it ran, indexes held then)
+    assert seen == [("a1", 0, 0, 1), ("a1", 1, 0, 2), ("a2", 0, 11, 2), ("a2", 1, 11, 2),
+                    ("b1", 0, 0, 1), ("b1", 1, 0, 2), ("c", 0, 0, 1), ("c", 1, 0, 1)]
+    assert list(models.indexes) == [("strict:lookup", 0, None)]

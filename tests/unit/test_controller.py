@@ -401,3 +401,20 @@ def test_a_state_saved_by_the_previous_lookup_model_keeps_its_costs():
     assert drafter.cost.predict(1) == pytest.approx(0.04) and drafter.draft_token_s == 0.01
     assert drafter.acceptance["model"].tried.sum() > 0
     assert not drafter.acceptance["lookup"].tried.any()
+
+
+def test_a_proposal_after_tokens_never_committed_teaches_nothing():
+    """The loop asks for proposals after a grammar's forced tokens; when those are rejected,
+    the proposal continued another context and must not be scored against this one."""
+    truth = list(range(100, 140))
+    forced = [7, 7]  # the grammar's guess after truth[:5]: rejected
+    drafter = AutoDrafter(ScriptedLookup([(truth[5:20], 12)]))
+    drafter.cost.observe(1, 0.04)
+    for _ in range(3):  # claim huge verification costs: plain steps only
+        drafter.cost.observe(33, 100.0)
+    drafter.propose(np.array(truth[:5] + forced, np.int32), 32)
+    drafter.accept(2, 0, 0.04, n_forced=2)
+    for n in range(6, 12):
+        drafter.propose(np.array(truth[:n], np.int32), 32)
+        drafter.accept(0, 0, 0.04)
+    assert drafter.acceptance["lookup"].tried.sum() == 0

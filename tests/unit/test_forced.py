@@ -227,14 +227,29 @@ class TailForced(ListForced):
         return np.asarray(self.tail[:k], np.int32)
 
 
+class SixDrafter(ScriptedDrafter):
+    """Drafts at most six tokens and records what it is told of each verdict."""
+
+    def __init__(self, target) -> None:
+        super().__init__(target)
+        self.verdicts = []
+
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        return super().propose(history, min(k, 6), sampler, rng, grammar)
+
+    def accept(self, n_drafted, n_accept, verify_seconds, grew_logits=False, n_forced=0,
+               n_forced_after=0):
+        self.verdicts.append((n_drafted, n_accept, n_forced, n_forced_after))
+
+
 def test_loop_chains_grammar_tokens_after_the_drafters():
     target = FakeTarget(n_ctx=256)
     prompt = [1, 5, 9]
     expected = target.greedy(prompt, 24)
     for head in ([], expected[:2]):
         start = len(head)
-        forced = TailForced(head, expected[start + 6:start + 9])  # after the drafter's
-        drafter = ScriptedDrafter(target)
+        forced = TailForced(head, expected[start + 6:start + 9])  # after the drafter's six
+        drafter = SixDrafter(target)
         settings = LoopSettings(24, 12, None, np.random.default_rng(0), forced=forced)
         gen = fake_generation(target, drafter, prompt, settings,
                               Verifier(RuleConfig("strict"), None),
@@ -242,5 +257,28 @@ def test_loop_chains_grammar_tokens_after_the_drafters():
         events = list(gen)
         assert gen.tokens == expected
         first = events[0]
-        assert first.n_drafted == 12 and first.n_forced == start
-        assert first.n_accepted == 12  # head, the drafter's, then the chained tail
+        assert (first.n_drafted, first.n_forced, first.n_forced_after) == (start + 9, start, 3)
+        assert first.n_accepted == start + 9  # head, the drafter's, then the chained tail
+        assert drafter.verdicts[0] == (start + 9, start + 9, start, 3)
+        stats = GenerationStats()
+        stats.add_round(first)  # the tail is the grammar's, not the drafter's
+        assert stats.accepted_by_source == {"forced": start + 3, "scripted": 6}
+
+
+def test_grammars_this_reader_cannot_read_force_nothing_and_raise_nothing():
+    for grammar in ('root ::= "\\U00110000"', 'root ::= "\\x', 'root ::= [a-'):
+        forced = ForcedDraft(grammar, (), ByteVocab())
+        assert len(forced.propose(8)) == 0
+        assert len(forced.propose_after(np.zeros(0, np.int32), 8)) == 0
+
+
+def test_the_chained_tail_obeys_the_cap_after_a_miss():
+    vocab = ByteVocab()
+    grammar = ('root ::= "{\\"a\\": \\"" [a-z]+ "\\", \\"bbbbbbbb\\": \\"" [a-z]+ "\\"}"')
+    forced = ForcedDraft(grammar, (), vocab)
+    forced.advance(vocab.tokenize('{"a": "xy'))
+    whole = forced.propose_after(np.asarray(vocab.tokenize('z"'), np.int32), 16)
+    assert text_of(vocab, whole) == ', "bbbbbbbb": "'
+    forced.cap = 3  # as after a guess that missed at its third token
+    tail = forced.propose_after(np.asarray(vocab.tokenize('z"'), np.int32), 16)
+    assert len(tail) == 3 and list(tail) == list(whole[:3])

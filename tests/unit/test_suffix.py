@@ -182,3 +182,59 @@ def test_lookup_takes_the_index_only_when_its_match_runs_longer():
     assert drafter.propose(np.array([7, 41, 42, 43, 44], np.int32), 4).source == ""  # (end)
     drafter.use_suffix_index(None)
     assert drafter.propose(longer, 4).source == ""
+
+
+@pytest.mark.parametrize("capacity,n_docs", [(5000, 60), (300, 60), (4096, 1), (64, 0)])
+def test_adding_all_at_once_builds_what_adding_each_builds(capacity, n_docs):
+    rng = np.random.default_rng(capacity + n_docs)
+    docs = [rng.integers(0, 12, rng.integers(1, 90)).astype(np.int32) for _ in range(n_docs)]
+    one_by_one, at_once = SuffixIndex(capacity), SuffixIndex(capacity)
+    for doc in docs:
+        one_by_one.add(doc)
+    at_once.add_all(docs)  # (a stream past the capacity takes add()'s path)
+    assert at_once.total == one_by_one.total
+    for name in ("ring", "chain", "table"):
+        assert np.array_equal(getattr(at_once, name), getattr(one_by_one, name)), name
+
+
+def test_a_file_loads_at_once_not_through_the_python_path(tmp_path, monkeypatch):
+    from lsd_local.drafters import suffixstore
+
+    rng = np.random.default_rng(9)
+    index = SuffixIndex(1 << 16, "v")
+    index.add_all([rng.integers(0, 30_000, 400).astype(np.int32) for _ in range(100)])
+    index.save(tmp_path / "big.bin")
+
+    def one_at_a_time(*args):  # ~10 s for a full default index before numba loads
+        raise AssertionError("loaded one document at a time")
+
+    one_at_a_time.py_func = one_at_a_time
+    monkeypatch.setattr(suffixstore, "index_add", one_at_a_time)
+    again = SuffixIndex(1 << 16, "v")
+    assert again.load(tmp_path / "big.bin", 30_000)
+    assert np.array_equal(again.live_tokens(), index.live_tokens())
+
+
+def test_engines_in_several_threads_may_share_one_index():
+    import threading
+
+    from lsd_local.kernels.warmup import load_kernels_now
+
+    load_kernels_now()  # (the kernels release the GIL: where the threads could collide)
+    index = SuffixIndex(1 << 20)
+    rng = np.random.default_rng(4)
+    docs = [[rng.integers(0, 500, 300).astype(np.int32) for _ in range(300)] for _ in range(4)]
+
+    def writer(mine):
+        for doc in mine:
+            index.add(doc)
+            index.find(doc[:50], 8, 4)
+
+    threads = [threading.Thread(target=writer, args=(mine,)) for mine in docs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert index.total == sum(len(d) + 1 for mine in docs for d in mine)  # no add was lost
+    held = index.live_tokens()
+    assert sorted(map(len, np.split(held, np.flatnonzero(held == -1))[1:])) == [301] * 1200

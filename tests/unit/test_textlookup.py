@@ -7,7 +7,12 @@ from __future__ import annotations
 import numpy as np
 from test_forced import ByteVocab, text_of
 
-from lsd_local.config import TEXT_LOOKUP_MAX_TOKENS
+from lsd_local.config import (
+    TEXT_LOOKUP_MAX_CHARS,
+    TEXT_LOOKUP_MAX_TOKENS,
+    TEXT_LOOKUP_MIN_ALNUM,
+    TEXT_LOOKUP_MIN_CHARS,
+)
 from lsd_local.drafters.crossvocab import TextCodec
 from lsd_local.drafters.lookup import LookupDrafter
 from lsd_local.drafters.textlookup import TextLookup
@@ -55,6 +60,9 @@ def test_the_held_text_follows_the_context():
     grown = np.concatenate([other, tokens(vocab, " epsi")])
     assert text_of(vocab, lookup.find(grown, 4)[0]) == "lon."
     assert text_of(vocab, lookup.find(other, 4)[0]) == " eps"  # a rewind: rebuilt
+    # another request with the same first and last tokens, the middle changed: rebuilt
+    same_ends = tokens(vocab, "delta upsilon. delta")
+    assert text_of(vocab, lookup.find(same_ends, 4)[0]) == " ups"
 
 
 def test_lookup_tries_the_text_only_where_no_token_ngram_matches():
@@ -66,3 +74,27 @@ def test_lookup_tries_the_text_only_where_no_token_ngram_matches():
     draft = drafter.propose(other_tokens, 4)
     assert draft.source == "text" and text_of(vocab, draft.tokens) == "eath"
     assert LookupDrafter(8, 2).propose(other_tokens, 4).source == ""  # (without: nothing)
+
+
+def scanning_match(text: bytes, min_chars: int, max_chars: int) -> tuple[int, int]:
+    """What the lookup must find, by trying every size from the longest down."""
+    end = len(text)
+    for size in range(min(max_chars, end - 1), min_chars - 1, -1):
+        tail = text[end - size:]
+        if sum(c.isalnum() for c in tail.decode("utf-8", "ignore")) < TEXT_LOOKUP_MIN_ALNUM:
+            return 0, -1
+        at = text.rfind(tail, 0, end - 1)
+        if at >= 0:
+            return size, at
+    return 0, -1
+
+
+def test_the_binary_searches_find_what_scanning_every_size_finds():
+    rng = np.random.default_rng(5)
+    alphabet = list("ab c.é,\n") + ["ab", "abc ", "  "]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet, rng.integers(0, 60))).encode()
+        lookup = TextLookup(TextCodec(ByteVocab()))
+        lookup._text = bytearray(text)
+        assert lookup._longest_match() == scanning_match(
+            text, TEXT_LOOKUP_MIN_CHARS, TEXT_LOOKUP_MAX_CHARS), text

@@ -32,6 +32,9 @@ RUN_EDGES = (0, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)  # run buckets (lowe
 # asked for again, but near-duplicate requests share long runs and then part ways (measured:
 # docs/drafting.md), so a long suffix match starts less trusted than a copy within the context.
 SUFFIX_PRIOR = 0.5
+# A pending proposal keeps the context's last tokens it was made after: the loop may ask a
+# proposal after a grammar's forced tokens (at most forced.MAX_CAP) that are then rejected.
+SHADOW_CONTEXT = 64
 LONG_SUFFIX_PRIOR = 0.85
 MODEL_PRIOR = 0.7  # a draft model stops under p_min, so what it drafts is mostly right
 EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
@@ -116,7 +119,8 @@ class AutoDrafter(Drafter):
             # scoring both would count the same tokens twice.
             if kind == "copy":
                 self._shadows.pop("short", None)
-            self._shadows[kind] = [len(history), proposal.tokens.copy(), 0, run]
+            self._shadows[kind] = [len(history), proposal.tokens.copy(), 0, run,
+                                   history[-SHADOW_CONTEXT:].copy()]
         if choice.source == "lookup":
             draft = replace(proposal, tokens=proposal.tokens[:choice.k],
                             source=proposal.source or "lookup")  # ("suffix": past requests)
@@ -162,17 +166,19 @@ class AutoDrafter(Drafter):
             self.draft_token_s = float(draft_s)
 
     def accept(self, n_drafted: int, n_accept: int, verify_seconds: float,
-               grew_logits: bool = False, n_forced: int = 0) -> None:
+               grew_logits: bool = False, n_forced: int = 0, n_forced_after: int = 0) -> None:
         """Learn t(n) from every round and the draft model's acceptance from its rounds. A
         batch that grew the target's logits buffer pays a one-time cost (llama.cpp grows and
         clears it, faulting new pages; docs/auto.md): CostModel takes such a timing only as
         a stand-in for a size it has not measured. Forced tokens (n_forced, the grammar's)
-        count in the batch size, not in a drafter's acceptance; when a forced token was
-        rejected, the drafter's own tokens were never judged."""
+        count in the batch size, not in a drafter's acceptance (n_forced before its tokens,
+        n_forced_after after them); when a forced token was rejected, the drafter's own
+        tokens were never judged."""
         self.cost.observe(n_drafted + 1, verify_seconds, first=grew_logits)
-        if n_forced >= n_drafted or n_accept < n_forced:
+        n_own = n_drafted - n_forced - n_forced_after
+        if n_own <= 0 or n_accept < n_forced:
             return
-        n_own, n_own_accept = n_drafted - n_forced, n_accept - n_forced
+        n_own_accept = min(n_accept - n_forced, n_own)
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
             self.acceptance["model"].update(n_own, n_own_accept)
         used = {"lookup": self.lookup, "model": self.model}.get(self._used_source)
@@ -258,7 +264,13 @@ class AutoDrafter(Drafter):
         has been committed, scoring the newly committed positions each round, so that plain
         steps through a copied passage still score deep positions."""
         shadow = self._shadows[kind]
-        start, tokens, scored, run = shadow
+        start, tokens, scored, run, before = shadow
+        seen = history[start - len(before):start]
+        if not np.array_equal(seen, before[:len(seen)]):
+            # it was made after tokens that were not committed (a grammar's forced head,
+            # then rejected): it continued another context, nothing to learn from it
+            del self._shadows[kind]
+            return
         available = history[start + scored:start + len(tokens)]
         fresh = tokens[scored:scored + len(available)]
         mismatch = np.flatnonzero(available != fresh)

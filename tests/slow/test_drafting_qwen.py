@@ -1,0 +1,38 @@
+"""Drafts from everything seen, on the real Qwen2.5-Coder target (-m slow): grammar-forced
+tokens under a JSON schema and a tool call, text lookup and the suffix index of earlier
+requests change nothing strict speculation writes (plain greedy decoding's tokens), and
+each is used where it should be."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsd_local import Engine
+from lsd_local.bench.prompts import load_set
+
+pytestmark = pytest.mark.slow
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+        "required": ["city"]}}}]
+ASK = [{"role": "user", "content": "How warm is it in Lisbon and in Porto, in celsius?"}]
+
+
+def test_strict_with_every_source_writes_plain_greedy_decodings_tokens(qwen_pair):
+    extract = load_set("json-extract", "test", 2)
+    requests = [dict(messages=list(i.messages), json_schema=i.json_schema) for i in extract]
+    requests.append(dict(messages=ASK, tools=TOOLS, tool_choice="required"))
+    with Engine.load(qwen_pair[0], drafter="none", n_ctx=2048, n_threads=2) as plain:
+        want = [plain.generate(max_tokens=96, **r).run().tokens for r in requests]
+    with Engine.load(qwen_pair[0], drafter="auto", n_ctx=2048, n_threads=2) as eng:
+        sources: dict[str, int] = {}
+        for request, expected in zip(requests + requests, want + want, strict=True):
+            gen = eng.generate(max_tokens=96, **request).run()  # each twice: the index
+            assert gen.tokens == expected
+            for name, n in gen.stats.accepted_by_source.items():
+                sources[name] = sources.get(name, 0) + n
+    assert sources.get("forced", 0) > 20  # keys, punctuation, the call's frame
+    assert sources.get("suffix", 0) > 20  # the second time, answers come from the index
