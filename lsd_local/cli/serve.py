@@ -54,6 +54,9 @@ def _serve_options(func):
                      default=SERVE_SHUTDOWN_GRACE, show_default=True, metavar="SECONDS",
                      help="On SIGTERM / Ctrl-C, how long in-flight answers may take to finish "
                           "before they end with an error."),
+        click.option("--open", "open_page", is_flag=True,
+                     help="Open the chat page (http://HOST:PORT/) in the default browser "
+                          "once the model is loaded."),
         click.option("--cors-origin", multiple=True, metavar="ORIGIN",
                      help="Allow browser pages from ORIGIN (repeatable; '*' for any). "
                           "Default: no CORS."),
@@ -68,7 +71,7 @@ def _serve_options(func):
 @_serve_options
 def serve(model: str | None, model_option: str | None, **opts) -> None:
     """Serve MODEL over an OpenAI-compatible HTTP API (/v1/chat/completions,
-    /v1/completions, /v1/models; /health, /metrics).
+    /v1/completions, /v1/models; /health, /metrics) and a chat page at / (--open opens it).
 
     Takes `lsd run`'s model, speculation and sampling options as the defaults of every
     request; a request may override them with extra body fields (temperature, top_k, rule,
@@ -100,7 +103,14 @@ def serve(model: str | None, model_option: str | None, **opts) -> None:
         defaults=defaults, api_key=opts["api_key"], cors_origins=tuple(opts["cors_origin"]),
         max_body=opts["max_body"])
     run_server(worker, settings, opts["host"], opts["port"], opts["max_queue"],
-               opts["shutdown_grace"], shared.notify)
+               opts["shutdown_grace"], shared.notify, _open_browser if opts["open_page"] else None)
+
+
+def _open_browser(url: str) -> None:
+    import webbrowser
+
+    if not webbrowser.open(url):
+        shared.notify(f"no browser could be opened: visit {url}")
 
 
 def _model_name(model: str | None, target) -> str:

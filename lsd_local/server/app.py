@@ -1,5 +1,6 @@
-"""The HTTP side of `lsd serve`: an ASGI app (Starlette) with OpenAI's endpoints, /health and
-/metrics, in front of the Scheduler that owns the engine process."""
+"""The HTTP side of `lsd serve`: an ASGI app (Starlette) with OpenAI's endpoints, /health,
+/metrics and the chat page (page.py), in front of the Scheduler that owns the engine
+process."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from starlette.routing import Route
 from ..config import SERVE_MAX_BODY, SERVE_RETRY_AFTER
 from .jobs import make_job
 from .metrics import Metrics
+from .page import is_public, page_routes
 from .protocol import ChatRequest, CompletionRequest, Defaults, RequestError, parse
 from .responses import SSE_DONE, Answer, Shaper, lsd_info, sse
 from .scheduler import EngineUnavailable, QueueFull, Scheduler, Ticket
@@ -193,9 +195,10 @@ async def whole(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_token
 
 
 def _visible(payload: dict) -> bool:
-    """Whether a round gave the client anything (text, reasoning, a call, logprobs)."""
+    """Whether a round gave the client anything (text, reasoning, a call, logprobs; with
+    lsd_rounds, every round)."""
     return bool(payload["text"] or payload.get("reasoning") or payload.get("tool_calls")
-                or payload.get("logprobs"))
+                or payload.get("logprobs") or payload.get("round"))
 
 
 def _observe_ttft(state: ServerState, ticket: Ticket) -> float:
@@ -289,15 +292,15 @@ async def internal_error(request: Request, exc: Exception) -> Response:
 
 
 class BearerAuth:
-    """With an API key, every endpoint but /health needs `Authorization: Bearer KEY`
-    (compared in constant time)."""
+    """With an API key, every endpoint but /health and the page's files needs
+    `Authorization: Bearer KEY` (compared in constant time)."""
 
     def __init__(self, app, api_key: str) -> None:
         self.app = app
         self.expected = api_key.encode()
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["path"] == "/health":
+        if scope["type"] != "http" or scope["path"] == "/health" or is_public(scope["path"]):
             return await self.app(scope, receive, send)
         scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
         if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), self.expected):
@@ -321,7 +324,7 @@ def create_app(settings: ServerSettings, scheduler: Scheduler) -> Starlette:
               Route("/v1/completions", text_completions, methods=["POST"]),
               Route("/v1/models", list_models, methods=["GET"]),
               Route("/health", health, methods=["GET"]),
-              Route("/metrics", metrics, methods=["GET"])]
+              Route("/metrics", metrics, methods=["GET"]), *page_routes()]
     app = Starlette(routes=routes, middleware=middleware,
                     exception_handlers={HTTPException: http_error, Exception: internal_error})
     app.state.lsd = ServerState(settings, scheduler)

@@ -202,7 +202,8 @@ def make_job(req: _Common, defaults: Defaults, arrived: float) -> Job:
         raise RequestError(400, str(exc), exc.param) from None
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     return Job(kind, prompt, generate, drafter, rule, stream=bool(req.stream),
-               include_usage=include_usage, timeout=req.timeout, arrived=arrived)
+               include_usage=include_usage, rounds=bool(req.stream and req.lsd_rounds),
+               timeout=req.timeout, arrived=arrived)
 
 
 def _completion_prompt(req: CompletionRequest) -> str:

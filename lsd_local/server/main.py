@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
 from collections.abc import Callable
 from functools import partial
 
@@ -78,7 +79,8 @@ def report_event(notify: Callable[[str], None], metrics, kind: str, data: dict) 
 
 
 async def serve_async(worker: WorkerSettings, settings: ServerSettings, host: str, port: int,
-                      max_queue: int, grace: float, notify: Callable[[str], None]) -> None:
+                      max_queue: int, grace: float, notify: Callable[[str], None],
+                      on_ready: Callable[[str], None] | None = None) -> None:
     """Serve until a signal; ServeError when the port or the models fail."""
     sock = listen(host, port)
     scheduler = Scheduler(worker, max_queue)
@@ -112,6 +114,10 @@ async def serve_async(worker: WorkerSettings, settings: ServerSettings, host: st
     draft = f", draft {info['draft']}" if info.get("draft") else ""
     notify(f"lsd serve: {settings.model_name}{draft} ready at "
            f"http://{_url_host(host)}:{bound[1]}/v1 (context {info['n_ctx']} tokens)")
+    page = f"http://{_page_host(host)}:{bound[1]}/"
+    notify(f"chat page: {page}")
+    if on_ready is not None:  # (a browser may take its time, or a terminal: not this loop)
+        threading.Thread(target=on_ready, args=(page,), daemon=True).start()
     try:
         await serving
     finally:
@@ -123,10 +129,18 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def _page_host(host: str) -> str:
+    """Where a browser on this machine reaches the server (not a wildcard address)."""
+    return "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else \
+        _url_host(host)
+
+
 def serve(worker: WorkerSettings, settings: ServerSettings, host: str, port: int,
-          max_queue: int, grace: float, notify: Callable[[str], None]) -> None:
-    """Blocking `serve_async`."""
+          max_queue: int, grace: float, notify: Callable[[str], None],
+          on_ready: Callable[[str], None] | None = None) -> None:
+    """Blocking `serve_async`; `on_ready` gets the chat page's URL once the model is loaded
+    (lsd serve --open: the browser)."""
     # asyncio's "socket.send() raised exception." only says that a client left mid-stream,
     # which the server handles (the generation stops at the next round)
     logging.getLogger("asyncio").setLevel(logging.ERROR)
-    asyncio.run(serve_async(worker, settings, host, port, max_queue, grace, notify))
+    asyncio.run(serve_async(worker, settings, host, port, max_queue, grace, notify, on_ready))

@@ -4,7 +4,8 @@ is answered 400 before it waits in the queue).
 
 Field names are OpenAI's; lsd's extras use llama-server's names where it has one (`top_k`,
 `min_p`, `grammar`, `json_schema`) and lsd's own otherwise (`rule`, `drafter`, `k`, `theta`,
-`window`, `entropy_top_k`, `entropy`, `gate`, `max_exceptions`, `budget`, `p_min`, `timeout`).
+`window`, `entropy_top_k`, `entropy`, `gate`, `max_exceptions`, `budget`, `p_min`, `timeout`,
+`lsd_rounds`).
 Unknown fields are ignored, as OpenAI's API does.
 """
 
@@ -110,6 +111,8 @@ class _Common(_Request):
     budget: float | None = None
     p_min: float | None = None
     timeout: float | None = Field(default=None, gt=0)
+    # streamed chunks also carry each round's origin spans and counts (lsd's web page)
+    lsd_rounds: bool | None = False
 
 
 class ChatRequest(_Common):
@@ -154,6 +157,7 @@ class Job:
     rule: RuleConfig | None
     stream: bool = False
     include_usage: bool = False
+    rounds: bool = False  # each chunk carries its round's origin spans and counts
     timeout: float | None = None  # seconds from arrival
     arrived: float = 0.0  # time.time() when the server read the request
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])

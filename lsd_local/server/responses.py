@@ -6,8 +6,8 @@ import json
 import time
 
 LSD_FIELDS = ("tau", "acceptance_rate", "rounds", "drafted", "accepted_exact",
-              "accepted_loose", "draft_sources", "decode_tokens_per_second", "prefill_seconds",
-              "cached_prompt_tokens")
+              "accepted_loose", "draft_sources", "accepted_by_source",
+              "decode_tokens_per_second", "prefill_seconds", "cached_prompt_tokens")
 
 
 def usage(prompt_tokens: int, stats: dict) -> dict:
@@ -139,6 +139,8 @@ class Shaper:
                       "logprobs": text_logprobs(items, offset) if items else None,
                       "finish_reason": finish}
         body = {**self._envelope(True), "choices": [choice]}
+        if payload.get("round"):  # lsd_rounds: what the round did (an extension)
+            body["lsd"] = {"round": payload["round"]}
         if lsd is not None:
             body["lsd"] = lsd
         return sse(body)

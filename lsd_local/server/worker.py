@@ -33,6 +33,7 @@ from ..errors import (
     ModelOutputError,
     ParameterError,
 )
+from ..stats import Origin
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
     token_text = token_texts(engine.target.vocab)
     try:
         for event in () if timed_out else gen:
-            conn.send(("delta", job.id, event_payload(event, token_text)))
+            conn.send(("delta", job.id, event_payload(event, token_text, job.rounds)))
             if job.id in cancelled:
                 break
             if deadline is not None and time.time() >= deadline:
@@ -164,10 +165,22 @@ def token_texts(vocab):
     return text_of
 
 
-def event_payload(event, token_text) -> dict:
+ORIGIN_CODES = {Origin.TARGET: "t", Origin.DRAFT_EXACT: "e", Origin.DRAFT_LOOSE: "l"}
+
+
+def event_payload(event, token_text, rounds: bool = False) -> dict:
     """What one round sends to the HTTP process: the answer's text delta, reasoning, tool
-    call pieces and logprobs (plain values: they cross the pipe)."""
+    call pieces and logprobs (plain values: they cross the pipe); with `rounds`, the
+    round's origin spans and counts too (lsd_rounds)."""
     payload = {"text": event.text}
+    if rounds:
+        payload["round"] = {
+            "tokens": len(event.tokens), "drafted": event.n_drafted,
+            "accepted": event.n_accepted, "loose": event.n_loose,
+            "source": event.draft_source,
+            "spans": [[text, ORIGIN_CODES[origin]] for text, origin in event.spans],
+            "reasoning_spans": [[text, ORIGIN_CODES[origin]]
+                                for text, origin in event.reasoning_spans]}
     if event.reasoning:
         payload["reasoning"] = event.reasoning
     if event.tool_calls:

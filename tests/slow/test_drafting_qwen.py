@@ -23,14 +23,15 @@ ASK = [{"role": "user", "content": "How warm is it in Lisbon and in Porto, in ce
 
 def test_strict_with_every_source_writes_plain_greedy_decodings_tokens(qwen_pair):
     extract = load_set("json-extract", "test", 2)
-    requests = [dict(messages=list(i.messages), json_schema=i.json_schema) for i in extract]
-    requests.append(dict(messages=ASK, tools=TOOLS, tool_choice="required"))
+    requests = [(list(i.messages), dict(json_schema=i.json_schema)) for i in extract]
+    requests.append((ASK, dict(tools=TOOLS, tool_choice="required")))
     with Engine.load(qwen_pair[0], drafter="none", n_ctx=2048, n_threads=2) as plain:
-        want = [plain.generate(max_tokens=96, **r).run().tokens for r in requests]
+        want = [plain.generate(m, max_tokens=96, **r).run().tokens for m, r in requests]
     with Engine.load(qwen_pair[0], drafter="auto", n_ctx=2048, n_threads=2) as eng:
         sources: dict[str, int] = {}
-        for request, expected in zip(requests + requests, want + want, strict=True):
-            gen = eng.generate(max_tokens=96, **request).run()  # each twice: the index
+        for (messages, request), expected in zip(requests + requests, want + want,
+                                                 strict=True):
+            gen = eng.generate(messages, max_tokens=96, **request).run()  # twice: the index
             assert gen.tokens == expected
             for name, n in gen.stats.accepted_by_source.items():
                 sources[name] = sources.get(name, 0) + n

@@ -77,3 +77,12 @@ def test_wheel_ships_registry_grammars_and_prompt_sets(target_install, tiny_pair
         "print(len(load_set('humaneval', 'test', 3)), len(load_set('chat', 'dev', 2)))"))
     assert sets.returncode == 0, sets.stderr
     assert sets.stdout.split() == ["3", "2"]
+
+
+def test_wheel_ships_the_chat_pages_files(target_install):
+    found = run_there(target_install, "-c", (
+        "from lsd_local.server.page import FILES, WEB_DIR\n"
+        "print(all((WEB_DIR / name).is_file() for name in FILES), WEB_DIR)"))
+    assert found.returncode == 0, found.stderr
+    shipped, where = found.stdout.split()
+    assert shipped == "True" and where.startswith(str(target_install))

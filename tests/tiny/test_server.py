@@ -72,6 +72,8 @@ def test_streamed_chat_equals_the_whole_answer(server):
     # the lookup drafter's sources: the prompt, the suffix index of earlier answers, text matches
     sources = chunks[-2].model_extra["lsd"]["draft_sources"].keys()
     assert sources <= {"lookup", "suffix", "text", "none"}
+    lsd = chunks[-2].model_extra["lsd"]
+    assert sum(lsd["accepted_by_source"].values()) == lsd["accepted_exact"] + lsd["accepted_loose"]
 
 
 def test_json_schema_response_format_is_obeyed(server):

@@ -142,7 +142,7 @@ def test_stream_options_and_ids():
 
 STATS = {"prompt_tokens": 10, "generated_tokens": 4, "cached_prompt_tokens": 6, "tau": 2.0,
          "acceptance_rate": 0.5, "rounds": 2, "drafted": 4, "accepted_exact": 2,
-         "accepted_loose": 0, "draft_sources": {"lookup": 2},
+         "accepted_loose": 0, "draft_sources": {"lookup": 2}, "accepted_by_source": {"lookup": 2},
          "decode_tokens_per_second": 40.0, "prefill_seconds": 0.1, "reasoning_tokens": 1}
 
 
