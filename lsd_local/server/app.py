@@ -195,10 +195,10 @@ async def whole(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_token
 
 
 def _visible(payload: dict) -> bool:
-    """Whether a round gave the client anything (text, reasoning, a call, logprobs; with
-    lsd_rounds, every round)."""
+    """Whether a round gave the client anything of the answer (text, reasoning, a call,
+    logprobs): what the time to the first token waits for."""
     return bool(payload["text"] or payload.get("reasoning") or payload.get("tool_calls")
-                or payload.get("logprobs") or payload.get("round"))
+                or payload.get("logprobs"))
 
 
 def _observe_ttft(state: ServerState, ticket: Ticket) -> float:
@@ -221,6 +221,7 @@ async def stream(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_toke
             if message[0] == "delta":
                 if _visible(message[2]):
                     ttft = ttft or _observe_ttft(state, ticket)
+                if _visible(message[2]) or message[2].get("round"):  # lsd_rounds: every one
                     yield shaper.chunk(message[2], offset=offset)
                     offset += len(message[2]["text"])
                 continue

@@ -15,12 +15,26 @@
     try { state.conversations = JSON.parse(localStorage.getItem(STORE) || "[]"); }
     catch (e) { state.conversations = []; }
     if (!Array.isArray(state.conversations)) state.conversations = [];
+    // (kept by an older page, or edited by hand: only what this page can show)
+    state.conversations = state.conversations.filter((c) => c && typeof c.id === "string"
+      && Array.isArray(c.messages) && c.messages.every((m) => m && typeof m.role === "string"));
+    for (const c of state.conversations) {
+      if (typeof c.title !== "string") c.title = "Conversation";
+      if (!c.settings || typeof c.settings !== "object") c.settings = {};
+    }
     state.current = localStorage.getItem(CURRENT);
     if (!state.conversations.some((c) => c.id === state.current)) newConversation();
   }
-  function save() {
-    localStorage.setItem(STORE, JSON.stringify(state.conversations));
-    localStorage.setItem(CURRENT, state.current || "");
+  function save() {  // false (and said) when the browser's storage is full
+    try {
+      localStorage.setItem(STORE, JSON.stringify(state.conversations));
+      localStorage.setItem(CURRENT, state.current || "");
+      return true;
+    } catch (e) {
+      showError("This browser's storage for the page is full: delete old conversations " +
+                "to keep new ones (this one is shown but not kept).");
+      return false;
+    }
   }
   function current() { return state.conversations.find((c) => c.id === state.current); }
   function newConversation() {
@@ -45,7 +59,7 @@
     list.replaceChildren();
     for (const c of state.conversations) {
       const li = document.createElement("li");
-      if (c.id === state.current) li.className = "current";
+      if (c.id === state.current) { li.className = "current"; li.setAttribute("aria-current", "true"); }
       li.append(button(c.title, null, () => select(c.id), "open"),
                 button("✎", `Rename ${c.title}`, () => rename(c), "icon"),
                 button("✕", `Delete ${c.title}`, () => remove(c), "icon"));
@@ -208,17 +222,21 @@
     });
   }
 
-  // token probabilities of a round, spread over its spans in order (a span's tokens)
+  // token probabilities of a round, spread over its spans in order (a span's tokens), only
+  // where the round's tokens spell exactly its spans' text (not when text is held back, a
+  // token splits a character, or the round also wrote reasoning or a call)
   function withProbabilities(spans, logprobs) {
     const tokens = (logprobs && logprobs.content) || [];
+    const origin = (o) => (o === "e" || o === "l" ? o : "t");
+    const spelled = tokens.map((t) => t.token).join("") === spans.map((s) => s[0]).join("");
     let t = 0;
-    return spans.map(([text, origin]) => {
+    return spans.map(([text, o]) => {
       const p = [];
       let length = 0;
-      while (t < tokens.length && length < text.length) {
-        length += tokens[t].token.length; p.push(Math.exp(tokens[t].logprob)); t++;
+      while (spelled && t < tokens.length && length < text.length) {
+        length += tokens[t].token.length; p.push(Math.round(1000 * Math.exp(tokens[t].logprob)) / 1000); t++;
       }
-      return { t: text, o: origin, p };
+      return { t: text, o: origin(o), p };
     });
   }
   function onChunk(chunk, answer) {
@@ -278,7 +296,8 @@
     c.messages.push(answer);
     state.controller = new AbortController();
     setBusy(true); showError(""); startLive(); updateLast();
-    $("status").textContent = "answering…"; $("status").classList.remove("bad");
+    $("messages").setAttribute("aria-busy", "true");  // (read once it is whole)
+    setStatus("answering…", false);
     try {
       const response = await fetch("/v1/chat/completions", { method: "POST", headers: headers(),
         body: JSON.stringify(requestBody(c)), signal: state.controller.signal });
@@ -287,9 +306,17 @@
       await readStream(response, answer);
     } catch (e) {
       if (e.name === "AbortError") answer.note = "stopped";
-      else { showError(String(e.message || e)); if (!answer.content) c.messages.pop(); }
+      else if (answer.content) answer.note = `error: ${e.message || e}`;
+      else {  // nothing came: the question goes back to the box, to be sent again
+        showError(String(e.message || e));
+        c.messages.pop();
+        const question = c.messages.pop();
+        if (question && !$("prompt").value) $("prompt").value = question.content;
+      }
     } finally {
       state.controller = null; setBusy(false); save(); renderMessages(); drawLive();
+      $("messages").removeAttribute("aria-busy");
+      $("prompt").focus();
     }
   }
   function setBusy(busy) {
@@ -303,7 +330,7 @@
     c.messages.push({ role: "user", content: text });
     if (c.title === "New conversation") c.title = text.trim().slice(0, 40);
     $("prompt").value = "";
-    save(); renderList(); renderMessages();
+    save(); renderList(); renderMessages();  // (a full storage is said, the answer still comes)
     ask();
   }
   function regenerate() {
@@ -327,8 +354,12 @@
                  shutting_down: "shutting down", failed: `failed: ${h.reason || ""}` }[h.status] || h.status;
       }
     } catch (e) { /* the server is down: said below */ }
-    $("status").textContent = text;
-    $("status").classList.toggle("bad", bad);
+    setStatus(text, bad);
+  }
+  function setStatus(text, bad) {  // (a live region: written only when it changes)
+    const status = $("status");
+    if (status.textContent !== text) status.textContent = text;
+    status.classList.toggle("bad", bad);
   }
   async function modelName() {
     try {

@@ -101,7 +101,8 @@
         let j = i + 1;
         while (j < to && owner[j] === owner[i]) j++;
         const span = spans[owner[i]];
-        html += `<span class="tok origin-${span.o}" title="${escapeHtml(spanTitle(span))}">` +
+        const origin = span.o === "e" || span.o === "l" ? span.o : "t";
+        html += `<span class="tok origin-${origin}" title="${escapeHtml(spanTitle(span))}">` +
           `${escapeHtml(text.slice(i, j))}</span>`;
         i = j;
       }
