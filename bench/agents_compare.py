@@ -185,16 +185,10 @@ def main() -> None:
 
 def repeated(conversations: list[dict]) -> list[dict]:
     """Each conversation three times: as is, then with each of VARIATIONS' small changes."""
-    from make_workload_sets import VARIATIONS
+    from make_workload_sets import varied
 
-    out = []
-    for round_, changes in enumerate([{}] + VARIATIONS):
-        for conv in conversations:
-            user = conv["user"]
-            for old, new in changes.items():
-                user = user.replace(old, new)
-            out.append({"id": f"{conv['id']}-{round_}", "user": user})
-    return out
+    return [{"id": f"{conv['id']}-{round_}", "user": conv["user"]}
+            for round_, conv in varied(conversations)]
 
 
 def run_edits(columns, renderer, n: int) -> list[dict]:

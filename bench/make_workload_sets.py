@@ -20,7 +20,6 @@ documents them.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -130,25 +129,27 @@ def json_extract() -> list[dict]:
 
 
 def agents_repeat() -> list[dict]:
-    tools = _tools((HERE / "agents_compare.py").read_text())
+    from agents_compare import TOOLS
+
     conversations = [json.loads(line) for line in
                      (HERE / "agents.jsonl").read_text().splitlines()]
-    rows = []
+    return [{"id": f"{conv['id']}-{round_}-call", "split": "test",
+             "messages": [{"role": "user", "content": conv["user"]}], "tools": TOOLS,
+             "tool_choice": "required", "sequence": "agents", "max_tokens": 200}
+            for round_, conv in varied(conversations)]
+
+
+def varied(conversations: list[dict]) -> list[tuple[int, dict]]:
+    """Each conversation ({"id", "user"}) as is (round 0), then with each of VARIATIONS'
+    small changes to its user message (rounds 1, 2): (round, conversation)."""
+    out = []
     for round_, changes in enumerate([{}] + VARIATIONS):
         for conv in conversations:
             user = conv["user"]
             for old, new in changes.items():
                 user = user.replace(old, new)
-            rows.append({"id": f"{conv['id']}-{round_}-call", "split": "test",
-                         "messages": [{"role": "user", "content": user}], "tools": tools,
-                         "tool_choice": "required", "sequence": "agents", "max_tokens": 200})
-    return rows
-
-
-def _tools(source: str) -> list[dict]:
-    """bench/agents_compare.py's TOOLS (one definition: read, not copied by hand)."""
-    text = re.search(r"^TOOLS = (\[.*?\n\])", source, re.S | re.M).group(1)
-    return eval(text, {})  # noqa: S307 - our own file's literal
+            out.append((round_, {**conv, "user": user}))
+    return out
 
 
 def edits_multiturn() -> list[dict]:

@@ -247,6 +247,19 @@ def make_agent_model(directory: Path) -> Path:
     return path
 
 
+# Two tools and a question for the agent model (tests of the library and of the server)
+AGENT_TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "The weather of a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Rome"]},
+            "metric": {"type": "boolean"}}, "required": ["city", "metric"]}}},
+    {"type": "function", "function": {"name": "now", "description": "The time",
+                                      "parameters": {"type": "object", "properties": {}}}},
+]
+AGENT_ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
 def agent_token(vocab, text: str) -> int:
     """The id of one of AGENT_WORDS in a loaded agent model's vocabulary."""
     ids = vocab.tokenize(text, add_special=False)

@@ -7,20 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from tinymodels import AGENT_ASK as ASK
+from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import TINY_CTX, agent_token
 
 from lsd_local import Engine, ParameterError
-
-TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "The weather of a city",
-        "parameters": {"type": "object", "properties": {
-            "city": {"type": "string", "enum": ["Paris", "Rome"]},
-            "metric": {"type": "boolean"}}, "required": ["city", "metric"]}}},
-    {"type": "function", "function": {"name": "now", "description": "The time",
-                                      "parameters": {"type": "object", "properties": {}}}},
-]
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def valid(call) -> bool:

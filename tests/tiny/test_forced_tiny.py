@@ -8,8 +8,10 @@ import random
 
 import pytest
 from grammar_examples import EXAMPLES
-from test_agents_tiny import ASK, TOOLS, stop_bias
+from test_agents_tiny import stop_bias
 from test_grammar_tiny import PROMPTS, SCHEMA, accepts, check_schema_answer
+from tinymodels import AGENT_ASK as ASK
+from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import TINY_CTX, load_tiny
 
 from lsd_local import Engine

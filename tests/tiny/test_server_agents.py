@@ -13,16 +13,7 @@ import serving
 import tinymodels
 
 CTX = str(tinymodels.TINY_CTX)
-TOOLS = [
-    {"type": "function", "function": {
-        "name": "get_weather", "description": "The weather of a city",
-        "parameters": {"type": "object", "properties": {
-            "city": {"type": "string", "enum": ["Paris", "Rome"]},
-            "metric": {"type": "boolean"}}, "required": ["city", "metric"]}}},
-    {"type": "function", "function": {"name": "now", "description": "The time",
-                                      "parameters": {"type": "object", "properties": {}}}},
-]
-ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+TOOLS, ASK = tinymodels.AGENT_TOOLS, tinymodels.AGENT_ASK
 END = {"logit_bias": {"2": 30}}  # the tiny model's end-of-text made likely
 
 
