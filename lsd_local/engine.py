@@ -41,6 +41,7 @@ from .drafters.pool import DrafterPool
 from .errors import EngineBusyError, ParameterError, check
 from .generation import EngineParts, Generation, OneAtATime
 from .grammars import compile_constraint, compile_tool_grammar
+from .limits import check_seed
 from .loop import LoopSettings
 from .models.loading import load_for_engine, load_notices
 from .statecache import StateCache
@@ -178,7 +179,7 @@ class Engine:
                                     frequency_penalty,
                                     logit_bias_pairs(logit_bias, vocab, banned_opener(plan, vocab)))
         settings = LoopSettings(max_tokens, self.drafter_config.k_value, sampler,
-                                np.random.default_rng(seed), None,
+                                np.random.default_rng(check_seed(seed)), None,
                                 grammar_top(self.rule_config, sampler, self.target.n_vocab),
                                 penalties if penalties.active else None, logprobs)
         parser = None if text is None else OutputParser(

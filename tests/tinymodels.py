@@ -43,6 +43,7 @@ def vocab(words: tuple[str, ...]) -> tuple[list[str], list[float], list[int]]:
     tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + list(words)
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     types += [gguf.TokenType.BYTE] * 256 + [
+        gguf.TokenType.CONTROL if w in CONTROL_WORDS else
         gguf.TokenType.USER_DEFINED if w in AGENT_WORDS else gguf.TokenType.NORMAL
         for w in words]  # markers are matched whole, as Qwen's <tool_call> is
     scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
@@ -235,6 +236,7 @@ AGENT_TEMPLATE = (
     "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
 AGENT_WORDS = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_start|>",
                "<|im_end|>")
+CONTROL_WORDS = ("<|im_start|>", "<|im_end|>")  # control tokens, as in Qwen's vocabulary
 
 
 def make_agent_model(directory: Path) -> Path:

@@ -18,6 +18,7 @@ import llama_cpp as ll
 import numpy as np
 
 from ..errors import GrammarError
+from ..limits import check_grammar, check_schema
 from ..utf8 import utf8_bytes
 from .model import Model, _install_log_sink
 
@@ -110,6 +111,7 @@ class Grammar:
         matches, then applies from the match on (its root starts with what triggered it)."""
         if not text.strip():
             raise GrammarError(f"{source} is empty")
+        check_grammar(text, source)  # what would crash llama.cpp's recursive parser
         sink = _install_log_sink(model.options.verbose)
         sink.recent.clear()
         sampler, printed = _init_capturing_stderr(model.vocab.handle, text, root, triggers,
@@ -180,6 +182,7 @@ def schema_to_gbnf(schema: dict, source: str = "JSON schema") -> str:
     if not isinstance(schema, dict):
         raise GrammarError(f"invalid {source}: the top level must be an object, "
                            f"not {type(schema).__name__}")
+    check_schema(schema, source)
     try:
         text = json_schema_to_gbnf(json.dumps(schema))
     except Exception as exc:  # noqa: BLE001 - the converter signals with assorted exceptions

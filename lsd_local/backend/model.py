@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +131,9 @@ class Model:
         # the most logit rows one decode has asked for: llama.cpp's logits buffer has grown
         # to hold them (a decode asking more grows it again, a one-time cost)
         self.most_logit_rows = 0
+        # called after each llama_decode (every prefill chunk, every round): a watchdog in
+        # another process learns that the model is not stuck inside C (lsd serve)
+        self.on_decoded: Callable[[], None] | None = None
         self._cached_tokens = np.zeros(self.n_ctx, np.int32)  # the token at each position
         self.supports_truncate = not (ll.llama_model_is_recurrent(model_p)
                                       or ll.llama_model_is_hybrid(model_p))
@@ -228,6 +231,8 @@ class Model:
             self.truncate(start_pos)  # a failed decode may leave part of the batch cached
             raise RuntimeError(f"llama_decode failed with code {rc} at position {start_pos}")
         self.n_cached = start_pos + n
+        if self.on_decoded is not None:
+            self.on_decoded()
 
     @property
     def cached_tokens(self) -> np.ndarray:

@@ -72,6 +72,12 @@ class Vocab:
         attr = ll.llama_vocab_get_attr(self.handle, token)
         return bool(attr & (ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_USER_DEFINED))
 
+    def is_control(self, token: int) -> bool:
+        """A control token ('<|im_end|>'; also <unk>): what only special-token parsing turns
+        text into (user text is tokenized without it, chat/literal.py)."""
+        attr = ll.llama_vocab_get_attr(self.handle, token)
+        return bool(attr & (ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_UNKNOWN))
+
     def token_text(self, token: int) -> bytes:
         """The vocabulary's stored text for a token (used for compatibility checks)."""
         return ll.llama_vocab_get_text(self.handle, token) or b""

@@ -1,10 +1,14 @@
 """Run an untrusted Python program under limits: `python -I -B _sandbox_child.py PROGRAM`.
 
-Started by humaneval.run_sandboxed in a fresh temporary folder (the working directory). Before
-the program runs: resource limits (address space, CPU seconds, file size, open files) and an
-audit hook (PEP 578) that refuses, for the rest of the process, writing or deleting anything
-outside the working directory, starting processes, sockets and ctypes. Exit status 0 means the
+Started by humaneval.run_sandboxed in a fresh temporary folder (the working directory, also
+its HOME and TMPDIR). Before the program runs: OS isolation where the machine allows it (new
+user and network namespaces: no network at all, not even loopback), resource limits (address
+space, CPU seconds, file size, open files, processes) and an audit hook (PEP 578) that
+refuses, for the rest of the process, writing or deleting anything outside the working
+directory, starting processes, sockets and ctypes. The audit hook alone is not a sandbox
+(CPython says so); the namespaces are the part the kernel enforces. Exit status 0 means the
 program ran to its end; 3 means the sandbox refused an operation.
+`python -I -B _sandbox_child.py --probe` prints what isolation this machine gives and exits.
 """
 
 import os
@@ -27,12 +31,37 @@ class SandboxViolation(BaseException):
     """BaseException so that a bare `except Exception` in the program cannot swallow it."""
 
 
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+
+
+def isolate() -> str:
+    """Enter new network (and user) namespaces; what was done, or why not ("none: ...")."""
+    import ctypes
+    import errno
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError as exc:
+        return f"none: no C library to call unshare ({exc})"
+    reasons = []
+    for flags, what in ((CLONE_NEWUSER | CLONE_NEWNET, "user and network namespaces"),
+                        (CLONE_NEWNET, "a network namespace")):
+        if libc.unshare(flags) == 0:
+            return what
+        code = ctypes.get_errno()
+        reasons.append(f"{what}: {errno.errorcode.get(code, code)}")
+    return "none: " + "; ".join(reasons)
+
+
 def set_limits(cpu_seconds: int, memory_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds))
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if os.getuid() != 0:  # (root is not bound by it)
+        resource.setrlimit(resource.RLIMIT_NPROC, (256, 256))
 
 
 def inside(root: str, path) -> bool:
@@ -60,9 +89,16 @@ def make_hook(root: str):
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--probe"]:
+        print(isolate())
+        return 0
     program_path, cpu_seconds, memory_mb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     with open(program_path, encoding="utf-8") as f:
         source = f.read()
+    isolation = isolate()
+    if isolation.startswith("none") and os.environ.get("LSD_SANDBOX_REQUIRE") == "1":
+        print(f"sandbox: no OS isolation ({isolation})", file=sys.stderr)
+        return SANDBOX_EXIT
     set_limits(cpu_seconds, memory_mb << 20)
     sys.addaudithook(make_hook(os.path.realpath(os.getcwd())))
     try:

@@ -93,8 +93,7 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024) ->
                str(memory_mb)]
         proc = subprocess.Popen(cmd, cwd=folder, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={"PATH": os.environ.get("PATH", "")},
-                                start_new_session=True)
+                                env=_child_env(folder), start_new_session=True)
         try:
             _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -108,6 +107,27 @@ def run_sandboxed(program: str, timeout: float = 10.0, memory_mb: int = 1024) ->
     if proc.returncode < 0:
         return CheckResult("failed", f"killed by {signal.Signals(-proc.returncode).name}")
     return CheckResult("failed", detail)
+
+
+def _child_env(folder: str) -> dict[str, str]:
+    """A bare environment: no secrets of the user's, a home and temp folder that go away."""
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": folder, "TMPDIR": folder}
+    if os.environ.get("LSD_SANDBOX_REQUIRE"):
+        env["LSD_SANDBOX_REQUIRE"] = os.environ["LSD_SANDBOX_REQUIRE"]
+    return env
+
+
+@cache
+def sandbox_isolation() -> str:
+    """What OS isolation model-written code gets on this machine: the namespaces it runs in,
+    or "none: <why>" (then only the limits and the audit hook, which is not a sandbox)."""
+    try:
+        done = subprocess.run([sys.executable, "-I", "-B", str(CHILD), "--probe"],
+                              capture_output=True, text=True, timeout=30,
+                              env={"PATH": os.environ.get("PATH", "")})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"none: the probe did not run ({exc})"
+    return done.stdout.strip() or f"none: the probe failed ({_last_line(done.stderr)})"
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

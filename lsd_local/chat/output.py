@@ -11,10 +11,9 @@ import uuid
 from dataclasses import dataclass, field
 
 from .jsonscan import list_elements, value_end
-from .tools import ToolFormat, section_calls
+from .tools import ToolFormat, hermes_block, section_calls
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-HERMES_CLOSE = "</tool_call>"
 
 
 @dataclass(frozen=True)
@@ -207,8 +206,7 @@ class OutputParser:
         """Where the current call section ends in its text (None while it goes on)."""
         section, fmt = self._section, self.fmt
         if fmt.name == "hermes":
-            at = section.find(HERMES_CLOSE)
-            return at + len(HERMES_CLOSE) if at >= 0 else None
+            return hermes_block(section)[2]
         if fmt.name == "mistral":
             return list_elements(section, len(fmt.opener))[1]
         return value_end(section, 0)

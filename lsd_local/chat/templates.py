@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from ..errors import ContextOverflowError, LsdError, ParameterError
+from .literal import Shield
 from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
 
 # Used only when a GGUF ships no template at all: ChatML, which many instruct models know.
@@ -118,6 +119,19 @@ def with_fallback_tools(messages: list[dict], tools: Sequence[dict]) -> list[dic
     return [{"role": "system", "content": note}] + messages
 
 
+RENDER_ARGUMENTS = ("messages", "tools", "bos_token", "eos_token", "add_generation_prompt")
+
+
+def check_template_kwargs(kwargs: dict) -> None:
+    """ParameterError for a template kwarg that lsd itself passes (the messages, the tools,
+    ...): the request says those in their own fields."""
+    taken = sorted(set(kwargs) & set(RENDER_ARGUMENTS))
+    if taken:
+        raise ParameterError(f"invalid chat_template_kwargs: {', '.join(taken)} cannot be set "
+                             "there (lsd passes them to the template itself)",
+                             param="chat_template_kwargs")
+
+
 def render_chat(template: str | None, messages: Sequence[dict], bos_token: str = "",
                 eos_token: str = "", add_generation_prompt: bool = True,
                 tools: Sequence[dict] | None = None, **template_kwargs) -> str:
@@ -141,29 +155,34 @@ def _special(vocab, token: int) -> str:
     return vocab.token_bytes(token).decode("utf-8", "replace")
 
 
+def render_literal(template: str | None, messages: Sequence[dict], vocab,
+                   tools: Sequence[dict] | None = None, **template_kwargs
+                   ) -> tuple[str, list[int]]:
+    """(prompt text, its tokens) of chat messages, the template given the vocabulary's BOS
+    and EOS text (`vocab`: a backend Vocab). The messages' and tools' text is tokenized as
+    text: only the template's markup yields control tokens (chat/literal.py)."""
+    check_template_kwargs(template_kwargs)
+    shield = Shield(vocab)
+    marked = render_chat(template, shield.value(list(messages)),
+                         bos_token=_special(vocab, vocab.bos_token),
+                         eos_token=_special(vocab, vocab.eos_token),
+                         tools=shield.value(list(tools)) if tools else None, **template_kwargs)
+    return shield.reveal(marked), shield.tokens(marked)
+
+
 def render_prompt(template: str | None, messages: Sequence[dict], vocab,
                   tools: Sequence[dict] | None = None, **template_kwargs) -> str:
-    """Chat messages as prompt text, the template given the vocabulary's BOS and EOS text
-    (`vocab`: a backend Vocab)."""
-    return render_chat(template, messages, bos_token=_special(vocab, vocab.bos_token),
-                       eos_token=_special(vocab, vocab.eos_token), tools=tools,
-                       **template_kwargs)
-
-
-def tokens_of(text: str, vocab) -> list[int]:
-    """Rendered prompt text tokenized: a BOS the template wrote is not added again."""
-    bos = _special(vocab, vocab.bos_token)
-    add_bos = vocab.add_bos and not (bos and text.startswith(bos))
-    return ([vocab.bos_token] if add_bos else []) + vocab.tokenize(text, add_special=False)
+    """Chat messages as prompt text (render_literal's text)."""
+    return render_literal(template, messages, vocab, tools, **template_kwargs)[0]
 
 
 def prompt_tokens(template: str | None, prompt: str | Sequence[dict], vocab,
                   tools: Sequence[dict] | None = None, **template_kwargs) -> list[int]:
-    """A raw prompt tokenized with the vocabulary's special tokens (BOS), or chat messages
-    rendered by the template and tokenized."""
+    """A raw prompt tokenized with the vocabulary's special tokens (BOS; a raw prompt is the
+    client's own markup), or chat messages rendered by the template and tokenized."""
     if isinstance(prompt, str):
         return vocab.tokenize(prompt, add_special=True)
-    return tokens_of(render_prompt(template, prompt, vocab, tools, **template_kwargs), vocab)
+    return render_literal(template, prompt, vocab, tools, **template_kwargs)[1]
 
 
 def prompt_text(template: str | None, prompt: str | Sequence[dict], vocab,
@@ -195,9 +214,9 @@ def prompt_and_tokens(template: str | None, vocab, n_ctx: int, prompt: str | Seq
                                  "them; send chat messages", param="tools")
         text, ids = None, vocab.tokenize(prompt, add_special=True)
     else:
-        text = render_prompt(template, prompt, vocab, plan.specs if plan is not None else None,
-                             **(template_kwargs or {}))
-        ids = tokens_of(text, vocab)
+        text, ids = render_literal(template, prompt, vocab,
+                                   plan.specs if plan is not None else None,
+                                   **(template_kwargs or {}))
     if not ids:
         raise ParameterError("invalid prompt: it is empty (no tokens)", param="prompt")
     if len(ids) + 1 > n_ctx:

@@ -177,12 +177,8 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     """The calls a call section (its text from the opener on, maybe unfinished) holds so far,
     and whether the section is complete."""
     if fmt.name == "hermes":
-        calls, complete = [], False
-        for block in re.split(r"<tool_call>", section)[1:]:
-            body, closed, _ = block.partition("</tool_call>")
-            calls.append(scan_call(body.strip()))
-            complete = bool(closed)
-        return calls, complete
+        start, json_end, end = hermes_block(section)
+        return [scan_call(section[start:json_end])], end is not None
     if fmt.name == "mistral":
         elements, end = list_elements(section, len(fmt.opener))
         return [scan_call(section[a:b] if b else section[a:]) for a, b in elements], \
@@ -191,6 +187,31 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         scan = scan_call(section, ("parameters", "arguments"))
         return [scan], scan.complete
     return _generic_calls(section)
+
+
+HERMES_CLOSE = "</tool_call>"
+
+
+def hermes_block(section: str) -> tuple[int, int | None, int | None]:
+    """(where the call's JSON starts, where it ends, where the block ends after its
+    `</tool_call>`) in a section that starts with `<tool_call>`; None while unknown. The end is
+    found from the JSON, so that a string argument may hold "</tool_call>"."""
+    start = len(FORMATS["hermes"].opener)
+    while start < len(section) and section[start] in " \t\r\n":
+        start += 1
+    if start < len(section) and section[start] != "{":  # not JSON: the first closer ends it
+        at = section.find(HERMES_CLOSE, start)
+        return start, (at if at >= 0 else None), (at + len(HERMES_CLOSE) if at >= 0 else None)
+    json_end = value_end(section, start)
+    if json_end is None:
+        return start, None, None
+    rest = section[json_end:]
+    closer = rest.lstrip()
+    if closer.startswith(HERMES_CLOSE):
+        return start, json_end, len(section) - len(closer) + len(HERMES_CLOSE)
+    if HERMES_CLOSE.startswith(closer):
+        return start, json_end, None  # (the closer may be on its way)
+    return start, json_end, json_end  # something else follows: the block ends with its JSON
 
 
 def _generic_calls(section: str) -> tuple[list[CallScan], bool]:

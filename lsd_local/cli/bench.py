@@ -199,6 +199,16 @@ def run_and_print(models, options):
                 f"{row['set']} {row['id']} {row['config']}: {row['tps']:.1f} tok/s  "
                 f"ETA {eta // 60}m{eta % 60:02d}s")
 
+    if any(name == "humaneval" or name.startswith("humaneval") for name in options.sets):
+        from ..bench.humaneval import sandbox_isolation
+
+        isolation = sandbox_isolation()
+        notify("HumanEval answers are run in " + (
+            f"{isolation}, with resource limits and an audit hook"
+            if not isolation.startswith("none") else
+            "a child process with resource limits and an audit hook only: this machine gives "
+            f"no OS isolation ({isolation[6:]}), and an audit hook is not a sandbox; "
+            "LSD_SANDBOX_REQUIRE=1 refuses to run them then"))
     result = run_suite(models, options, show)
     _status("")
     return result

@@ -15,6 +15,7 @@ from ..config import (
     STATE_CACHE,
     STATE_CACHE_MAX_BYTES,
 )
+from ..limits import SERVE_MAX_TOKENS_LIMIT, SERVE_REQUEST_TIMEOUT, SERVE_ROUND_TIMEOUT
 from . import options as shared
 from .generation import generation_kwargs
 
@@ -59,7 +60,22 @@ def _serve_options(func):
                           "once the model is loaded."),
         click.option("--cors-origin", multiple=True, metavar="ORIGIN",
                      help="Allow browser pages from ORIGIN (repeatable; '*' for any). "
-                          "Default: no CORS."),
+                          "Default: only the server's own chat page."),
+        click.option("--allowed-host", multiple=True, metavar="NAME",
+                     help="Also answer requests whose Host header is NAME (repeatable; "
+                          "'.example.com' for a domain and its subdomains; '*' for any). "
+                          "Default: addresses, localhost and this machine's name."),
+        click.option("--max-tokens-limit", type=click.IntRange(min=1),
+                     default=SERVE_MAX_TOKENS_LIMIT, show_default=True,
+                     help="Most tokens one answer may have, whatever a request asks."),
+        click.option("--request-timeout", type=click.FloatRange(min=0),
+                     default=SERVE_REQUEST_TIMEOUT, show_default=True, metavar="SECONDS",
+                     help="Longest time a request may take from its arrival (its answer then "
+                          "ends with finish_reason length; 0: no limit)."),
+        click.option("--round-timeout", type=click.FloatRange(min=1),
+                     default=SERVE_ROUND_TIMEOUT, show_default=True, metavar="SECONDS",
+                     help="Watchdog: a request whose engine makes no progress this long "
+                          "(stuck inside llama.cpp) fails and the engine is restarted."),
     ])(func)
 
 
@@ -94,14 +110,16 @@ def serve(model: str | None, model_option: str | None, **opts) -> None:
     target, draft, engine = shared.engine_arguments(model, opts, probe_devices=False)
     generate = generation_kwargs(opts)
     generate["stop"] = list(generate["stop"])
-    defaults = Defaults(engine.drafter, engine.rule, generate, opts["system"])
+    defaults = Defaults(engine.drafter, engine.rule, generate, opts["system"],
+                        opts["max_tokens_limit"], opts["request_timeout"] or None)
     _warn_if_open(opts["host"], opts["api_key"])
     worker = WorkerSettings(target, draft, engine, opts["state_cache"],
                             opts["state_cache_mib"] << 20)
     settings = ServerSettings(
         model_name=opts["alias"] or _model_name(model, target),
         defaults=defaults, api_key=opts["api_key"], cors_origins=tuple(opts["cors_origin"]),
-        max_body=opts["max_body"])
+        max_body=opts["max_body"], allowed_hosts=tuple(opts["allowed_host"]),
+        host=opts["host"], round_timeout=opts["round_timeout"])
     run_server(worker, settings, opts["host"], opts["port"], opts["max_queue"],
                opts["shutdown_grace"], shared.notify, _open_browser if opts["open_page"] else None)
 

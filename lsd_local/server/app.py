@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import pickle
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
@@ -21,12 +23,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..config import SERVE_MAX_BODY, SERVE_RETRY_AFTER
+from ..limits import SERVE_ROUND_TIMEOUT
+from .guard import Guard, GuardSettings, host_names
 from .jobs import make_job
 from .metrics import Metrics
 from .page import is_public, page_routes
 from .protocol import ChatRequest, CompletionRequest, Defaults, RequestError, parse
 from .responses import SSE_DONE, Answer, Shaper, lsd_info, sse
 from .scheduler import EngineUnavailable, QueueFull, Scheduler, Ticket
+
+LOG = logging.getLogger("lsd.serve")
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,9 @@ class ServerSettings:
     defaults: Defaults
     api_key: str | None = None
     cors_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()  # host names besides loopback's and the bound one
+    host: str = "127.0.0.1"  # the address or name the server listens on
+    round_timeout: float = SERVE_ROUND_TIMEOUT  # the engine's watchdog (Scheduler)
     max_body: int = SERVE_MAX_BODY
     retry_after: int = SERVE_RETRY_AFTER
 
@@ -288,7 +297,12 @@ async def http_error(request: Request, exc: HTTPException) -> Response:
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:
-    return error_response(RequestError(500, f"internal error: {type(exc).__name__}: {exc}",
+    """A fault of lsd's: its traceback goes to the operator's log, the client is told no more
+    than that (an exception's text may hold paths or other clients' data)."""
+    incident = uuid.uuid4().hex[:12]
+    LOG.error("internal error %s on %s %s", incident, request.method, request.url.path,
+              exc_info=exc)
+    return error_response(RequestError(500, f"internal error {incident} (logged on the server)",
                                        kind="server_error"))
 
 
@@ -314,8 +328,10 @@ class BearerAuth:
 
 def create_app(settings: ServerSettings, scheduler: Scheduler) -> Starlette:
     """The ASGI app; `app.state.lsd` holds the ServerState."""
-    middleware = []
-    if settings.cors_origins:  # outermost: a preflight carries no API key
+    guard = GuardSettings(host_names(settings.host, settings.allowed_hosts),
+                          settings.cors_origins)
+    middleware = [Middleware(Guard, settings=guard)]  # outermost: before anything answers
+    if settings.cors_origins:  # before the key: a preflight carries none
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(settings.cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
                                      allow_headers=["*"]))

@@ -7,15 +7,30 @@ llama-server's that lsd does not implement is refused by name, never ignored.
 
 from __future__ import annotations
 
+import json
 import math
 
-from ..chat.templates import normalize_messages
+from ..chat.templates import check_template_kwargs, normalize_messages
 from ..chat.tools import choose_tools, parse_tools
 from ..config import MAX_TOP_LOGPROBS, PenaltySettings, sampler_settings
-from ..errors import ParameterError
+from ..errors import GrammarError, ParameterError
 from ..grammars import shipped_grammars
+from ..limits import (
+    MAX_STOP_CHARS,
+    MAX_STOP_STRINGS,
+    MAX_TOOLS,
+    REQUEST_MAX_BUDGET,
+    REQUEST_MAX_EXCEPTIONS,
+    REQUEST_MAX_GATE,
+    REQUEST_MAX_K,
+    REQUEST_MIN_THETA,
+    REQUEST_MIN_WINDOW,
+    TOOLS_MAX_BYTES,
+    check_grammar,
+    check_schema,
+    check_seed,
+)
 from .protocol import (
-    UNLIMITED_TOKENS,
     ChatRequest,
     CompletionRequest,
     Defaults,
@@ -69,17 +84,20 @@ def chat_messages(req: ChatRequest, system: str | None) -> list[dict]:
 def constraint(req: _Common, defaults: Defaults) -> dict:
     """grammar / json_schema for Engine.generate. A request's grammar is GBNF text or a
     shipped grammar's name, never a path: a client must not make the server read files."""
-    fmt = getattr(req, "response_format", None)
+    fmt = req.response_format
     given = [name for name, value in (("grammar", req.grammar), ("json_schema", req.json_schema),
              ("response_format", fmt if fmt and fmt.type != "text" else None)) if value]
     if len(given) > 1:
         raise RequestError(400, f"give one of {', '.join(given)}, not several", given[1])
     if req.grammar is not None:
-        if req.grammar not in shipped_grammars() and "::=" not in req.grammar:
-            raise RequestError(400, "invalid grammar: GBNF text (rules with ::=) or the name "
-                               "of a shipped grammar", "grammar")
+        if req.grammar not in shipped_grammars():
+            if "::=" not in req.grammar:
+                raise RequestError(400, "invalid grammar: GBNF text (rules with ::=) or the "
+                                   "name of a shipped grammar", "grammar")
+            check_grammar(req.grammar, "grammar", "grammar")
         return {"grammar": req.grammar, "json_schema": None}
     if req.json_schema is not None:
+        check_schema(req.json_schema, "json_schema", "json_schema")
         return {"grammar": None, "json_schema": req.json_schema}
     if fmt is not None and fmt.type == "json_object":
         return {"grammar": "json_object", "json_schema": None}
@@ -87,6 +105,8 @@ def constraint(req: _Common, defaults: Defaults) -> dict:
         if fmt.json_schema is None or fmt.json_schema.schema_ is None:
             raise RequestError(400, "invalid response_format.json_schema: it needs a schema",
                                "response_format.json_schema")
+        check_schema(fmt.json_schema.schema_, "response_format.json_schema",
+                     "response_format.json_schema")
         return {"grammar": None, "json_schema": fmt.json_schema.schema_}
     return {name: defaults.generate.get(name) for name in ("grammar", "json_schema")}
 
@@ -100,14 +120,23 @@ def sampling(req: _Common, defaults: Defaults, max_tokens: int | None) -> dict:
     sampler_settings(pick["temperature"], pick["top_k"], pick["top_p"], pick["min_p"])
     PenaltySettings(pick["repeat_penalty"], pick["repeat_last_n"], pick["presence_penalty"],
                     pick["frequency_penalty"])  # (the biases are checked by the engine)
-    stop = req.stop if req.stop is not None else base["stop"]
+    pick["seed"] = check_seed(pick["seed"])
+    stop = _stops(req.stop if req.stop is not None else base["stop"])
+    limit = max_tokens if max_tokens is not None else base["max_tokens"]
+    limit = defaults.max_tokens_limit if limit is None else min(limit, defaults.max_tokens_limit)
+    return dict(pick, stop=stop, max_tokens=limit,
+                logit_bias=_bias(req.logit_bias if req.logit_bias is not None
+                                 else base.get("logit_bias")), logprobs=_logprobs(req))
+
+
+def _stops(stop: str | list[str]) -> list[str]:
     stop = [stop] if isinstance(stop, str) else list(stop)
     if any(not s for s in stop):
         raise RequestError(400, "invalid stop: empty strings never match", "stop")
-    limit = max_tokens if max_tokens is not None else base["max_tokens"]
-    return dict(pick, stop=stop, max_tokens=UNLIMITED_TOKENS if limit is None else limit,
-                logit_bias=_bias(req.logit_bias if req.logit_bias is not None
-                                 else base.get("logit_bias")), logprobs=_logprobs(req))
+    if len(stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in stop):
+        raise RequestError(400, f"invalid stop: at most {MAX_STOP_STRINGS} strings of at most "
+                           f"{MAX_STOP_CHARS} characters each", "stop")
+    return stop
 
 
 def _bias(spec) -> object:
@@ -146,6 +175,7 @@ def chat_options(req: ChatRequest, defaults: Defaults) -> dict:
     """tools, tool_choice, parallel_tool_calls, reasoning and template kwargs, checked (the
     server's --reasoning-format and --chat-template-kwargs where the request says none)."""
     if req.tools is not None:
+        _check_tools_size(req.tools)
         choose_tools(parse_tools(req.tools), req.tool_choice)  # (ParameterError names them)
     elif req.tool_choice not in (None, "none", "auto"):
         raise ParameterError("invalid tool_choice: it needs tools", param="tool_choice")
@@ -156,11 +186,38 @@ def chat_options(req: ChatRequest, defaults: Defaults) -> dict:
               **(req.chat_template_kwargs or {})}
     if req.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", req.reasoning_effort)
+    check_template_kwargs(kwargs)
     reasoning = defaults.generate.get("reasoning", True) if req.reasoning_format is None \
         else req.reasoning_format != "none"
     return {"tools": req.tools, "tool_choice": req.tool_choice,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
             "reasoning": reasoning, "chat_template_kwargs": kwargs}
+
+
+def _check_tools_size(tools: list) -> None:
+    if len(tools) > MAX_TOOLS:
+        raise ParameterError(f"invalid tools: {len(tools)} tools (at most {MAX_TOOLS})",
+                             param="tools")
+    size = len(json.dumps(tools, ensure_ascii=False).encode("utf-8", "surrogateescape"))
+    if size > TOOLS_MAX_BYTES:
+        raise ParameterError(f"invalid tools: {size} bytes of JSON (at most {TOOLS_MAX_BYTES})",
+                             param="tools")
+
+
+def _check_request_bounds(changes: dict) -> None:
+    """A request may not make a loose rule keep any draft (its draft may be other clients'
+    text from the suffix index), nor draft past REQUEST_MAX_K tokens a round."""
+    bounds = {"k": (lambda v: v == "auto" or v <= REQUEST_MAX_K, f"at most {REQUEST_MAX_K}"),
+              "theta": (lambda v: v >= REQUEST_MIN_THETA, f"at least {REQUEST_MIN_THETA}"),
+              "window": (lambda v: v >= REQUEST_MIN_WINDOW, f"at least {REQUEST_MIN_WINDOW}"),
+              "gate": (lambda v: v <= REQUEST_MAX_GATE, f"at most {REQUEST_MAX_GATE}"),
+              "max_exceptions": (lambda v: v <= REQUEST_MAX_EXCEPTIONS,
+                                 f"at most {REQUEST_MAX_EXCEPTIONS}"),
+              "budget": (lambda v: v <= REQUEST_MAX_BUDGET, f"at most {REQUEST_MAX_BUDGET}")}
+    for name, value in changes.items():
+        if name in bounds and not bounds[name][0](value):
+            raise ParameterError(f"invalid {name}: {value!r} (a request may set "
+                                 f"{bounds[name][1]})", param=name)
 
 
 def speculation(req: _Common, defaults: Defaults):
@@ -169,12 +226,14 @@ def speculation(req: _Common, defaults: Defaults):
     dcfg = rcfg = None
     changes = {name: getattr(req, name) for name in DRAFTER_FIELDS
                if getattr(req, name) is not None}
+    _check_request_bounds(changes)
     if changes:
         if "drafter" in changes and "k" not in changes:
             changes["k"] = None  # another drafter without k: its own default K
         dcfg = defaults.drafter.with_changes(**changes)
     changes = {name: getattr(req, name) for name in RULE_FIELDS
                if getattr(req, name) is not None}
+    _check_request_bounds(changes)
     if changes:
         rcfg = defaults.rule.with_changes(**changes)
     return dcfg, rcfg
@@ -198,12 +257,13 @@ def make_job(req: _Common, defaults: Defaults, arrived: float) -> Job:
             raise ParameterError("invalid tools: give tools or a grammar, not both",
                                  param="tools")
         drafter, rule = speculation(req, defaults)
-    except ParameterError as exc:
+    except (ParameterError, GrammarError) as exc:
         raise RequestError(400, str(exc), exc.param) from None
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    timeouts = [t for t in (req.timeout, defaults.request_timeout) if t is not None]
     return Job(kind, prompt, generate, drafter, rule, stream=bool(req.stream),
                include_usage=include_usage, rounds=bool(req.stream and req.lsd_rounds),
-               timeout=req.timeout, arrived=arrived)
+               timeout=min(timeouts, default=None), arrived=arrived)
 
 
 def _completion_prompt(req: CompletionRequest) -> str:

@@ -83,7 +83,7 @@ async def serve_async(worker: WorkerSettings, settings: ServerSettings, host: st
                       on_ready: Callable[[str], None] | None = None) -> None:
     """Serve until a signal; ServeError when the port or the models fail."""
     sock = listen(host, port)
-    scheduler = Scheduler(worker, max_queue)
+    scheduler = Scheduler(worker, max_queue, round_timeout=settings.round_timeout)
     app = create_app(settings, scheduler)
     state: ServerState = app.state.lsd
     scheduler.on_event = partial(report_event, notify, state.metrics)

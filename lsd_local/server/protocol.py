@@ -18,8 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import DrafterConfig, RuleConfig
-
-UNLIMITED_TOKENS = 1 << 30  # "until EOS, a stop string or a full context"
+from ..limits import SERVE_MAX_TOKENS_LIMIT, SERVE_REQUEST_TIMEOUT
 
 
 class RequestError(Exception):
@@ -98,6 +97,7 @@ class _Common(_Request):
     logprobs: bool | int | None = None
     grammar: str | None = None
     json_schema: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None  # (llama-server takes it on both endpoints)
     # lsd's speculation settings
     rule: str | None = None
     drafter: str | None = None
@@ -118,7 +118,6 @@ class _Common(_Request):
 class ChatRequest(_Common):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=0)
-    response_format: ResponseFormat | None = None
     tools: list[Any] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -144,6 +143,8 @@ class Defaults:
     rule: RuleConfig
     generate: dict  # Engine.generate's keyword arguments (max_tokens None: unlimited)
     system: str | None = None  # --system: prepended to chats that bring none
+    max_tokens_limit: int = SERVE_MAX_TOKENS_LIMIT  # no answer is longer, whatever it asks
+    request_timeout: float | None = SERVE_REQUEST_TIMEOUT  # seconds from arrival, at most
 
 
 @dataclass

@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..limits import SERVE_ROUND_TIMEOUT
 from .protocol import Job
 from .worker import WorkerSettings, worker_main
 
@@ -47,8 +48,10 @@ class Ticket:
     messages: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: bool = False
     finished: bool = False
-    started: bool = False  # the engine has taken it (its "started" or "error" arrived)
+    received: bool = False  # the engine took it: a crash from here on is this request's
     retried: bool = False  # sent again once after the engine died before taking it
+    stalled: bool = False  # the watchdog ended it (no progress for --round-timeout)
+    last_progress: float = 0.0  # loop time of the engine's last message for it
     done: asyncio.Event = field(default_factory=asyncio.Event)  # its last message is queued
 
 
@@ -97,9 +100,11 @@ class Scheduler:
     """Requests in arrival order through one engine process."""
 
     def __init__(self, settings: WorkerSettings, max_queue: int,
-                 on_event: Callable[[str, dict], None] = lambda kind, data: None) -> None:
+                 on_event: Callable[[str, dict], None] = lambda kind, data: None,
+                 round_timeout: float = SERVE_ROUND_TIMEOUT) -> None:
         self.settings = settings
         self.max_queue = max_queue
+        self.round_timeout = round_timeout  # the watchdog: seconds without progress
         self.on_event = on_event  # metrics and log lines: ("restart", {...}), ...
         self.state = "loading"  # loading | ready | restarting | failed | stopped
         self.failure: str | None = None  # why the state is "failed"
@@ -207,8 +212,29 @@ class Scheduler:
             except Exception as exc:  # noqa: BLE001 - one bad job must not stop the line
                 self._finish(ticket, ("error", ticket.job.id, 500,
                                       f"the job could not be sent to the engine: {exc}", None))
-            await ticket.done.wait()  # its last message, the worker's death or a cancel_all
+            await self._watch(ticket)  # its last message, the worker's death or a cancel_all
             self._current = None
+
+    async def _watch(self, ticket: Ticket) -> None:
+        """Wait for the ticket's end; kill the engine process when a job it took makes no
+        progress (no llama_decode returns) for round_timeout seconds: stuck inside C."""
+        loop = asyncio.get_running_loop()
+        ticket.last_progress = loop.time()
+        # (a ticket sent again gets a new event: this one frees the line; asyncio.wait, not
+        # wait_for, which in Python 3.11 can swallow the cancel of a stopping server)
+        waiter = asyncio.ensure_future(ticket.done.wait())
+        try:
+            while not waiter.done():
+                left = ticket.last_progress + self.round_timeout - loop.time()
+                if left <= 0:
+                    if ticket.received and self._worker is not None and not ticket.stalled:
+                        ticket.stalled = True
+                        self._worker.process.kill()  # _on_exit fails it and restarts
+                    ticket.last_progress = loop.time()
+                    continue
+                await asyncio.wait({waiter}, timeout=left)
+        finally:
+            waiter.cancel()
 
     def _finish(self, ticket: Ticket, message: tuple) -> None:
         if ticket.finished:
@@ -228,7 +254,10 @@ class Scheduler:
         ticket = self._current
         if ticket is None or ticket.job.id != message[1] or worker is not self._worker:
             return  # a late message of a request already ended
-        ticket.started = True
+        ticket.last_progress = asyncio.get_running_loop().time()
+        ticket.received = True  # (any message about a job says the engine took it)
+        if kind in ("received", "progress"):
+            return
         if kind in ("done", "error"):
             self._deaths.clear()  # the engine finished a request: earlier deaths were chance
             self._finish(ticket, message)
@@ -246,21 +275,28 @@ class Scheduler:
         self._worker = None
         self.state = "restarting"
         self._ready.clear()
-        self._deaths.append(exitcode)
-        reason = repeated_signal(self._deaths)
         current = self._current
-        if current is not None and not current.started and not current.retried \
-                and reason is None:
-            # it died before taking this job (right after the previous one): send it again
-            current.retried = True
-            self._current = None
-            self._waiting.appendleft(current)
-            current.done.set()  # frees the dispatcher, which waits for the restart
-            current.done = asyncio.Event()
-        elif current is not None:
+        if current is not None and current.received:
+            # this request's death: it fails, is never sent again, and does not count
+            # towards giving up (a page must not be able to stop the server)
             self._finish(current, ("error", current.job.id, 500,
-                                   f"the engine process died (exit code {exitcode}) during "
-                                   f"this request; {reason or 'it is being restarted'}", None))
+                                   death_message(exitcode, current.stalled,
+                                                 self.round_timeout), None))
+            reason = None
+        else:
+            self._deaths.append(exitcode)
+            reason = repeated_signal(self._deaths)
+        if current is not None and not current.received:
+            if current.retried or reason is not None:
+                self._finish(current, ("error", current.job.id, 503, reason or "the engine "
+                                       "process died twice before it could take this request",
+                                       None))
+            else:  # it died before taking this job: send it again, once
+                current.retried = True
+                self._current = None
+                self._waiting.appendleft(current)
+                current.done.set()  # frees the dispatcher, which waits for the restart
+                current.done = asyncio.Event()
         if reason is not None:
             self.on_event("failed", {"message": reason})
             self._fail(reason)
@@ -296,6 +332,29 @@ class Scheduler:
             self._finish(ticket, ("error", ticket.job.id, 503, reason, None))
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def death_message(exitcode: int | None, stalled: bool, round_timeout: float) -> str:
+    """What a request whose run killed the engine process is told."""
+    if stalled:
+        return (f"this request made no progress for {round_timeout:.0f} s (--round-timeout): "
+                "the engine process was restarted and the request ended")
+    if exitcode is not None and exitcode < 0:
+        number = -exitcode
+        how = f"was killed by {_signal_name(number)} ({signal.strsignal(number) or number})"
+        hint = (" (this CPU may trap an instruction llama.cpp uses: try --no-repack)"
+                if number == signal.SIGILL else "")
+    else:
+        how, hint = f"exited with code {exitcode}", ""
+    return (f"the engine process {how} while running this request{hint}; the request is not "
+            "retried, and the engine is restarted for the next one")
+
+
 def repeated_signal(deaths: list[int | None]) -> str | None:
     """Why to stop restarting, when the last SAME_SIGNAL_DEATHS deaths (exit codes since a
     request last finished) were all by one signal; else None."""
@@ -304,10 +363,7 @@ def repeated_signal(deaths: list[int | None]) -> str | None:
             or last[0] >= 0:
         return None
     number = -last[0]
-    try:
-        name = signal.Signals(number).name
-    except ValueError:
-        name = f"signal {number}"
+    name = _signal_name(number)
     what = signal.strsignal(number) or name
     hint = (" (this CPU may trap an instruction llama.cpp uses: try --no-repack)"
             if number == signal.SIGILL else "")

@@ -7,9 +7,10 @@ takes messages off the pipe while the main thread generates, so that a cancel (t
 went away, the server shuts down) is seen at the next round.
 
 Messages to the HTTP process, all tuples: ("ready", info) | ("load_failed", message) |
-("started", job_id, prompt_tokens) | ("delta", job_id, payload: event_payload's dict) |
-("done", job_id, finish_reason, stats, timed_out) |
-("error", job_id, status, message, param).
+("received", job_id) (from here on a crash is this job's) | ("progress", job_id) (a
+llama_decode returned: not stuck) | ("started", job_id, prompt_tokens) |
+("delta", job_id, payload: event_payload's dict) |
+("done", job_id, finish_reason, stats, timed_out) | ("error", job_id, status, message, param).
 From it: ("job", Job) | ("cancel", job_id) | ("stop",).
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -34,6 +36,8 @@ from ..errors import (
     ParameterError,
 )
 from ..stats import Origin
+
+PROGRESS_EVERY = 1.0  # seconds between progress messages during one job
 
 
 @dataclass(frozen=True)
@@ -77,11 +81,32 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     saved = time.monotonic()
     while (job := inbox.get()) is not None:
         cancelled.intersection_update({job.id})  # stale cancels of finished jobs
+        conn.send(("received", job.id))
+        progress = Progress(conn, job.id)
+        for model in (engine.target, engine.draft_model):
+            if model is not None:
+                model.on_decoded = progress
         run_job(engine, job, conn, cancelled, loaded)
         if time.monotonic() - saved > LEARNED_SAVE_EVERY:  # a killed process loses little
             engine.save_learned()
             saved = time.monotonic()
     engine.close()
+
+
+class Progress:
+    """Tells the HTTP process's watchdog, at most once a second, that a llama_decode of this
+    job returned (a long prefill is many of them; a round stuck inside C is none)."""
+
+    def __init__(self, conn, job_id: str) -> None:
+        self.conn = conn
+        self.job_id = job_id
+        self.sent = time.monotonic()
+
+    def __call__(self) -> None:
+        now = time.monotonic()
+        if now - self.sent >= PROGRESS_EVERY:
+            self.sent = now
+            self.conn.send(("progress", self.job_id))
 
 
 def _read_pipe(conn, inbox: queue.Queue, cancelled: set[str]) -> None:
@@ -120,10 +145,11 @@ def _report(conn, job, exc: Exception) -> None:
     if isinstance(exc, LsdError):
         status, param = _error_status(exc)
         conn.send(("error", job.id, status, str(exc), param))
-    else:
+    else:  # its text may hold paths or data: the operator's log has it, the client not
+        print(f"lsd serve: internal error in request {job.id}:", file=sys.stderr)
         traceback.print_exc()
-        conn.send(("error", job.id, 500, f"internal error: {type(exc).__name__}: {exc}",
-                   None))
+        conn.send(("error", job.id, 500, f"internal error in request {job.id} (logged on the "
+                   "server)", None))
 
 
 def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:

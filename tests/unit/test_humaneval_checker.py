@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -122,3 +123,27 @@ def test_checker_runs_outside_the_bench_process():
     result = check_answer("HumanEval/0", fenced("import sys\nsys.exit(7)"))
     assert result.status == "failed"
     assert Path.cwd().exists()
+
+
+def test_model_code_runs_in_its_own_network_namespace_where_the_machine_allows():
+    """OS isolation (the audit hook alone is not a sandbox): the program sees another network
+    namespace than ours, or the probe says plainly why it cannot."""
+    from lsd_local.bench.humaneval import run_sandboxed, sandbox_isolation
+
+    isolation = sandbox_isolation()
+    if isolation.startswith("none"):
+        assert len(isolation) > len("none: ")  # it says why
+        pytest.skip(f"this machine gives no namespaces: {isolation}")
+    ours = os.readlink("/proc/self/ns/net")
+    program = f"import os\nassert os.readlink('/proc/self/ns/net') != {ours!r}\n"
+    assert run_sandboxed(program, timeout=30).passed
+
+
+def test_model_code_gets_a_bare_environment_and_a_home_of_its_own(monkeypatch):
+    from lsd_local.bench.humaneval import run_sandboxed
+
+    monkeypatch.setenv("LSD_TEST_SECRET", "s3cret")
+    program = ("import os\nassert 'LSD_TEST_SECRET' not in os.environ\n"
+               "assert os.environ['HOME'] == os.getcwd() == os.environ['TMPDIR']\n")
+    result = run_sandboxed(program, timeout=30)
+    assert result.passed, result

@@ -22,6 +22,7 @@ class FakeWorker:
         self.on_message, self.on_exit, self.loop = on_message, on_exit, loop
         self.sent: list[tuple] = []
         self.stopped = False
+        self.killed = False
         plan = FakeWorker.script.pop(0) if FakeWorker.script else "ready"
         FakeWorker.spawned.append(self)
         if plan == "ready":
@@ -39,6 +40,14 @@ class FakeWorker:
 
     def die(self) -> None:
         self.loop.call_soon(self.on_exit, self, -9)
+
+    @property
+    def process(self):
+        return self  # the watchdog kills the process
+
+    def kill(self) -> None:
+        self.killed = True
+        self.die()
 
 
 @pytest.fixture
@@ -153,25 +162,90 @@ async def restarted(scheduler, fake_workers, spawned: int) -> None:
         scheduler.state == "ready" and len(fake_workers.spawned) >= spawned))
 
 
+async def die_idle(worker, code: int) -> None:
+    """The engine dies with no request in flight."""
+    worker.loop.call_soon(worker.on_exit, worker, code)
+    await settle()
+
+
 def test_three_deaths_by_one_signal_in_a_row_stop_the_restarts(fake_workers):
+    """Deaths that no request caused (the engine dies while idle) are the engine's own: three
+    by one signal and it is not restarted again."""
     async def main():
         events = []
         scheduler = sched.Scheduler(None, max_queue=4, on_event=lambda k, d: events.append(k))
         await scheduler.start()
-        tickets = []
         for n in range(sched.SAME_SIGNAL_DEATHS):
             await settle()
-            tickets.append(await run_and_die(scheduler, fake_workers.spawned[-1], -4))
+            await die_idle(fake_workers.spawned[-1], -4)
             await restarted(scheduler, fake_workers, n + 2)
         assert scheduler.state == "failed" and "SIGILL" in scheduler.failure
         assert "--no-repack" in scheduler.failure
         assert len(fake_workers.spawned) == sched.SAME_SIGNAL_DEATHS  # no fourth process
         assert events.count("restart") == sched.SAME_SIGNAL_DEATHS - 1
         assert events.count("failed") == 1
-        messages = [await tickets[-1].messages.get() for _ in range(2)]
-        assert messages[1][2] == 500 and "SIGILL" in messages[1][3]
         with pytest.raises(sched.EngineUnavailable, match="SIGILL"):
             scheduler.submit(job())
+    asyncio.run(main())
+
+
+def test_requests_that_kill_the_engine_fail_alone_and_never_stop_the_server(fake_workers):
+    """A hostile page must not be able to stop the server: a death during a request fails
+    that request (naming the signal), is never retried and never counts towards giving up;
+    the next request is served."""
+    async def main():
+        scheduler = sched.Scheduler(None, max_queue=4)
+        await scheduler.start()
+        for n in range(2 * sched.SAME_SIGNAL_DEATHS):
+            await settle()
+            ticket = await run_and_die(scheduler, fake_workers.spawned[-1], -11)
+            await restarted(scheduler, fake_workers, n + 2)
+            assert (await ticket.messages.get())[0] == "started"
+            error = await ticket.messages.get()
+            assert error[0] == "error" and error[2] == 500 and "SIGSEGV" in error[3]
+            assert "not retried" in error[3]
+        assert scheduler.state == "ready" and scheduler.failure is None
+        sent = [m for w in fake_workers.spawned for m in w.sent if m[0] == "job"]
+        assert len(sent) == 2 * sched.SAME_SIGNAL_DEATHS  # each job went out once
+        last = scheduler.submit(job())
+        await settle()
+        assert fake_workers.spawned[-1].sent[-1] == ("job", last.job)
+    asyncio.run(main())
+
+
+def test_a_received_job_is_never_sent_again(fake_workers):
+    async def main():
+        scheduler = sched.Scheduler(None, max_queue=4)
+        await scheduler.start()
+        ticket = scheduler.submit(job())
+        await settle()
+        scheduler._on_message(fake_workers.spawned[0], ("received", ticket.job.id))
+        fake_workers.spawned[0].die()
+        await restarted(scheduler, fake_workers, 2)
+        error = await ticket.messages.get()
+        assert error[0] == "error" and error[2] == 500 and "exit code" not in error[3]
+        assert not [m for m in fake_workers.spawned[1].sent if m[0] == "job"]
+    asyncio.run(main())
+
+
+def test_the_watchdog_restarts_an_engine_stuck_in_a_round(fake_workers):
+    """No progress message for round_timeout after the engine took a job: its process is
+    killed, the request fails naming the watchdog, the engine comes back."""
+    async def main():
+        scheduler = sched.Scheduler(None, max_queue=4, round_timeout=0.3)
+        await scheduler.start()
+        ticket = scheduler.submit(job())
+        await settle()
+        worker = fake_workers.spawned[0]
+        for _ in range(3):  # progress keeps it alive past the limit
+            scheduler._on_message(worker, ("progress", ticket.job.id))
+            await asyncio.sleep(0.15)
+        assert not worker.killed
+        await until(lambda: worker.killed)
+        await restarted(scheduler, fake_workers, 2)
+        error = await ticket.messages.get()
+        assert error[2] == 500 and "--round-timeout" in error[3]
+        assert scheduler.state == "ready"
     asyncio.run(main())
 
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from lsd_local.config import DrafterConfig, RuleConfig
+from lsd_local.limits import SERVE_MAX_TOKENS_LIMIT
 from lsd_local.server.jobs import make_job
 from lsd_local.server.protocol import (
-    UNLIMITED_TOKENS,
     ChatRequest,
     CompletionRequest,
     Defaults,
@@ -40,7 +40,7 @@ def refused(body: dict, model=ChatRequest) -> RequestError:
 def test_omitted_fields_take_the_servers_settings():
     got = job({"messages": USER})
     assert got.drafter is None and got.rule is None  # the engine keeps what it loaded with
-    assert got.generate["max_tokens"] == UNLIMITED_TOKENS
+    assert got.generate["max_tokens"] == SERVE_MAX_TOKENS_LIMIT
     assert got.generate["temperature"] == 0.0 and got.generate["top_k"] == 40
     limited = Defaults(DEFAULTS.drafter, DEFAULTS.rule, {**GENERATE, "max_tokens": 77,
                                                          "stop": ["END"]}, system="be brief")
@@ -203,6 +203,6 @@ def test_what_other_clients_send_is_understood():
     got = job({"messages": [{"role": "developer", "content": "be terse"}, *USER],
                "stream": None, "max_tokens": None, "stop": None})
     assert got.prompt[0] == {"role": "system", "content": "be terse"} and not got.stream
-    assert got.generate["max_tokens"] == UNLIMITED_TOKENS and got.generate["stop"] == []
+    assert got.generate["max_tokens"] == SERVE_MAX_TOKENS_LIMIT and got.generate["stop"] == []
     got = job({"messages": [*USER, {"role": "assistant", "content": None}]})
     assert got.prompt[-1] == {"role": "assistant", "content": ""}
