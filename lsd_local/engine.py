@@ -153,8 +153,8 @@ class Engine:
                  frequency_penalty: float = FREQUENCY_PENALTY, logit_bias=None,
                  logprobs: int | None = None, tools: Sequence[dict] | None = None,
                  tool_choice: str | dict | None = None, parallel_tool_calls: bool = True,
-                 reasoning: bool = True, chat_template_kwargs: dict | None = None
-                 ) -> Generation:
+                 reasoning: bool = True, chat_template_kwargs: dict | None = None,
+                 reasoning_budget: int | None = None) -> Generation:
         """Start a generation; iterate it for RoundEvents. `prompt`: raw text, or chat
         messages (OpenAI's shape, tool turns included) rendered with the GGUF's template. One
         generation at a time: EngineBusyError while another of this engine is unfinished.
@@ -163,8 +163,12 @@ class Engine:
         that row would see. logprobs: n >= 0 alternatives per token (RoundEvent.logprobs).
         tools, tool_choice, parallel_tool_calls: calls read out of the answer
         (Generation.tool_calls), valid by construction. reasoning: split `<think>` blocks
-        out. chat_template_kwargs: what else the template reads. docs/library.md has it all."""
+        out. chat_template_kwargs: what else the template reads. reasoning_budget: at most
+        this many tokens inside a `<think>` block, then lsd closes it (None or -1: no limit).
+        docs/library.md has it all."""
         check(max_tokens >= 0, "max_tokens", f"{max_tokens} (must be >= 0)")
+        check(reasoning_budget is None or reasoning_budget >= -1, "reasoning_budget",
+              f"{reasoning_budget} (tokens >= 0, or -1: no limit)")
         check(logprobs is None or 0 <= logprobs <= MAX_TOP_LOGPROBS, "top_logprobs",
               f"{logprobs} (0 to {MAX_TOP_LOGPROBS})")
         sampler = sampler_settings(temperature, top_k, top_p, min_p)
@@ -184,12 +188,14 @@ class Engine:
                                 penalties if penalties.active else None, logprobs)
         parser = None if text is None else OutputParser(
             plan.fmt if plan is not None and plan.mode != "none" else None,
-            opens_thinking(text), reasoning)
+            opens_thinking(text), reasoning, plan.json_names if plan is not None else ())
         return self._claim.take(lambda: self._generation(  # a busy engine makes nothing
-            prompt, prompt_ids, settings, verifier, stop, (grammar, json_schema, plan), parser))
+            prompt, prompt_ids, settings, verifier, stop, (grammar, json_schema, plan), parser,
+            None if reasoning_budget == -1 else reasoning_budget))
 
     def _generation(self, prompt, prompt_ids: list[int], settings: LoopSettings, verifier,
-                    stop, constraint: tuple, parser) -> Generation:
+                    stop, constraint: tuple, parser, reasoning_budget: int | None
+                    ) -> Generation:
         grammar, json_schema, plan = constraint
         if plan is not None and plan.mode != "none" and (grammar or json_schema):
             raise ParameterError("invalid grammar: give tools or a grammar, not both",
@@ -206,7 +212,7 @@ class Engine:
         settings = replace(settings, grammar=compiled, forced=forced)
         return Generation(parts, prompt_ids, settings, verifier,
                           TextAssembler(self.target.vocab.token_bytes, stop),
-                          request_family(prompt), parser)
+                          request_family(prompt), parser, reasoning_budget)
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:

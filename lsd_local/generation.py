@@ -21,11 +21,11 @@ from time import perf_counter
 
 import numpy as np
 
-from .chat.output import OutputParser, Parts, ToolCall
+from .chat.output import REASONING_CLOSE, OutputParser, Parts, ToolCall
 from .errors import EngineBusyError
 from .kernels.warmup import process_warmup
 from .loop import LoopSettings, TokenBuffer, draft_limit, step
-from .stats import GenerationStats, RoundEvent
+from .stats import GenerationStats, Origin, RoundEvent
 from .text import TextAssembler
 from .verify.verifier import Verifier
 
@@ -84,7 +84,8 @@ class Generation:
 
     def __init__(self, parts: EngineParts, prompt: list[int], settings: LoopSettings,
                  verifier: Verifier, text: TextAssembler, family: str | None = None,
-                 parser: OutputParser | None = None) -> None:
+                 parser: OutputParser | None = None, reasoning_budget: int | None = None
+                 ) -> None:
         self._parts = parts
         self._prompt = np.asarray(prompt, np.int32)
         self._settings = settings
@@ -92,6 +93,7 @@ class Generation:
         self._text = text
         self._family = family  # a name for the kind of request (auto learns per kind)
         self._parser = parser  # reads reasoning and tool calls apart (None: text is text)
+        self._reasoning_budget = reasoning_budget  # tokens inside <think>; None: no limit
         self._content: list[str] = []  # the answer's text, when a parser reads it
         self._reasoning: list[str] = []
         self._history = TokenBuffer(parts.target.n_ctx)
@@ -177,6 +179,14 @@ class Generation:
             while not self._last_round:
                 k = draft_limit(settings, self.stats.generated_tokens, self._history.n,
                                 target.n_ctx)
+                left = self._reasoning_left()
+                if left is not None and left <= 0:
+                    closed = self._close_reasoning()
+                    if closed is not None:
+                        yield self._round(closed, forced=True)
+                    continue
+                if left is not None:  # a round commits k + 1 at most: none past the budget
+                    k = min(k, left - 1)
                 yield self._round(step(target, self._parts.drafter, self._verifier,
                                        self._history, settings, k))
         finally:
@@ -208,8 +218,37 @@ class Generation:
         parts.target.decode(prompt[keep:-1], keep, 0)
         return keep
 
-    def _round(self, event: RoundEvent) -> RoundEvent:
-        """A round's event with its text, and the finish reason when it is the last."""
+    def _reasoning_left(self) -> int | None:
+        """Tokens the reasoning budget still allows, while inside a reasoning block (None:
+        not in one, or no budget)."""
+        if self._reasoning_budget is None or self._parser is None or \
+                not self._parser.in_reasoning:
+            return None
+        return self._reasoning_budget - self.stats.reasoning_tokens
+
+    def _close_reasoning(self) -> RoundEvent | None:
+        """The budget is spent: write the block's end for the model (REASONING_CLOSE, into
+        the target's cache as if generated) and let it answer from there (None: no room
+        left in the context, the answer ends there as "length")."""
+        tokens = self._parts.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
+        history, target, settings = self._history, self._parts.target, self._settings
+        if history.n + len(tokens) + 1 > target.n_ctx:
+            self._reasoning_budget = None
+            return None
+        target.decode(np.array([history.data[history.n - 1], *tokens[:-1]], np.int32),
+                      history.n - 1, 0)
+        history.extend(tokens)
+        for token in tokens:
+            if settings.grammar is not None:  # (a lazy tool grammar, waiting: any text)
+                settings.grammar.accept(token)
+        if settings.forced is not None:
+            settings.forced.advance(tokens)
+        return RoundEvent(tuple(tokens), (Origin.TARGET,) * len(tokens), "", (), 0, 0, 0,
+                          0.0, 0.0, 0.0)
+
+    def _round(self, event: RoundEvent, forced: bool = False) -> RoundEvent:
+        """A round's event with its text, and the finish reason when it is the last;
+        `forced`: tokens lsd wrote for the model (the reasoning budget's close)."""
         start = perf_counter()
         text = self._text
         n_text = len(event.tokens) - 1 if event.eog else len(event.tokens)  # EOG shows nothing
@@ -224,7 +263,7 @@ class Generation:
         delta, spans = text.release(final=finish is not None)
         if text.stopped:
             finish = "stop"
-        reasoning = self._parser is not None and self._parser.in_reasoning
+        reasoning = self._parser is not None and self._parser.in_reasoning and not forced
         event = self._parsed(replace(event, text=delta, spans=spans, finish_reason=finish),
                              finish is not None)
         if finish == "stop" and self.tool_calls:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 from .errors import GrammarError, ParameterError
 
 # --- grammars and schemas (measured crash points in docs/server.md) ------------------------
 GRAMMAR_MAX_BYTES = 256 << 10  # GBNF text of one grammar (the shipped ones are under 4 KiB)
-GRAMMAR_MAX_DEPTH = 64  # nested ( ) groups in one rule
+GRAMMAR_MAX_DEPTH = 8192  # nested ( ) groups in one rule (llama-cpp-python's converter writes
+#                            x{0,n} as n nested groups; 16,000-20,000 crashed, docs/server.md)
 GRAMMAR_MAX_REPEAT = 4096  # the upper count of one repetition x{m,n}
 GRAMMAR_MAX_REPEAT_TOTAL = 16384  # the upper counts of all repetitions of a grammar, summed
 GRAMMAR_MAX_RULES = 4096  # rules a grammar defines (a chain of rules is recursion too)
@@ -27,6 +29,8 @@ SCHEMA_MAX_DEPTH = 32  # nested objects and arrays in a schema
 # JSON schema keywords whose number becomes a repetition count of the grammar
 SCHEMA_COUNT_KEYWORDS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties",
                          "maxProperties")
+MAX_BOUND = 10 ** 18  # integer minimum / maximum (each digit is a rule of the grammar)
+_QUANTIFIER = re.compile(r"\{(\d{1,12})(?:,(\d{0,12}))?\}")  # x{m}, x{m,}, x{m,n} of a pattern
 
 # --- requests (lsd serve's defaults; each has a flag) --------------------------------------
 SERVE_MAX_TOKENS_LIMIT = 32768  # most tokens one answer may have, whatever it asks
@@ -43,6 +47,7 @@ MAX_SEED = (1 << 64) - 1  # seeds are 0..2**64-1; -1 asks for a random one
 REQUEST_MAX_K = 64  # draft tokens per round
 REQUEST_MIN_THETA = 0.3  # FLy: the entropy a mismatch needs (default 0.6)
 REQUEST_MIN_WINDOW = 1  # FLy: matches that must follow a kept mismatch
+REQUEST_MAX_ENTROPY_TOP_K = 5  # FLy: probabilities the entropy sums (more: larger entropies)
 REQUEST_MAX_GATE = 8.0  # ASD: regret per remaining token (default 2)
 REQUEST_MAX_EXCEPTIONS = 4  # ASD: kept mismatches per block (default 2)
 REQUEST_MAX_BUDGET = 24.0  # ASD: regret per request (default 6)
@@ -60,15 +65,41 @@ def _scan_string(text: str, i: int, close: str) -> int:
     return i
 
 
+def _skip_blank(text: str, i: int) -> int:
+    """Past blanks, newlines and `#` comments (which end at either line break), as llama.cpp's
+    parse_space reads them inside a group."""
+    while i < len(text):
+        if text[i] in " \t\r\n":
+            i += 1
+        elif text[i] == "#":
+            while i < len(text) and text[i] not in "\r\n":
+                i += 1
+        else:
+            return i
+    return i
+
+
+def _read_count(text: str, i: int) -> tuple[int, int]:
+    """(the ASCII digits at text[i] as a number, 0 when none, capped; the index after)."""
+    start = i
+    while i < len(text) and text[i] in "0123456789":
+        i += 1
+    return (int(text[start:i]) if i - start < 12 else 10 ** 12) if i > start else 0, i
+
+
 def _repeat_count(text: str, i: int) -> tuple[int, int]:
-    """(the count that bounds the repetition `{m}`, `{m,}` or `{m,n}` starting at text[i],
-    the index after its "}")."""
-    end = text.find("}", i)
-    end = len(text) if end < 0 else end
-    numbers = [part.strip() for part in text[i + 1:end].split(",")]
-    counts = [int(part) for part in numbers if part.isdigit() and len(part) < 12]
-    big = any(part.isdigit() and len(part) >= 12 for part in numbers)
-    return (10 ** 12 if big else max(counts, default=0)), end + 1
+    """(the count that bounds the repetition `{m}`, `{m,}`, `{,n}` or `{m,n}` starting at
+    text[i], the index after its "}"), read as llama.cpp reads it; ValueError for anything
+    else (llama.cpp would refuse it too, and a reading that differs from its own could hide
+    what follows)."""
+    low, i = _read_count(text, _skip_blank(text, i + 1))
+    high, i = low, _skip_blank(text, i)
+    if i < len(text) and text[i] == ",":
+        high, i = _read_count(text, _skip_blank(text, i + 1))
+        i = _skip_blank(text, i)
+    if i >= len(text) or text[i] != "}":
+        raise ValueError(f"an unreadable repetition at offset {i}")
+    return max(low, high), i + 1
 
 
 def grammar_shape(text: str) -> tuple[int, int, int, int]:
@@ -85,8 +116,8 @@ def grammar_shape(text: str) -> tuple[int, int, int, int]:
             i = _scan_string(text, i + 1, "]")
             continue
         if ch == "#":
-            newline = text.find("\n", i)
-            i = len(text) if newline < 0 else newline
+            while i < len(text) and text[i] not in "\r\n":
+                i += 1
             continue
         if ch == "(":
             depth += 1
@@ -111,7 +142,10 @@ def check_grammar(text: str, source: str = "grammar", param: str | None = None) 
     if size > GRAMMAR_MAX_BYTES:
         raise GrammarError(f"{source} is too large: {size} bytes (at most {GRAMMAR_MAX_BYTES})",
                            param)
-    deepest, largest, total, rules = grammar_shape(text)
+    try:
+        deepest, largest, total, rules = grammar_shape(text)
+    except ValueError as exc:
+        raise GrammarError(f"invalid {source}: {exc}", param) from None
     for value, bound, what in (
             (deepest, GRAMMAR_MAX_DEPTH, "groups nested {} deep"),
             (largest, GRAMMAR_MAX_REPEAT, "a repetition of {}"),
@@ -123,6 +157,32 @@ def check_grammar(text: str, source: str = "grammar", param: str | None = None) 
                                "which recurses without a limit)", param)
 
 
+def _schema_counts(node: dict):
+    """(what, number, its bound) for every number of one schema object that the converter
+    expands: item and length counts, the repetitions of its `pattern`, its integer bounds
+    (each digit a rule)."""
+    for key in SCHEMA_COUNT_KEYWORDS:
+        value = node.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield key, value, GRAMMAR_MAX_REPEAT
+    pattern = node.get("pattern")
+    if isinstance(pattern, str):
+        for found in _QUANTIFIER.finditer(pattern):
+            count = max(int(n) for n in found.groups() if n)
+            yield "a repetition in pattern", count, GRAMMAR_MAX_REPEAT
+    for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        value = node.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            yield key, abs(value), MAX_BOUND
+
+
+def _check_counts(node: dict, source: str, param: str | None) -> None:
+    for what, value, bound in _schema_counts(node):
+        if not math.isfinite(value) or value > bound:
+            raise GrammarError(f"{source}: {what} {value} is more than lsd allows ({bound}: "
+                               "the grammar it becomes grows with it)", param)
+
+
 def _schema_depth_and_counts(schema: object, source: str, param: str | None) -> None:
     """Walk a decoded schema without recursion: its nesting depth and its count keywords."""
     stack = [(schema, 1)]
@@ -131,13 +191,7 @@ def _schema_depth_and_counts(schema: object, source: str, param: str | None) -> 
         if depth > SCHEMA_MAX_DEPTH:
             raise GrammarError(f"{source} is nested more than {SCHEMA_MAX_DEPTH} deep", param)
         if isinstance(node, dict):
-            for key in SCHEMA_COUNT_KEYWORDS:
-                value = node.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                        not math.isfinite(value) or value > GRAMMAR_MAX_REPEAT):
-                    raise GrammarError(f"{source}: {key} {value} is more than lsd allows "
-                                       f"({GRAMMAR_MAX_REPEAT}: each counted item becomes a "
-                                       "grammar rule)", param)
+            _check_counts(node, source, param)
             stack.extend((value, depth + 1) for value in node.values())
         elif isinstance(node, list):
             stack.extend((value, depth + 1) for value in node)

@@ -2,12 +2,13 @@
 
 Started by humaneval.run_sandboxed in a fresh temporary folder (the working directory, also
 its HOME and TMPDIR). Before the program runs: OS isolation where the machine allows it (new
-user and network namespaces: no network at all, not even loopback), resource limits (address
-space, CPU seconds, file size, open files, processes) and an audit hook (PEP 578) that
-refuses, for the rest of the process, writing or deleting anything outside the working
-directory, starting processes, sockets and ctypes. The audit hook alone is not a sandbox
-(CPython says so); the namespaces are the part the kernel enforces. Exit status 0 means the
-program ran to its end; 3 means the sandbox refused an operation.
+user and network namespaces: no network at all, not even loopback; the file system is the
+user's, readable as the user may), resource limits (address space, CPU seconds, file size,
+open files) and an audit hook (PEP 578) that refuses, for the rest of the process, writing or
+deleting anything outside the working directory, starting processes, sockets and ctypes.
+The audit hook alone is not a sandbox (CPython says so); the network namespace is the part
+the kernel enforces. Exit status 0 means the program ran to its end; 3 means the sandbox
+refused an operation.
 `python -I -B _sandbox_child.py --probe` prints what isolation this machine gives and exits.
 """
 
@@ -60,8 +61,6 @@ def set_limits(cpu_seconds: int, memory_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if os.getuid() != 0:  # (root is not bound by it)
-        resource.setrlimit(resource.RLIMIT_NPROC, (256, 256))
 
 
 def inside(root: str, path) -> bool:

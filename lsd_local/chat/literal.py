@@ -42,14 +42,14 @@ class Shield:
         self._marker = re.compile(re.escape(self._prefix) + r"(\d+)" + _MARK_CLOSE)
 
     def value(self, value: object) -> object:
-        """`value` (strings, lists and dicts of them; dict keys are left as they are) with
-        every control-token spelling replaced by a marker."""
+        """`value` (strings, lists and dicts of them, keys included) with every
+        control-token spelling replaced by a marker."""
         if isinstance(value, str):
             return self._text(value)
         if isinstance(value, list | tuple):
             return [self.value(item) for item in value]
-        if isinstance(value, dict):
-            return {key: self.value(item) for key, item in value.items()}
+        if isinstance(value, dict):  # (keys too: a tool's property names are text)
+            return {self.value(key): self.value(item) for key, item in value.items()}
         return value
 
     def _text(self, text: str) -> str:

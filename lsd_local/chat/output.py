@@ -7,13 +7,16 @@ text keeps the origin (draft exact / loose, target) of the tokens it came from.
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 
-from .jsonscan import list_elements, value_end
+from . import jsoncalls
+from .jsonscan import list_elements, scan_call, value_end
 from .tools import ToolFormat, hermes_block, section_calls
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+REASONING_CLOSE = f"\n{THINK_CLOSE}\n\n"  # what a spent reasoning budget writes (generation.py)
 
 
 @dataclass(frozen=True)
@@ -59,13 +62,17 @@ def _partial_suffix(text: str, marker: str) -> int:
 class OutputParser:
     """Feed it each round's released (text, origin) spans; it returns Parts. `fmt`: the tool
     format to read calls in (None: no tools); `thinking`: the prompt opened a reasoning
-    block; `reasoning`: split `<think>` blocks out (else they stay content)."""
+    block; `reasoning`: split `<think>` blocks out (else they stay content); `json_names`:
+    the tools a call in JSON form may name (chat/jsoncalls.py; empty: none is read)."""
 
     def __init__(self, fmt: ToolFormat | None = None, thinking: bool = False,
-                 reasoning: bool = True) -> None:
+                 reasoning: bool = True, json_names: tuple[str, ...] = ()) -> None:
         self.fmt = fmt
         self.reasoning = reasoning
+        self.json_names = json_names
         self.state = "reasoning" if (thinking and reasoning) else "start"
+        self._reasoned = self.state == "reasoning"  # a reasoning block came first
+        self._after_call = False  # a call section ended and no content followed yet
         self._pending: list[tuple[str, object]] = []  # released but not yet classified
         self._section = ""  # the tool call section being read
         self._announced: list[str] = []  # ids of the calls streamed so far
@@ -123,6 +130,7 @@ class OutputParser:
         if self.reasoning and stripped.startswith(THINK_OPEN):
             self._take(len(text) - len(stripped) + len(THINK_OPEN))
             self.state = "reasoning"
+            self._reasoned = True
         elif self.reasoning and THINK_OPEN.startswith(stripped) and not final:
             return  # maybe the beginning of "<think>"
         else:
@@ -162,14 +170,43 @@ class OutputParser:
                 self._content_seen = bool(text.strip())
                 parts.content += self._take(len(text))
             return
+        if self._after_call:  # whitespace after a call: neither content nor call
+            blank = len(text) - len(text.lstrip())
+            self._take(blank)
+            text = text[blank:]
+            if not text:
+                return
+            self._after_call = False
         at = text.find(fmt.opener)
         end = at if at >= 0 else len(text) - (0 if final else _partial_suffix(text, fmt.opener))
-        if self._announced and not text[:end].strip():
-            self._take(end)  # whitespace after a call: neither content nor call
-        else:
-            parts.content += self._take(end)
+        json_at, brace = self._json_call_at(text, final)
+        if json_at is not None and json_at < end:
+            at, end = -1, json_at
+        self._content_seen |= bool(text[:end].strip())
+        parts.content += self._take(end)
         if at >= 0:
             self.state = "call"
+        elif json_at == end and brace is not None:
+            self._take(brace - json_at)  # the fence: neither content nor call
+            self.state = "json_call"
+
+    def _json_call_at(self, text: str, final: bool) -> tuple[int | None, int | None]:
+        """(where a call in JSON form starts, or may start: text is held back from there;
+        the index of its "{" once it is known to be one) in pending content text. A bare
+        object only as the answer's first text (as its lazy grammar trigger reads it: not
+        after a reasoning block), a fenced one anywhere."""
+        if not self.json_names:
+            return None, None
+        first = not (self._content_seen or self._announced or self._reasoned)
+        candidates = [(0, jsoncalls.bare_call)] if first else []
+        candidates += [(m.start(), jsoncalls.fenced_call) for m in re.finditer("`", text)]
+        for start, reader in candidates:
+            state, brace = reader(text[start:], self.json_names)
+            if state == "yes":
+                return start, start + brace
+            if state == "maybe" and not final:
+                return start, None
+        return None, None
 
     def _call(self, parts: Parts, final: bool) -> None:
         taken = self._take(len(self._pending_text()))
@@ -185,6 +222,23 @@ class OutputParser:
             self._section, self._section_ids = "", []
             self._pending = [(rest, origin)] if rest else []
             self.state = "content"
+            self._after_call = True
+
+    def _json_call(self, parts: Parts, final: bool) -> None:
+        """A call in JSON form, from its "{" to its end (and its closing fence)."""
+        taken = self._take(len(self._pending_text()))
+        origin = taken[-1][1] if taken else None
+        self._section += Parts.text(taken)
+        end = jsoncalls.call_end(self._section)
+        body = self._section[:value_end(self._section, 0) or len(self._section)]
+        base = len(self._announced) - len(self._section_ids)
+        self._stream_call(parts, base, scan_call(body))
+        if end is not None or final:
+            rest = self._section[end:] if end is not None else ""
+            self._section, self._section_ids = "", []
+            self._pending = [(rest, origin)] if rest else []
+            self.state = "content"
+            self._after_call = True
 
     def _stream_call(self, parts: Parts, index: int, scan) -> None:
         if scan.name is None:

@@ -120,12 +120,17 @@ def with_fallback_tools(messages: list[dict], tools: Sequence[dict]) -> list[dic
 
 
 RENDER_ARGUMENTS = ("messages", "tools", "bos_token", "eos_token", "add_generation_prompt")
+TEMPLATE_GLOBALS = ("raise_exception", "strftime_now")  # what _compile gives templates
 
 
 def check_template_kwargs(kwargs: dict) -> None:
     """ParameterError for a template kwarg that lsd itself passes (the messages, the tools,
-    ...): the request says those in their own fields."""
-    taken = sorted(set(kwargs) & set(RENDER_ARGUMENTS))
+    ...: the request says those in their own fields) or that would hide a function templates
+    call (range, raise_exception, ...)."""
+    from jinja2.defaults import DEFAULT_NAMESPACE
+
+    reserved = {*RENDER_ARGUMENTS, *DEFAULT_NAMESPACE, *TEMPLATE_GLOBALS}
+    taken = sorted(set(kwargs) & reserved)
     if taken:
         raise ParameterError(f"invalid chat_template_kwargs: {', '.join(taken)} cannot be set "
                              "there (lsd passes them to the template itself)",
@@ -149,6 +154,11 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
                                tools=list(tools) if tools else None)
     except jinja2.TemplateError as exc:
         raise LsdError(f"the model's chat template failed on these messages: {exc}") from None
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        # a template fed values of unexpected types (a kwarg that is a list where it tests
+        # a flag): the request's values, not a fault of lsd
+        raise LsdError(f"the model's chat template failed on these messages and template "
+                       f"kwargs: {type(exc).__name__}: {exc}") from None
 
 
 def _special(vocab, token: int) -> str:

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ParameterError
+from . import jsoncalls
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 
 FALLBACK_SYSTEM = (
@@ -142,10 +143,11 @@ def call_schema(tools: tuple[Tool, ...], arguments_key: str) -> dict:
 
 
 def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
-                 to_gbnf) -> str:
+                 to_gbnf, json_form: bool = False) -> str:
     """GBNF for one or more calls in `fmt` (only one unless `parallel`), its root starting
-    with the format's opener (what a lazy grammar is triggered by). `to_gbnf(schema)` is the
-    JSON-schema converter (backend.schema_to_gbnf)."""
+    with the format's opener (what a lazy grammar is triggered by); with `json_form`, or a
+    call in JSON form from its "{" (chat/jsoncalls.py). `to_gbnf(schema)` is the JSON-schema
+    converter (backend.schema_to_gbnf)."""
     if fmt.name == "generic":
         calls = {"type": "array", "items": call_schema(tools, "arguments"), "minItems": 1}
         if not parallel:
@@ -155,20 +157,25 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
         return to_gbnf(schema)
     body = re.sub(r"(?m)^root ::=", "tool-call ::=", to_gbnf(call_schema(tools,
                                                                          fmt.arguments_key)))
+    body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "mistral": '("," tool-ws tool-call)*', "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "mistral": f'"[TOOL_CALLS]" tool-ws "[" tool-ws tool-call {more} tool-ws "]"',
             "llama3": "tool-call"}[fmt.name]
+    if json_form:
+        root = f"({root}) | {jsoncalls.grammar_rule(parallel)}"
     return f"root ::= {root}\ntool-ws ::= [ \\t\\n]{{0,2}}\n{body}"  # (bounded: no endless blanks)
 
 
-def lazy_triggers(fmt: ToolFormat) -> tuple[str, ...]:
+def lazy_triggers(fmt: ToolFormat, json_names: tuple[str, ...] = ()) -> tuple[str, ...]:
     """llama.cpp trigger patterns for a lazy grammar (free text until a call starts): the
-    opener anywhere, or for a whole-answer format, a "{" as the answer's first text."""
+    opener anywhere, or for a whole-answer format, a "{" as the answer's first text; and
+    calls in JSON form that name one of `json_names`."""
     if fmt.at_start_only:
         return (r"^\s*(\{[\s\S]*)$",)
-    return (re.escape(fmt.opener),)
+    return (re.escape(fmt.opener), *(jsoncalls.trigger_patterns(json_names)
+                                     if json_names else ()))
 
 
 # --- reading calls back --------------------------------------------------------------------
@@ -248,13 +255,22 @@ class ToolPlan:
     def specs(self) -> list[dict]:
         return [tool.spec() for tool in self.tools]
 
+    @property
+    def json_names(self) -> tuple[str, ...]:
+        """The tools a call in JSON form may name (chat/jsoncalls.py): with "auto", in a
+        format that has a template form of its own (an opener)."""
+        if self.mode != "auto" or self.fmt.at_start_only:
+            return ()
+        return tuple(tool.name for tool in self.callable)
+
     def grammar(self, to_gbnf) -> tuple[str, tuple[str, ...]] | None:
         """(GBNF text, lazy trigger patterns: empty for a grammar that holds from the first
         token) that makes every call valid, or None ("none": no call at all)."""
         if self.mode == "none":
             return None
-        text = call_grammar(self.fmt, self.callable, self.parallel, to_gbnf)
-        return text, (lazy_triggers(self.fmt) if self.mode == "auto" else ())
+        text = call_grammar(self.fmt, self.callable, self.parallel, to_gbnf,
+                            json_form=bool(self.json_names))
+        return text, (lazy_triggers(self.fmt, self.json_names) if self.mode == "auto" else ())
 
 
 def tool_plan(template: str | None, tools: object, tool_choice: object,

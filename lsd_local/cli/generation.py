@@ -14,6 +14,7 @@ def generation_kwargs(opts: dict) -> dict:
                                          "frequency_penalty")}
     out["logit_bias"] = parse_logit_bias(opts["logit_bias"]) or None
     out["reasoning"] = opts.get("reasoning_format", "auto") != "none"
+    out["reasoning_budget"] = opts.get("reasoning_budget", -1)
     out["chat_template_kwargs"] = _json_option(opts.get("chat_template_kwargs"),
                                                "chat_template_kwargs", dict)
     if opts.get("tools_file"):

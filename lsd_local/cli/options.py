@@ -232,6 +232,10 @@ CHAT_OPTIONS = [
                       "on a terminal, on stderr for `lsd run`); none: it stays in the answer."),
     click.option("--chat-template-kwargs", default=None, metavar="JSON",
                  help='What else the chat template reads, e.g. \'{"enable_thinking": false}\''),
+    click.option("--reasoning-budget", type=click.IntRange(min=-1), default=-1,
+                 show_default=True, metavar="N",
+                 help="At most N tokens inside a <think> block, then lsd closes it and the "
+                      "model answers (-1: no limit; 0: answer at once)."),
 ]
 TOOL_OPTIONS = [
     click.option("--tools", "tools_file", type=click.Path(dir_okay=False), default=None,

@@ -30,8 +30,12 @@ def split_host(value: str) -> str:
     """The host name or address of a `Host` header value ("[::1]:8080" -> "::1"), lower case,
     without a trailing dot."""
     value = value.strip().lower()
-    if value.startswith("["):
-        return value[1:value.find("]")] if "]" in value else value[1:]
+    if value.startswith("["):  # "[::1]" or "[::1]:8080", nothing else after the bracket
+        close = value.find("]")
+        rest = value[close + 1:] if close >= 0 else ""
+        if close < 0 or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
+            return value  # (not an address: a name that is checked as one)
+        return value[1:close]
     if value.count(":") == 1:
         value = value.split(":", 1)[0]
     return value.rstrip(".")
@@ -85,9 +89,17 @@ class GuardSettings:
     cors_origins: tuple[str, ...]
 
 
-def refusal(headers: dict[bytes, bytes], method: str, settings: GuardSettings
+CHECKED = (b"host", b"origin", b"content-type")
+
+
+def refusal(raw_headers: list[tuple[bytes, bytes]], method: str, settings: GuardSettings
             ) -> RequestError | None:
-    """Why a request is refused (None: it passes)."""
+    """Why a request is refused (None: it passes). `raw_headers`: the ASGI scope's."""
+    names = [name.lower() for name, _ in raw_headers]
+    doubled = [name.decode() for name in CHECKED if names.count(name) > 1]
+    if doubled:  # (servers and middleware may read different copies)
+        return RequestError(400, f"the {doubled[0]} header is given more than once")
+    headers = {name.lower(): value for name, value in raw_headers}
     host_header = headers.get(b"host", b"").decode("latin-1")
     if not host_allowed(split_host(host_header), settings.names):
         return RequestError(403, f"Host {host_header[:100]!r} is not allowed: lsd serve answers "
@@ -113,8 +125,11 @@ class Guard:
         self.settings = settings
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http":
-            refused = refusal(dict(scope["headers"]), scope["method"], self.settings)
+        if scope["type"] in ("http", "websocket"):
+            refused = refusal(scope["headers"], scope.get("method", "GET"), self.settings)
+            if refused is not None and scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
             if refused is not None:
                 response = JSONResponse(refused.body(), status_code=refused.status)
                 await response(scope, receive, send)

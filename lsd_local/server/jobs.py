@@ -20,6 +20,7 @@ from ..limits import (
     MAX_STOP_STRINGS,
     MAX_TOOLS,
     REQUEST_MAX_BUDGET,
+    REQUEST_MAX_ENTROPY_TOP_K,
     REQUEST_MAX_EXCEPTIONS,
     REQUEST_MAX_GATE,
     REQUEST_MAX_K,
@@ -189,9 +190,15 @@ def chat_options(req: ChatRequest, defaults: Defaults) -> dict:
     check_template_kwargs(kwargs)
     reasoning = defaults.generate.get("reasoning", True) if req.reasoning_format is None \
         else req.reasoning_format != "none"
+    budget = req.reasoning_budget if req.reasoning_budget is not None else \
+        defaults.generate.get("reasoning_budget", -1)
+    if budget < -1:
+        raise ParameterError(f"invalid reasoning_budget: {budget} (tokens >= 0, or -1: no "
+                             "limit)", param="reasoning_budget")
     return {"tools": req.tools, "tool_choice": req.tool_choice,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
-            "reasoning": reasoning, "chat_template_kwargs": kwargs}
+            "reasoning": reasoning, "chat_template_kwargs": kwargs,
+            "reasoning_budget": budget}
 
 
 def _check_tools_size(tools: list) -> None:
@@ -210,6 +217,8 @@ def _check_request_bounds(changes: dict) -> None:
     bounds = {"k": (lambda v: v == "auto" or v <= REQUEST_MAX_K, f"at most {REQUEST_MAX_K}"),
               "theta": (lambda v: v >= REQUEST_MIN_THETA, f"at least {REQUEST_MIN_THETA}"),
               "window": (lambda v: v >= REQUEST_MIN_WINDOW, f"at least {REQUEST_MIN_WINDOW}"),
+              "entropy_top_k": (lambda v: v <= REQUEST_MAX_ENTROPY_TOP_K,
+                                f"at most {REQUEST_MAX_ENTROPY_TOP_K}"),
               "gate": (lambda v: v <= REQUEST_MAX_GATE, f"at most {REQUEST_MAX_GATE}"),
               "max_exceptions": (lambda v: v <= REQUEST_MAX_EXCEPTIONS,
                                  f"at most {REQUEST_MAX_EXCEPTIONS}"),

@@ -125,6 +125,7 @@ class ChatRequest(_Common):
     chat_template_kwargs: dict[str, Any] | None = None  # llama-server's
     reasoning_effort: str | None = None  # to the template, where it reads it
     reasoning_format: str | None = None  # llama-server's: "none" keeps <think> in content
+    reasoning_budget: int | None = None  # tokens inside <think> (-1: no limit)
 
 
 class CompletionRequest(_Common):

@@ -67,6 +67,7 @@ class _Worker:
         self.process.start()
         child_conn.close()
         self.send_lock = threading.Lock()
+        self.stalled = False  # the watchdog killed it
         threading.Thread(target=self._read, args=(loop, on_message, on_exit),
                          name="lsd-engine-pipe", daemon=True).start()
 
@@ -229,6 +230,8 @@ class Scheduler:
                 if left <= 0:
                     if ticket.received and self._worker is not None and not ticket.stalled:
                         ticket.stalled = True
+                        self._ready.clear()  # no next job for the process being killed
+                        self._worker.stalled = True
                         self._worker.process.kill()  # _on_exit fails it and restarts
                     ticket.last_progress = loop.time()
                     continue
@@ -283,6 +286,8 @@ class Scheduler:
                                    death_message(exitcode, current.stalled,
                                                  self.round_timeout), None))
             reason = None
+        elif worker.stalled:
+            reason = None  # the watchdog's kill, its request ended meanwhile: no one's death
         else:
             self._deaths.append(exitcode)
             reason = repeated_signal(self._deaths)

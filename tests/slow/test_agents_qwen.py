@@ -102,3 +102,42 @@ def test_penalties_with_speculation_equal_plain_decoding_on_qwen(qwen_pair):
         model = eng.generate(prompt, max_tokens=96, **controls).run()
     assert lookup.tokens == plain and model.tokens == plain
     assert model.stats.accepted > 0
+
+
+OSLO = [{"role": "user", "content": "What is the weather in Oslo in celsius? Use the tool."}]
+
+
+def test_auto_reads_the_call_qwen_writes_as_a_fenced_json_block(server):
+    """The reviewer's check: asked with tool_choice auto, Qwen2.5-Coder 1.5B answers with a
+    fenced JSON object, not its template's <tool_call> tags; it is a call, streamed and not."""
+    client = server.client()
+    answer = client.chat.completions.create(model="x", messages=OSLO, tools=TOOLS,
+                                            tool_choice="auto", temperature=0)
+    choice = answer.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    call = choice.message.tool_calls[0]
+    assert call.function.name == "get_weather" and check(call)["city"] == "Oslo"
+    assert not (choice.message.content or "").strip()
+    pieces, finish = {}, None
+    for chunk in client.chat.completions.create(model="x", messages=OSLO, tools=TOOLS,
+                                                tool_choice="auto", temperature=0,
+                                                stream=True):
+        for delta in chunk.choices[0].delta.tool_calls or []:
+            pieces.setdefault(delta.index, [None, ""])
+            pieces[delta.index][0] = delta.function.name or pieces[delta.index][0]
+            pieces[delta.index][1] += delta.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and pieces[0][0] == "get_weather"
+    assert json.loads(pieces[0][1]) == json.loads(call.function.arguments)
+    # (the follow-up with the tool's result: this model calls the tool again, as a fenced
+    # block, even with tool_choice "none"; without tools it answers "-3 degrees Celsius".
+    # Noted in docs/server.md, not asserted.)
+
+
+def test_a_json_example_is_not_a_call(server):
+    ask = [{"role": "user", "content": "Show me a JSON example of a person with a name and "
+                                       "an age, in a json code block."}]
+    choice = server.client().chat.completions.create(
+        model="x", messages=ask, tools=TOOLS, tool_choice="auto", temperature=0,
+        max_tokens=80).choices[0]
+    assert not choice.message.tool_calls and "```" in choice.message.content, choice

@@ -5,6 +5,7 @@ OpenAI does; tool turns rendered for the template; reasoning read apart from the
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from tinymodels import AGENT_ASK as ASK
@@ -12,6 +13,7 @@ from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import TINY_CTX, agent_token
 
 from lsd_local import Engine, ParameterError
+from lsd_local.chat.output import REASONING_CLOSE
 
 
 def valid(call) -> bool:
@@ -148,3 +150,88 @@ def test_a_block_the_prompt_opened_is_reasoning(tiny_agent):
         gen = eng.generate(ASK, grammar='root ::= [a-z]{3,6} "</think>" [a-z]{3,6}',
                            max_tokens=40).run()
     assert gen.reasoning and gen.text and "</think>" not in gen.reasoning + gen.text
+
+
+def accept_text(grammar, vocab, text: str, probe: tuple[str, int] | None = None) -> None:
+    """Feed text's tokens to a grammar as a generation would, each checked first; with
+    `probe` (prefix, token): once exactly the prefix is fed, the token must be refused."""
+    fed = ""
+    for token in vocab.tokenize(text, add_special=False):
+        if probe is not None and fed == probe[0]:
+            assert not grammar.allows(probe[1]), fed
+            probe = None
+        assert grammar.allows(token), (text, fed, token)
+        grammar.accept(token, checked=True)
+        fed += vocab.token_bytes(token).decode("utf-8", "replace")
+    assert probe is None, "the probe's prefix never ended on a token boundary"
+
+
+@pytest.mark.parametrize("opening", ["Let me look.\n```json\n", "```\n", "\n"])
+def test_auto_triggers_on_a_call_in_json_form_and_only_then_constrains(agent, opening):
+    """The lazy grammar of tool_choice "auto" also starts on a fenced (or bare, first) JSON
+    object naming a declared tool, in real llama.cpp: the text before is free (a code fence
+    of another kind included), the call's arguments are held to the tool's schema after."""
+    from lsd_local.chat.tools import tool_plan
+    from lsd_local.grammars import compile_tool_grammar
+
+    vocab = agent.target.vocab
+    plan = tool_plan(agent.chat_template, TOOLS, "auto", False)
+    grammar = compile_tool_grammar(agent.target, plan)
+    before = "```python\nx = {'name': 1}\n```\n" if opening.startswith("Let") else ""
+    call = opening + '{"name": "get_weather", "arguments": {"city": "'
+    closing = "\n```" if opening.startswith(("Let", "```")) else ""
+    letter_o = 3 + ord("O")  # the byte token <0x4F>: "Oslo" is not in the city enum
+    try:
+        accept_text(grammar, vocab, before + call + 'Rome", "metric": true}}' + closing,
+                    probe=(" " + before + call, letter_o))
+        assert grammar.allows(vocab.eos_token)
+    finally:
+        grammar.close()
+
+
+def test_json_naming_no_declared_tool_leaves_auto_free(agent):
+    from lsd_local.chat.tools import tool_plan
+    from lsd_local.grammars import compile_tool_grammar
+
+    vocab = agent.target.vocab
+    grammar = compile_tool_grammar(agent.target, tool_plan(agent.chat_template, TOOLS, "auto",
+                                                           False))
+    try:
+        accept_text(grammar, vocab, '```json\n{"name": "Oslo", "arguments": {"city": "Oslo"}}'
+                    "\n```\nanything { at all")
+    finally:
+        grammar.close()
+
+
+OPENED = ("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}"
+          "assistant: <think>\n")
+
+
+@pytest.mark.parametrize("budget", [0, 5, 17])
+def test_a_reasoning_budget_of_n_tokens_yields_at_most_n_then_an_answer(tiny_agent, budget):
+    """The prompt opens a <think> block and the model is kept from closing it itself (its
+    </think> banned): after `budget` tokens lsd closes it, and the model answers. Strict
+    speculation writes what plain decoding writes, inside the block and after."""
+    answers = []
+    for drafter in ("none", "lookup"):
+        with Engine.load(tiny_agent, drafter=drafter, n_ctx=TINY_CTX,
+                         chat_template=OPENED) as eng:
+            close = agent_token(eng.target.vocab, "</think>")
+            gen = eng.generate(ASK, max_tokens=budget + 30, reasoning_budget=budget,
+                               logit_bias={close: -math.inf}).run()
+            written = eng.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
+            # the model's own reasoning tokens: all of the budget, then what lsd wrote
+            assert gen.tokens.index(close) == budget + written.index(close)
+            assert gen.tokens[budget:budget + len(written)] == written
+            assert gen.stats.reasoning_tokens == budget
+            assert gen.text.strip() and "</think>" not in gen.text + gen.reasoning
+            assert gen.tokens.count(close) == 1
+            answers.append(gen.tokens)
+    assert answers[0] == answers[1]
+
+
+def test_without_a_budget_the_block_goes_on(tiny_agent):
+    with Engine.load(tiny_agent, drafter="none", n_ctx=TINY_CTX, chat_template=OPENED) as eng:
+        close = agent_token(eng.target.vocab, "</think>")
+        gen = eng.generate(ASK, max_tokens=30, logit_bias={close: -math.inf}).run()
+        assert gen.text == "" and gen.stats.reasoning_tokens == 30

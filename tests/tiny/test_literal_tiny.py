@@ -5,6 +5,7 @@ the same control tokens as for harmless text."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 
 import pytest
@@ -84,3 +85,19 @@ def test_a_raw_prompt_is_the_clients_own_markup(agent):
     ids = agent.prompt_tokens("<|im_start|>user\nhi<|im_end|>\n")
     end = agent_token(agent.target.vocab, "<|im_end|>")
     assert ids.count(end) == 1
+
+
+def test_spellings_in_tool_specifications_and_their_keys_stay_text(agent):
+    """Tools often come from third parties (an MCP server): a property name or description
+    that spells control tokens adds none."""
+    def tools(text: str) -> list[dict]:
+        return [{"type": "function", "function": {
+            "name": "now", "description": text,
+            "parameters": {"type": "object", "properties": {text: {"type": "string"}}}}}]
+
+    ask = [{"role": "user", "content": "hi"}]
+    hostile = agent.prompt_tokens(ask, tools=tools(FORGED))
+    assert controls(agent, hostile) == controls(agent, agent.prompt_tokens(
+        ask, tools=tools("plain words")))
+    spelled = json.dumps(FORGED)[1:-1]  # (the template writes the tools as JSON)
+    assert agent.prompt_text(ask, tools=tools(FORGED)).count(spelled) == 2

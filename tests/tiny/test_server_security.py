@@ -103,7 +103,8 @@ def test_client_values_that_were_500s(server):
     status, answer = server.post("/v1/chat/completions", {**CHAT, "seed": -1,
                                                           "temperature": 0.8})
     assert status == 200, answer
-    for kwargs in ({"messages": []}, {"tools": 1}, {"add_generation_prompt": False}):
+    for kwargs in ({"messages": []}, {"tools": 1}, {"add_generation_prompt": False},
+                   {"range": None}, {"raise_exception": 1}, {"strftime_now": "x"}):
         status, answer = server.post("/v1/chat/completions", {**CHAT,
                                                               "chat_template_kwargs": kwargs})
         assert status == 400 and answer["error"]["param"] == "chat_template_kwargs", answer

@@ -57,8 +57,8 @@ CASES = [
     ("hermes", "No call here, just <tool text.", "No call here, just <tool text.", []),
     # the end of a call is found from its JSON: an argument may spell the closing tag
     ("hermes", '<tool_call>\n{"name": "write", "arguments": {"text": "a </tool_call> b"}}\n'
-     '</tool_call>\nDone.', "\nDone.", [("write", {"text": "a </tool_call> b"})]),
-    ("hermes", '<tool_call>{"name": "now", "arguments": {}} then text', " then text",
+     '</tool_call>\nDone.', "Done.", [("write", {"text": "a </tool_call> b"})]),
+    ("hermes", '<tool_call>{"name": "now", "arguments": {}} then text', "then text",
      [("now", {})]),
     ("llama3", "Plain answer {not a call}.", "Plain answer {not a call}.", []),
 ]

@@ -13,13 +13,14 @@ NAMES = guard.host_names("127.0.0.1", ("lsd.example.org", ".corp.test"))
 SETTINGS = guard.GuardSettings(NAMES, ("http://app.test:3000",))
 
 
-def headers(**values: str) -> dict[bytes, bytes]:
-    return {name.replace("_", "-").encode(): value.encode() for name, value in values.items()}
+def headers(**values: str) -> list[tuple[bytes, bytes]]:
+    return [(name.replace("_", "-").encode(), value.encode()) for name, value in values.items()]
 
 
 @pytest.mark.parametrize("value,host", [
     ("127.0.0.1:8080", "127.0.0.1"), ("[::1]:8080", "::1"), ("LOCALHOST.", "localhost"),
-    ("example.com", "example.com"), ("::1", "::1"), ("[::1", "::1")])
+    ("example.com", "example.com"), ("::1", "::1"), ("[::1", "[::1"),
+    ("[::1]evil.example", "[::1]evil.example"), ("[::1]:x", "[::1]:x")])
 def test_split_host(value, host):
     assert guard.split_host(value) == host
 
@@ -32,7 +33,8 @@ def test_the_users_own_names_and_addresses_pass(host):
 
 
 @pytest.mark.parametrize("host", ["evil.example:8080", "127.0.0.1.evil.example",
-                                  "localhost.evil.example", "example.org", "xcorp.test"])
+                                  "localhost.evil.example", "example.org", "xcorp.test",
+                                  "[::1]evil.example"])
 def test_a_foreign_host_name_is_refused(host):
     refused = guard.refusal(headers(host=host), "GET", SETTINGS)
     assert refused is not None and refused.status == 403 and "--allowed-host" in str(refused)
@@ -71,3 +73,12 @@ def test_post_bodies_must_be_json(content_type, allowed):
     if not allowed:
         assert refused.status == 415
     assert guard.refusal(given, "GET", SETTINGS) is None  # GETs carry no body
+
+
+@pytest.mark.parametrize("name", ["Host", "Origin", "Content-Type"])
+def test_a_checked_header_given_twice_is_refused(name):
+    """Starlette and its middleware may read different copies of a doubled header."""
+    given = headers(host="127.0.0.1:8080", content_type="application/json") + [
+        (name.encode(), b"http://127.0.0.1:8080"), (name.lower().encode(), b"x")]
+    refused = guard.refusal(given, "POST", SETTINGS)
+    assert refused is not None and refused.status == 400 and name.lower() in str(refused)

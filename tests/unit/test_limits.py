@@ -24,7 +24,14 @@ def test_grammar_shape_skips_strings_classes_and_comments(text, shape):
 
 
 @pytest.mark.parametrize("text,words", [
-    ("root ::= " + "(" * 65 + '"a"' + ")" * 65, "groups nested 65 deep"),
+    ("root ::= " + "(" * 8193 + '"a"' + ")" * 8193, "groups nested 8193 deep"),
+    # what an independent review hid from a first reading: a "}" in a comment inside a
+    # repetition, a comment that a carriage return ends, a digit that is not ASCII
+    ('root ::= ("a"{1 #}"\n}' + "(" * 8193 + '"b"' + ")" * 8193 + ' "c")',
+     "groups nested 8194 deep"),
+    ('root ::= ("a"{0,100000 # c\n})', "a repetition of 100000"),
+    ('root ::= "a" # c\r' + "(" * 8193 + '"b"' + ")" * 8193, "nested 8193 deep"),
+    ('root ::= "a"{\u00b2}', "unreadable repetition"),
     ('root ::= "a"{0,4097}', "a repetition of 4097"),
     ("root ::= " + " ".join(['"a"{0,4000}'] * 5), "repetition counts that add up to 20000"),
     ("".join(f"r{i} ::= r{i + 1}\n" for i in range(4100)), "4100 rules"),
@@ -37,7 +44,7 @@ def test_a_grammar_past_a_bound_is_refused_naming_it(text, words):
 
 
 def test_a_grammar_at_the_bounds_passes():
-    depth = "root ::= " + "(" * 64 + '"a"' + ")" * 64
+    depth = "root ::= " + "(" * 8192 + '"a"' + ")" * 8192
     limits.check_grammar(depth)
     limits.check_grammar("root ::= " + " ".join(['"a"{0,4096}'] * 4))
 
@@ -54,6 +61,9 @@ def test_every_shipped_grammar_is_within_the_bounds():
     ({"type": "array", "maxItems": float("inf")}, "maxItems inf"),
     ({"properties": {"a": {"properties": {"b": {"type": "array", "maxItems": 10 ** 9}}}}},
      "maxItems 1000000000"),
+    ({"type": "string", "pattern": "^a{2000000000}$"}, "repetition in pattern 2000000000"),
+    ({"type": "string", "pattern": "^(ab){2,99999}$"}, "repetition in pattern 99999"),
+    ({"type": "integer", "minimum": -(10 ** 30)}, "minimum 10000000000000"),
 ])
 def test_a_schema_whose_counts_expand_too_far_is_refused(schema, words):
     with pytest.raises(GrammarError, match=words):
@@ -71,11 +81,22 @@ def test_a_deep_or_large_schema_is_refused_without_recursion():
         limits.check_schema(wide)
 
 
-def test_ordinary_schemas_pass():
-    limits.check_schema({"type": "object", "properties": {
-        "name": {"type": "string", "maxLength": 200},
-        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 20},
-        "flag": {"type": "boolean", "maxLength": True}}})  # (a bool is not a count)
+ORDINARY = [{"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 200, "pattern": "^[A-Z][a-z]{1,40}$"},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 100},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "flag": {"type": "boolean", "maxLength": True}}},  # (a bool is not a count)
+    {"type": "string", "maxLength": 4096}, {"type": "string", "pattern": "^a{0,100}$"}]
+
+
+@pytest.mark.parametrize("schema", ORDINARY)
+def test_ordinary_schemas_and_the_grammars_they_become_pass(schema):
+    """The converter writes x{0,n} as n nested groups: the grammar a schema at the count
+    bound becomes must pass the grammar bounds too (a first cut refused maxLength 65)."""
+    from lsd_local.backend import schema_to_gbnf
+
+    limits.check_schema(schema)
+    limits.check_grammar(schema_to_gbnf(schema))
 
 
 @pytest.mark.parametrize("seed,expected", [(None, None), (-1, None), (0, 0), (7, 7),

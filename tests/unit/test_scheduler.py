@@ -23,6 +23,7 @@ class FakeWorker:
         self.sent: list[tuple] = []
         self.stopped = False
         self.killed = False
+        self.stalled = False
         plan = FakeWorker.script.pop(0) if FakeWorker.script else "ready"
         FakeWorker.spawned.append(self)
         if plan == "ready":
@@ -273,3 +274,32 @@ def test_repeated_signal_names_the_signal_and_only_a_run_of_them():
         "the engine process was killed by SIGILL")
     assert "--no-repack" not in sched.repeated_signal([-11, -11, -11])
     assert sched.repeated_signal([None, None, None]) is None
+
+
+def test_a_watchdog_kill_just_after_the_request_ended_costs_nobody(fake_workers):
+    """The request's last message was already in the pipe when the watchdog killed the
+    process: the next request goes to the new process, and the kill is no death of the
+    engine's own (it does not count towards giving up)."""
+    async def main():
+        scheduler = sched.Scheduler(None, max_queue=4, round_timeout=0.2)
+        await scheduler.start()
+        first = scheduler.submit(job())
+        await settle()
+        worker = fake_workers.spawned[0]
+        scheduler._on_message(worker, ("received", first.job.id))
+
+        def kill_after_done():
+            worker.killed = True
+            worker.loop.call_soon(scheduler._on_message, worker,
+                                  ("done", first.job.id, "stop", {}, False))
+            worker.loop.call_soon(worker.on_exit, worker, -9)
+        worker.kill = kill_after_done
+        second = scheduler.submit(job())
+        await until(lambda: worker.killed)
+        await restarted(scheduler, fake_workers, 2)
+        await settle()
+        assert (await first.messages.get())[0] == "done"
+        assert ("job", second.job) not in worker.sent
+        assert ("job", second.job) in fake_workers.spawned[1].sent
+        assert scheduler._deaths == []
+    asyncio.run(main())

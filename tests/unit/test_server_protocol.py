@@ -103,6 +103,9 @@ def test_response_formats_become_grammars():
     ({"messages": [*USER, {"role": "tool", "tool_call_id": "x", "content": "1"}]},
      "messages.1.tool_call_id"),
     ({"messages": USER, "reasoning_format": "sideways"}, "reasoning_format"),
+    ({"messages": USER, "reasoning_budget": -2}, "reasoning_budget"),
+    ({"messages": USER, "seed": -3}, "seed"),
+    ({"messages": USER, "entropy_top_k": 50}, "entropy_top_k"),
     ({"messages": USER, "tools": [{"type": "function"}]}, "tools"),
     ({"messages": USER, "temperature": -1}, "temperature"),
     ({"messages": USER, "top_p": 0}, "top_p"),
@@ -206,3 +209,10 @@ def test_what_other_clients_send_is_understood():
     assert got.generate["max_tokens"] == SERVE_MAX_TOKENS_LIMIT and got.generate["stop"] == []
     got = job({"messages": [*USER, {"role": "assistant", "content": None}]})
     assert got.prompt[-1] == {"role": "assistant", "content": ""}
+
+
+def test_a_reasoning_budget_comes_from_the_request_or_the_server():
+    assert job({"messages": USER, "reasoning_budget": 12}).generate["reasoning_budget"] == 12
+    assert job({"messages": USER}).generate["reasoning_budget"] == -1
+    server = Defaults(DEFAULTS.drafter, DEFAULTS.rule, {**GENERATE, "reasoning_budget": 64})
+    assert job({"messages": USER}, defaults=server).generate["reasoning_budget"] == 64
