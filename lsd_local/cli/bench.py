@@ -77,6 +77,10 @@ LLAMA_CPP_COMMANDS = {
               help="PNG plot (needs matplotlib). Default: next to the JSON when matplotlib "
                    "is installed.")
 @click.option("--no-cost", is_flag=True, help="Skip the cost report (target batch timings).")
+@click.option("--profile", is_flag=True,
+              help="Only measure the ceiling on this machine: the target's time to score n "
+                   "tokens, the best speedup perfect drafts could give and at which K, and "
+                   "the file's weight types that have no batched kernel here.")
 @click.option("--check-timeout", type=click.FloatRange(min=0.1), default=10.0,
               show_default=True, help="Seconds each HumanEval answer may run its tests.")
 def bench(model: str | None, **opts) -> None:
@@ -108,10 +112,24 @@ def bench(model: str | None, **opts) -> None:
     models = BenchModels(target, draft, opts["threads"], opts["ctx"], template, opts["rpc"],
                          cold=opts["cold"])
     try:
+        if opts["profile"]:
+            return run_profile(models, options)
         result = run_and_print(models, options)
     finally:
         models.close()
     finish(result, opts)
+
+
+def run_profile(models, options) -> None:
+    """lsd bench --profile: measured after the first prompt of the sets (~300 tokens)."""
+    from ..bench.profile import format_profile, profile
+    from ..bench.suite import load_items
+
+    engine = models.engine(models.draft is not None)
+    item = load_items(options.sets, options.split, 1)[0]
+    context = engine.prompt_tokens(list(item.messages))[:300]
+    notify(f"profiling {models.target.name} after {len(context)} tokens of context")
+    click.echo(format_profile(profile(engine.target, engine.draft_model, context)))
 
 
 def with_grammar(configs: list, grammar: str | None) -> list:

@@ -1,0 +1,111 @@
+"""`lsd bench --profile`: the ceiling speculation has on this machine for one model file.
+
+Speculation pays only where scoring n tokens in one batch costs less than n single steps.
+The profile measures t(n), the target's time to score n tokens after a ~300-token context
+(the drafters' own cost left out: the best case), and derives the best possible speedup with
+perfect drafts (every drafted token accepted): max over K of (K + 1) t(1) / t(K + 1), and
+with the draft model's cost per token added. It also reads the file's tensor types: on x86
+CPUs only some weight types have a batched matrix kernel in llama.cpp (repacked Q4_0, Q4_K,
+IQ4_NL; llamafile's sgemm for Q8_0, Q4_0, Q5_0, IQ4_NL, F16, BF16, F32); the others are
+multiplied one row of the batch at a time, which is why a batch of 8 can cost 8 steps.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections import Counter
+from pathlib import Path
+
+PROFILE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32)
+# weight types with a batched kernel on x86 CPUs (llama.cpp's CPU_REPACK and llamafile sgemm)
+X86_BATCHED = frozenset({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "Q4_K"})
+
+
+def tensor_types(path: Path) -> dict[str, dict[str, int]]:
+    """{type name: {"tensors": n, "bytes": b}} of a GGUF file's 2-D weights (norms and
+    biases, which no matrix kernel touches, left out); {} without the gguf package."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        return {}
+    found: dict[str, Counter] = {}
+    for tensor in GGUFReader(str(path)).tensors:
+        if len([d for d in tensor.shape if d > 1]) < 2:
+            continue
+        entry = found.setdefault(tensor.tensor_type.name, Counter())
+        entry["tensors"] += 1
+        entry["bytes"] += int(tensor.n_bytes)
+    return {name: dict(counts) for name, counts in sorted(found.items())}
+
+
+def perfect_speedups(target_s: dict[int, float], draft_token_s: float = 0.0
+                     ) -> dict[int, float]:
+    """K -> the speedup over plain decoding if every one of K drafted tokens is accepted,
+    each costing `draft_token_s` to draft: (K + 1) t(1) / (t(K + 1) + K d)."""
+    one = target_s[1]
+    return {n - 1: n * one / (target_s[n] + (n - 1) * draft_token_s)
+            for n in sorted(target_s) if n > 1}
+
+
+def best(speedups: dict[int, float]) -> tuple[int, float]:
+    """(K, speedup) of the best K (K = 0, plain decoding, when no K beats it)."""
+    k = max(speedups, key=speedups.get, default=0)
+    return (k, speedups[k]) if speedups and speedups[k] > 1.0 else (0, 1.0)
+
+
+def profile(target, draft, context, repeats: int = 3) -> dict:
+    """Measure and derive (target, draft: backend Models; context: int32 tokens)."""
+    from .cost import measure_costs
+
+    costs = measure_costs(target, draft, context, PROFILE_SIZES, repeats)
+    free = perfect_speedups(costs["target_s"])
+    out = {"target_s": costs["target_s"], "draft_token_s": costs["draft_token_s"],
+           "free_drafts": free, "best_free": best(free),
+           "types": tensor_types(target.path), "machine": platform.machine()}
+    if costs["draft_token_s"] is not None:
+        with_model = perfect_speedups(costs["target_s"], costs["draft_token_s"])
+        out["draft_model"], out["best_draft_model"] = with_model, best(with_model)
+    return out
+
+
+def unbatched(types: dict[str, dict[str, int]], machine: str) -> list[str]:
+    """The weight types without a batched kernel on this backend (known for x86 CPUs)."""
+    if machine not in ("x86_64", "AMD64", "i686"):
+        return []
+    return [name for name in types if name not in X86_BATCHED]
+
+
+def format_profile(result: dict) -> str:
+    t = result["target_s"]
+    lines = [f"target: {'n':>4} {'t(n) ms':>8} {'/ t(1)':>7} {'perfect drafts':>15}"]
+    for n, seconds in t.items():
+        gain = result["free_drafts"].get(n - 1)
+        lines.append(f"        {n:>4} {1000 * seconds:8.1f} {seconds / t[1]:7.2f} "
+                     + (f"{gain:14.2f}x" if gain is not None else f"{'-':>15}"))
+    k, gain = result["best_free"]
+    lines.append("best case, drafts free and all accepted (prompt lookup on a copy): "
+                 + (f"{gain:.2f}x at K = {k}" if k else "none beats plain decoding"))
+    if "best_draft_model" in result:
+        k, gain = result["best_draft_model"]
+        lines.append(f"draft model: {1000 * result['draft_token_s']:.1f} ms per token "
+                     f"({result['draft_token_s'] / t[1]:.0%} of a target step); best case "
+                     + (f"{gain:.2f}x at K = {k}" if k else "never beats plain decoding here"))
+    lines += _types_lines(result["types"], result["machine"])
+    return "\n".join(lines)
+
+
+def _types_lines(types: dict[str, dict[str, int]], machine: str) -> list[str]:
+    if not types:
+        return ["tensor types: unknown (the gguf package is not installed)"]
+    total = sum(entry["bytes"] for entry in types.values())
+    shares = ", ".join(f"{name} {entry['tensors']} ({entry['bytes'] / total:.0%})"
+                       for name, entry in types.items())
+    lines = [f"weight tensors by type: {shares}"]
+    slow = unbatched(types, machine)
+    if slow:
+        lines.append(f"no batched kernel on this x86 CPU for: {', '.join(slow)} (one batch "
+                     "row at a time); files whose weights are all Q4_0, Q8_0 or Q4_K batch "
+                     "cheaper (docs/devices.md)")
+    elif machine in ("x86_64", "AMD64", "i686"):
+        lines.append("every weight type here has a batched kernel on this x86 CPU")
+    return lines
