@@ -197,6 +197,7 @@ class Engine:
                     stop, constraint: tuple, parser, reasoning_budget: int | None
                     ) -> Generation:
         grammar, json_schema, plan = constraint
+        self._calibrate(prompt_ids)
         if plan is not None and plan.mode != "none" and (grammar or json_schema):
             raise ParameterError("invalid grammar: give tools or a grammar, not both",
                                  param="tools")
@@ -213,6 +214,20 @@ class Engine:
         return Generation(parts, prompt_ids, settings, verifier,
                           TextAssembler(self.target.vocab.token_bytes, stop),
                           request_family(prompt), parser, reasoning_budget)
+
+    def _calibrate(self, prompt_ids: list[int]) -> None:
+        """Before auto first tries the draft model (nothing learned yet), measure what it and
+        the target cost here: a draft model that cannot pay is then never tried (once per
+        process and model pair, then kept with what auto learned)."""
+        if self.draft_model is None or not getattr(self._drafter, "needs_calibration", False):
+            return
+        vocab = self.draft_model.vocab  # (its own token ids: it may have another vocabulary)
+        filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
+        n = min(len(prompt_ids), 64, self.target.n_ctx - 16, self.draft_model.n_ctx - 2)
+        if n >= 1:  # (a context too small to measure in: auto tries the model to learn)
+            self._drafter.calibrate(self.target, self.draft_model,
+                                    np.asarray(prompt_ids[:n], np.int32),
+                                    np.full(n, filler, np.int32))
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:

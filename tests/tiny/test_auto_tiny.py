@@ -133,3 +133,17 @@ def test_cli_rejects_bad_k(tiny_pair, value):
     result = CliRunner().invoke(cli, ["run", str(tiny_pair[0]), "hi", "-k", value])
     assert result.exit_code == 2
     assert "Invalid value for '-k'" in result.output
+
+
+def test_auto_measures_the_draft_model_before_first_trying_it(tiny_pair, plain):
+    """With nothing learned, the first request measures the target's t(n) and the draft
+    model's step (both caches emptied and rebuilt): the answer is still greedy's, and the
+    draft model's best case is known before it is ever tried."""
+    with Engine.load(tiny_pair[0], tiny_pair[1], drafter="auto", p_min=0.0,
+                     n_ctx=TINY_CTX) as eng:
+        assert eng.drafter.needs_calibration
+        for prompt in PROMPTS:
+            gen = eng.generate(prompt, max_tokens=60).run()
+            assert gen.tokens == plain.generate(prompt, max_tokens=60).run().tokens, prompt
+        assert not eng.drafter.needs_calibration and eng.drafter.draft_token_s > 0
+        assert eng.drafter.cost.knows(9) and eng.drafter.cost.knows(2)

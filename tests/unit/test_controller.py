@@ -418,3 +418,42 @@ def test_a_proposal_after_tokens_never_committed_teaches_nothing():
         drafter.propose(np.array(truth[:n], np.int32), 32)
         drafter.accept(0, 0, 0.04)
     assert drafter.acceptance["lookup"].tried.sum() == 0
+
+
+def calibrated(drafter, world):
+    """What Engine._calibrate measures, from the simulated machine."""
+    from lsd_local.drafters.auto.policy import CALIBRATION_SIZES
+
+    for n in CALIBRATION_SIZES:
+        drafter.cost.observe(n, world.a + world.b * n)
+    drafter.draft_token_s = world.draft_s
+
+
+def test_a_draft_model_whose_best_case_cannot_pay_is_never_tried():
+    """On a CPU where 9 tokens cost ~6 steps and a draft step 60 % of one, even perfect
+    drafts lose: after calibration the draft model is never used, not even to explore."""
+    world = World(*CPU, p_lookup=0.3, p_model=1.0, draft_s=0.022, seed=11)
+    drafter = AutoDrafter(FakeLookup(world), FakeModel(world), clock=lambda: world.clock)
+    assert drafter.needs_calibration
+    calibrated(drafter, world)
+    assert not drafter.needs_calibration
+    log, _, _ = simulate(drafter, world, 1500)
+    assert not [source for k, source in log if source == "model"]
+    t = drafter.cost.predict(np.arange(1, 34))
+    assert not drafter.model_can_pay(t)
+
+
+def test_a_draft_model_that_can_pay_is_still_used():
+    world = World(*GPU, p_lookup=0.3, p_model=0.95, draft_s=0.0015, seed=7)
+    drafter = AutoDrafter(FakeLookup(world), FakeModel(world), clock=lambda: world.clock)
+    calibrated(drafter, world)
+    assert drafter.model_can_pay(drafter.cost.predict(np.arange(1, 34)))
+    log, _, _ = simulate(drafter, world, 600)
+    assert sum(source == "model" for _, source in log) > 0.8 * len(log)
+
+
+def test_an_unmeasured_draft_model_may_be_tried():
+    world = World(*CPU, p_lookup=0.3, p_model=0.95, draft_s=0.022)
+    drafter = AutoDrafter(FakeLookup(world), FakeModel(world))
+    assert drafter.model_can_pay(np.full(33, 0.05))  # its cost unknown: a trial measures it
+    assert not AutoDrafter(FakeLookup(world)).model_can_pay(np.full(33, 0.05))  # no model

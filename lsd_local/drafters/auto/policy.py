@@ -13,7 +13,7 @@ import numpy as np
 from ...config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter
 from ..lookup import LookupDrafter
-from .estimators import AcceptanceModel, CostModel, best_k
+from .estimators import AcceptanceModel, CostModel, best_k, measure_decode_times
 from .lookup_acceptance import RunAcceptanceModel
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
@@ -55,6 +55,13 @@ RESTORED_TRIES = 50.0
 # copies break about once in a hundred tokens, which a few tries cannot tell (and this
 # generation's own evidence still takes over within a few proposals: lookup_acceptance).
 RESTORED_LOOKUP_TRIES = 500.0
+# Before a draft model is first tried (nothing learned yet), the target's t(n) at these sizes
+# (K up to MODEL_CAP) and the draft model's step are measured, a few times each: a draft model
+# whose best case (every token accepted) cannot beat plain decoding is then never tried, not
+# even to explore (on 2 CPU cores it costs 65 % of a target step and 8 tokens cost 7 steps:
+# its one trial, with the whole prompt to catch up, cost a short answer 18 %).
+CALIBRATION_SIZES = (1, 2, MODEL_CAP + 1)  # (between them t(n) is interpolated)
+CALIBRATION_REPEATS = 2
 
 
 @dataclass
@@ -201,7 +208,8 @@ class AutoDrafter(Drafter):
             k_max = min(n_lookup, k)
             expected = self.acceptance[lookup_model].expected_accepted(run, k_max)
             options.append(self._option("lookup", expected, t, 0.0))
-        if self.model is not None:
+        model_ok = self.model_can_pay(t)
+        if model_ok:
             d = self.draft_token_s if self.draft_token_s is not None else \
                 PRIOR_DRAFT_SHARE * t[0]
             catch_up_s = self.model.pending(history) * d * CATCH_UP_SHARE
@@ -210,7 +218,38 @@ class AutoDrafter(Drafter):
         if self.fixed_k is not None:
             options = [o for o in options if o.k > 0] or [plain]
         best = max(options, key=lambda o: o.rate)
-        return self._explore(best, n_lookup, k, catch_up_s, float(t[0]))
+        return self._explore(best, n_lookup, k, catch_up_s if model_ok else math.inf,
+                             float(t[0]))
+
+    def model_can_pay(self, t: np.ndarray) -> bool:
+        """Whether the draft model's best case, every drafted token accepted, beats plain
+        decoding at some K under the predicted target times t (float64: t[i] scores i + 1
+        tokens) and its measured cost per token; True while that cost is unknown."""
+        if self.model is None:
+            return False
+        if self.draft_token_s is None:
+            return True
+        ks = np.arange(1, MODEL_CAP + 1)
+        best = np.max((1 + ks) / (t[ks] + self.draft_token_s * (ks + 1)))
+        return bool(best * t[0] > 1.0)
+
+    @property
+    def needs_calibration(self) -> bool:
+        """A draft model whose cost nothing has measured yet (see calibrate)."""
+        return self.model is not None and self.draft_token_s is None
+
+    def calibrate(self, target, draft_model, context: np.ndarray,
+                  draft_context: np.ndarray) -> None:
+        """Measure the target's t(n) at CALIBRATION_SIZES after `context` and the draft
+        model's step after `draft_context` (int32 tokens of each one's vocabulary; both
+        backend Models handed in): the draft model's best case is then known before it is
+        ever tried. Both caches are left empty (the draft model's drafter is told)."""
+        curve = measure_decode_times(target, context, CALIBRATION_SIZES, CALIBRATION_REPEATS)
+        for n, seconds in zip(curve.sizes, curve.seconds, strict=True):
+            self.cost.observe(n, seconds)
+        step = measure_decode_times(draft_model, draft_context, (1,), CALIBRATION_REPEATS)
+        self.draft_token_s = step.seconds[0]
+        self.model.reset()
 
     def _option(self, source: str, expected: np.ndarray, t: np.ndarray, draft_s: float,
                 catch_up: float = 0.0) -> _Choice:
