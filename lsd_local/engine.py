@@ -219,7 +219,8 @@ class Engine:
         """Before auto first tries the draft model (nothing learned yet), measure what it and
         the target cost here: a draft model that cannot pay is then never tried (once per
         process and model pair, then kept with what auto learned)."""
-        if self.draft_model is None or not getattr(self._drafter, "needs_calibration", False):
+        if self.draft_model is None or not getattr(self._drafter, "needs_calibration", False) \
+                or self.target.n_cached:  # (never at the cost of a conversation's cache)
             return
         vocab = self.draft_model.vocab  # (its own token ids: it may have another vocabulary)
         filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token

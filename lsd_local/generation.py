@@ -228,19 +228,22 @@ class Generation:
 
     def _close_reasoning(self) -> RoundEvent | None:
         """The budget is spent: write the block's end for the model (REASONING_CLOSE, into
-        the target's cache as if generated) and let it answer from there (None: no room
-        left in the context, the answer ends there as "length")."""
+        the target's cache as if generated) and let it answer from there. None where lsd
+        cannot write it (past max_tokens or the context, or where the request's grammar
+        forbids it): the budget is dropped and the model goes on until its own end."""
         tokens = self._parts.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
         history, target, settings = self._history, self._parts.target, self._settings
-        if history.n + len(tokens) + 1 > target.n_ctx:
+        if history.n + len(tokens) + 1 > target.n_ctx or not _grammar_takes(
+                settings.grammar, tokens) or \
+                self.stats.generated_tokens + len(tokens) >= settings.max_tokens:
             self._reasoning_budget = None
             return None
         target.decode(np.array([history.data[history.n - 1], *tokens[:-1]], np.int32),
                       history.n - 1, 0)
         history.extend(tokens)
         for token in tokens:
-            if settings.grammar is not None:  # (a lazy tool grammar, waiting: any text)
-                settings.grammar.accept(token)
+            if settings.grammar is not None:  # (checked above)
+                settings.grammar.accept(token, checked=True)
         if settings.forced is not None:
             settings.forced.advance(tokens)
         return RoundEvent(tuple(tokens), (Origin.TARGET,) * len(tokens), "", (), 0, 0, 0,
@@ -303,3 +306,18 @@ class Generation:
                     self._settings.grammar.close()
             finally:
                 self._parts.release(self)
+
+
+def _grammar_takes(grammar, tokens: list[int]) -> bool:
+    """Whether `grammar` (a backend Grammar, or None) allows `tokens` in a row from here."""
+    if grammar is None:
+        return True
+    state = grammar.clone()
+    try:
+        for token in tokens:
+            if not state.allows(token):
+                return False
+            state.accept(token, checked=True)
+        return True
+    finally:
+        state.close()

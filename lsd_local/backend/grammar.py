@@ -21,7 +21,9 @@ from ..errors import GrammarError
 from ..limits import check_grammar, check_schema
 from ..utf8 import utf8_bytes
 from .model import Model, _install_log_sink
+from .trigger import TriggerGuard
 
+GUARD_CHECKS = 64  # a waiting lazy grammar's mask: best tokens checked against its trigger
 TOKEN_DATA = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")], align=False)
 
 
@@ -96,10 +98,12 @@ def _init_capturing_stderr(vocab, text: str, root: str, triggers: tuple[str, ...
 class Grammar:
     """Grammar state over one model's vocabulary; the model must outlive it."""
 
-    def __init__(self, sampler_p, model: Model, scratch: tuple[_Candidates, _Candidates]) -> None:
+    def __init__(self, sampler_p, model: Model, scratch: tuple[_Candidates, _Candidates],
+                 guard: TriggerGuard | None = None) -> None:
         self._sampler = sampler_p
         self._model = model
         self._one, self._all = scratch  # shared by clones: one thread uses them at a time
+        self._guard = guard  # a lazy grammar's trigger, replayed (backend/trigger.py)
 
     @classmethod
     def compile(cls, model: Model, text: str, root: str = "root", source: str = "grammar",
@@ -121,10 +125,38 @@ class Grammar:
             raise GrammarError(f"invalid {source}: {reason}")
         grammar = cls(sampler, model, (_Candidates(1), _Candidates(model.n_vocab)))
         grammar.text, grammar.triggers = text, tuple(triggers)  # (what the forced drafter reads)
+        grammar.root = root
+        if triggers or trigger_tokens:
+            grammar._guard = TriggerGuard(tuple(triggers), tuple(trigger_tokens),
+                                          model.vocab.token_bytes, grammar._accepts_text)
         return grammar
 
+    def _accepts_text(self, text: str) -> bool:
+        """Whether this grammar, started afresh and eager, accepts `text` (fed as one token
+        per byte; True when the vocabulary lacks a byte's token: nothing to check with)."""
+        byte_tokens = self._model.vocab.byte_tokens()
+        sampler = _init_sampler(self._model.vocab.handle, self.text, self.root, (), ())
+        if not sampler:
+            return True
+        eager = Grammar(sampler, self._model, (self._one, self._all))
+        try:
+            for byte in utf8_bytes(text):
+                token = byte_tokens.get(byte)
+                if token is None:
+                    return True
+                if not eager.allows(token):
+                    return False
+                eager.accept(token, checked=True)
+            return True
+        finally:
+            eager.close()
+
     def allows(self, token: int) -> bool:
-        """Whether the grammar lets `token` come next (end-of-generation: only when complete)."""
+        """Whether the grammar lets `token` come next (end-of-generation: only when complete;
+        for a lazy grammar still waiting, not a token that would start it on text it rejects
+        or inside a reasoning block)."""
+        if self._guard is not None and self._guard.waiting and not self._guard.safe(token):
+            return False
         one = self._one
         one.data["id"][0] = token
         one.data["logit"][0] = 0.0
@@ -138,8 +170,13 @@ class Grammar:
         token from a row constrained on it), so this state is not asked again."""
         if not checked and not self.allows(token):
             raise ValueError(f"token {token} is not allowed by the grammar here")
-        if not self._model.vocab.is_eog(token):  # llama.cpp aborts on EOG unless complete
-            ll.llama_sampler_accept(self._sampler, token)
+        if self._model.vocab.is_eog(token):  # llama.cpp aborts on EOG unless complete
+            return
+        if self._guard is not None and self._guard.waiting:
+            if checked and not self._guard.safe(token):  # (a sampled row: never an abort)
+                raise ValueError(f"token {token} would start the grammar on text it rejects")
+            self._guard.advance(token)
+        ll.llama_sampler_accept(self._sampler, token)
 
     def mask(self, row: np.ndarray) -> None:
         """Set every forbidden token's logit to -inf. row: float32[V], changed in place."""
@@ -150,10 +187,20 @@ class Grammar:
         full.array.selected = -1
         ll.llama_sampler_apply(self._sampler, full.pointer)
         row[:] = full.data["logit"]
+        if self._guard is not None and self._guard.waiting:  # (it allowed every token)
+            for _ in range(GUARD_CHECKS):
+                best = int(np.argmax(row))
+                if row[best] == -math.inf or self._guard.safe(best):
+                    break
+                row[best] = -math.inf
 
     def clone(self) -> Grammar:
         """An independent copy of this state (sharing scratch buffers)."""
-        return Grammar(ll.llama_sampler_clone(self._sampler), self._model, (self._one, self._all))
+        twin = Grammar(ll.llama_sampler_clone(self._sampler), self._model,
+                       (self._one, self._all),
+                       self._guard.clone() if self._guard is not None else None)
+        twin.text, twin.triggers, twin.root = self.text, self.triggers, self.root
+        return twin
 
     def close(self) -> None:
         """Free the llama.cpp sampler (idempotent)."""

@@ -22,6 +22,7 @@ class Vocab:
         self._piece_cache: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
+        self._byte_tokens: dict[int, int] | None = None
 
     def tokenize(self, text: str, add_special: bool = True,
                  parse_special: bool = True) -> list[int]:
@@ -71,6 +72,18 @@ class Vocab:
         tokenizer matches as a whole where the model may have learned to spell it out."""
         attr = ll.llama_vocab_get_attr(self.handle, token)
         return bool(attr & (ll.LLAMA_TOKEN_ATTR_CONTROL | ll.LLAMA_TOKEN_ATTR_USER_DEFINED))
+
+    def byte_tokens(self) -> dict[int, int]:
+        """byte value -> a token whose text is that one byte (byte-level BPE's base tokens,
+        SentencePiece's <0xXX>): any text spelled one byte at a time. Found once."""
+        if self._byte_tokens is None:
+            found: dict[int, int] = {}
+            for token in range(self.n_tokens):
+                piece = self.token_bytes(token)
+                if len(piece) == 1 and piece[0] not in found:
+                    found[piece[0]] = token
+            self._byte_tokens = found
+        return self._byte_tokens
 
     def is_control(self, token: int) -> bool:
         """A control token ('<|im_end|>'; also <unk>): what only special-token parsing turns

@@ -22,8 +22,11 @@ def measure_costs(target, draft, context: Sequence[int],
     """{"target_s": {n: seconds}, "draft_token_s": seconds or None}, after `context`."""
     curve = measure_decode_times(target, np.asarray(context, np.int32), sizes, repeats)
     draft_s = None
-    if draft is not None:
-        draft_s = measure_decode_times(draft, np.asarray(context, np.int32), [1], repeats)(1)
+    if draft is not None:  # (its own tokens: the draft may have another vocabulary)
+        vocab = draft.vocab
+        filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
+        draft_s = measure_decode_times(draft, np.full(len(context), filler, np.int32), [1],
+                                       repeats)(1)
     return {"target_s": dict(zip(curve.sizes, curve.seconds, strict=True)),
             "draft_token_s": draft_s}
 

@@ -41,9 +41,10 @@ def tensor_types(path: Path) -> dict[str, dict[str, int]]:
 def perfect_speedups(target_s: dict[int, float], draft_token_s: float = 0.0
                      ) -> dict[int, float]:
     """K -> the speedup over plain decoding if every one of K drafted tokens is accepted,
-    each costing `draft_token_s` to draft: (K + 1) t(1) / (t(K + 1) + K d)."""
+    drafting costing `draft_token_s` per forward (K + 1 with its catch-up pass, as auto
+    prices it): (K + 1) t(1) / (t(K + 1) + (K + 1) d)."""
     one = target_s[1]
-    return {n - 1: n * one / (target_s[n] + (n - 1) * draft_token_s)
+    return {n - 1: n * one / (target_s[n] + n * draft_token_s)
             for n in sorted(target_s) if n > 1}
 
 

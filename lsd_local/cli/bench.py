@@ -122,12 +122,13 @@ def bench(model: str | None, **opts) -> None:
 
 def run_profile(models, options) -> None:
     """lsd bench --profile: measured after the first prompt of the sets (~300 tokens)."""
-    from ..bench.profile import format_profile, profile
+    from ..bench.profile import PROFILE_SIZES, format_profile, profile
     from ..bench.suite import load_items
 
     engine = models.engine(models.draft is not None)
     item = load_items(options.sets, options.split, 1)[0]
-    context = engine.prompt_tokens(list(item.messages))[:300]
+    room = engine.target.n_ctx - max(PROFILE_SIZES) - 1  # (--ctx may be small)
+    context = engine.prompt_tokens(list(item.messages))[:max(1, min(300, room))]
     notify(f"profiling {models.target.name} after {len(context)} tokens of context")
     click.echo(format_profile(profile(engine.target, engine.draft_model, context)))
 

@@ -235,3 +235,81 @@ def test_without_a_budget_the_block_goes_on(tiny_agent):
         close = agent_token(eng.target.vocab, "</think>")
         gen = eng.generate(ASK, max_tokens=30, logit_bias={close: -math.inf}).run()
         assert gen.text == "" and gen.stats.reasoning_tokens == 30
+
+
+@pytest.fixture(scope="module")
+def bpe_like_agent(tmp_path_factory):
+    """The agent model with tokens that join a closing quote to what follows, as byte-level
+    BPE vocabularies have them (Qwen: '"}', '",')."""
+    import tinymodels
+
+    spec = tinymodels.TinySpec(words=tuple(tinymodels.WORDS) + tinymodels.AGENT_WORDS
+                               + ('"}', '",', '"\n'))
+    weights = tinymodels.random_weights(spec, 259 + len(spec.words))
+    path = tinymodels.write_gguf(tmp_path_factory.mktemp("bpe") / "agent.gguf", spec, weights,
+                                 tinymodels.AGENT_TEMPLATE)
+    with Engine.load(path, drafter="none", n_ctx=TINY_CTX) as eng:
+        yield eng
+
+
+def token_of(vocab, piece: bytes) -> int:
+    return next(t for t in range(vocab.n_tokens) if vocab.token_bytes(t) == piece)
+
+
+@pytest.mark.parametrize("opening", ["```json\n", ""])
+def test_a_token_that_would_start_the_grammar_on_text_it_rejects_is_refused(bpe_like_agent,
+                                                                             opening):
+    """`{"name": "now"}` closed by one token: llama.cpp would start the grammar on `{"name":
+    "now"}`, which lacks "arguments", and abort the process. The guard refuses that token
+    (the model takes another), and a sampled one raises instead of aborting."""
+    from lsd_local.chat.tools import tool_plan
+    from lsd_local.grammars import compile_tool_grammar
+
+    eng = bpe_like_agent
+    vocab = eng.target.vocab
+    grammar = compile_tool_grammar(eng.target, tool_plan(eng.chat_template, TOOLS, "auto",
+                                                         False))
+    try:
+        accept_text(grammar, vocab, opening + '{"name": "now')
+        quote_brace, quote = token_of(vocab, b'"}'), token_of(vocab, b'"')
+        assert not grammar.allows(quote_brace)
+        twin = grammar.clone()
+        with pytest.raises(ValueError, match="rejects"):
+            twin.accept(quote_brace, checked=True)
+        twin.close()
+        assert grammar.allows(quote) and grammar.allows(token_of(vocab, b'",'))
+        grammar.accept(token_of(vocab, b'",'), checked=True)  # starts it: `{"name": "now",`
+        assert not grammar.allows(quote_brace)  # now the grammar itself says no
+    finally:
+        grammar.close()
+
+
+def test_a_call_written_while_reasoning_does_not_start_the_grammar(bpe_like_agent):
+    from lsd_local.chat.tools import tool_plan
+    from lsd_local.grammars import compile_tool_grammar
+
+    eng = bpe_like_agent
+    vocab = eng.target.vocab
+    grammar = compile_tool_grammar(eng.target, tool_plan(eng.chat_template, TOOLS, "auto",
+                                                         False))
+    try:
+        accept_text(grammar, vocab, '<think>\nI could call:\n```json\n{"name": "now')
+        assert not grammar.allows(token_of(vocab, b'"'))  # a call in reasoning is not one
+        accept_text(grammar, vocab, 'X</think>\n```json\n{"name": "now')
+        assert grammar.allows(token_of(vocab, b'"'))
+    finally:
+        grammar.close()
+
+
+def test_a_budget_lsd_cannot_close_is_dropped_not_an_error(tiny_agent):
+    """Where writing the block's end would break the request's grammar or run past
+    max_tokens, the model goes on as without a budget (found by an independent review: a
+    ValueError after the cache had taken the tokens, and 9 tokens for max_tokens 4)."""
+    with Engine.load(tiny_agent, drafter="none", n_ctx=TINY_CTX, chat_template=OPENED) as eng:
+        gen = eng.generate(ASK, grammar="root ::= [a-z]{3,30}", max_tokens=20,
+                           reasoning_budget=3).run()
+        assert "</think>" not in gen.reasoning and len(gen.tokens) <= 20
+        close = agent_token(eng.target.vocab, "</think>")
+        short = eng.generate(ASK, max_tokens=4, reasoning_budget=3,
+                             logit_bias={close: -math.inf}).run()
+        assert len(short.tokens) <= 4 and short.finish_reason == "length"

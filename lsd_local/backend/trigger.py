@@ -1,0 +1,80 @@
+"""Python's view of a lazy grammar's trigger, so that no token can make llama.cpp abort.
+
+A lazy grammar waits, allowing everything, until a trigger pattern matches the text generated
+so far; it then feeds the grammar the text from the match's first group on, including the
+rest of the token that completed the match. When the grammar rejects that text (a tool call
+`{"name": "now"}` closed by one token `"}` where "arguments" must follow), llama.cpp throws
+through its C API and the process aborts. This guard replays the trigger on the token a
+generation is about to take: a token that would start the grammar on text it rejects, or
+inside an unclosed `<think>` block (a call drafted while reasoning is not a call), is
+refused as a forbidden token is, and never reaches llama.cpp.
+"""
+
+from __future__ import annotations
+
+import re
+
+# A match can only end with the newest token: the search looks at the end of the text (the
+# longest trigger, a fenced call's opening with its indents, is far shorter); a pattern
+# anchored at the start needs the start, which only a short text still has.
+SEARCH_TAIL = 1024
+THINK_OPEN, THINK_CLOSE = b"<think>", b"</think>"
+
+
+class TriggerGuard:
+    """The text a lazy grammar has seen while waiting, and whether a token is safe for it.
+    `validate(text)` says whether the grammar, started afresh, accepts `text`."""
+
+    def __init__(self, patterns: tuple[str, ...], tokens: tuple[int, ...], piece,
+                 validate) -> None:
+        self._patterns = [re.compile(p.encode()) for p in patterns]
+        self._tokens = frozenset(tokens)
+        self._piece = piece  # token id -> bytes, as llama.cpp's trigger buffer gets them
+        self._validate = validate
+        self.buffer = b""
+        self.waiting = True
+
+    def clone(self) -> TriggerGuard:
+        twin = TriggerGuard((), (), self._piece, self._validate)
+        twin._patterns, twin._tokens = self._patterns, self._tokens
+        twin.buffer, twin.waiting = self.buffer, self.waiting
+        return twin
+
+    def _start(self, text: bytes) -> int | None:
+        """Where the grammar would start in `text` (None: no pattern matches)."""
+        offset = max(0, len(text) - SEARCH_TAIL)
+        for pattern in self._patterns:
+            anchored = pattern.pattern.startswith(b"^")
+            if anchored and offset:
+                continue
+            found = pattern.search(text if anchored else text[offset:])
+            if found:
+                start = found.start(1) if found.groups() and found.group(1) is not None \
+                    else found.start()
+                return start + (0 if anchored else offset)
+        return None
+
+    def safe(self, token: int) -> bool:
+        """Whether taking `token` now is safe: it starts no grammar, or starts it on text the
+        grammar accepts and outside a reasoning block."""
+        if not self.waiting or token in self._tokens:
+            return True
+        text = self.buffer + self._piece(token)
+        start = self._start(text)
+        if start is None:
+            return True
+        before = text[:start]
+        if before.rfind(THINK_OPEN) > before.rfind(THINK_CLOSE):
+            return False
+        return self._validate(text[start:].decode("utf-8", "replace"))
+
+    def advance(self, token: int) -> None:
+        """The grammar takes `token` (checked safe): follow its trigger."""
+        if not self.waiting:
+            return
+        if token in self._tokens:
+            self.waiting, self.buffer = False, b""
+            return
+        self.buffer += self._piece(token)
+        if self._start(self.buffer) is not None:
+            self.waiting, self.buffer = False, b""
