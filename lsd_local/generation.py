@@ -27,6 +27,7 @@ from .kernels.warmup import process_warmup
 from .loop import LoopSettings, TokenBuffer, draft_limit, step
 from .stats import GenerationStats, Origin, RoundEvent
 from .text import TextAssembler
+from .verify.constrain import allowed_prefix
 from .verify.verifier import Verifier
 
 
@@ -233,8 +234,9 @@ class Generation:
         forbids it): the budget is dropped and the model goes on until its own end."""
         tokens = self._parts.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
         history, target, settings = self._history, self._parts.target, self._settings
-        if history.n + len(tokens) + 1 > target.n_ctx or not _grammar_takes(
-                settings.grammar, tokens) or \
+        takes = settings.grammar is None or allowed_prefix(settings.grammar,
+                                                           np.asarray(tokens)) == len(tokens)
+        if history.n + len(tokens) + 1 > target.n_ctx or not takes or \
                 self.stats.generated_tokens + len(tokens) >= settings.max_tokens:
             self._reasoning_budget = None
             return None
@@ -307,17 +309,3 @@ class Generation:
             finally:
                 self._parts.release(self)
 
-
-def _grammar_takes(grammar, tokens: list[int]) -> bool:
-    """Whether `grammar` (a backend Grammar, or None) allows `tokens` in a row from here."""
-    if grammar is None:
-        return True
-    state = grammar.clone()
-    try:
-        for token in tokens:
-            if not state.allows(token):
-                return False
-            state.accept(token, checked=True)
-        return True
-    finally:
-        state.close()

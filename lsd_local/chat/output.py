@@ -209,36 +209,39 @@ class OutputParser:
         return None, None
 
     def _call(self, parts: Parts, final: bool) -> None:
-        taken = self._take(len(self._pending_text()))
-        origin = taken[-1][1] if taken else None
-        self._section += Parts.text(taken)
+        origin = self._grow_section()
         end = self._section_end()
         calls, _ = section_calls(self.fmt, self._section[:end])
         base = len(self._announced) - len(self._section_ids)
         for i, scan in enumerate(calls):
             self._stream_call(parts, base + i, scan)
-        if end is not None or final:
-            rest = self._section[end:] if end is not None else ""
-            self._section, self._section_ids = "", []
-            self._pending = [(rest, origin)] if rest else []
-            self.state = "content"
-            self._after_call = True
+        self._end_section(end, origin, final)
 
     def _json_call(self, parts: Parts, final: bool) -> None:
         """A call in JSON form, from its "{" to its end (and its closing fence)."""
-        taken = self._take(len(self._pending_text()))
-        origin = taken[-1][1] if taken else None
-        self._section += Parts.text(taken)
+        origin = self._grow_section()
         end = jsoncalls.call_end(self._section)
         body = self._section[:value_end(self._section, 0) or len(self._section)]
         base = len(self._announced) - len(self._section_ids)
         self._stream_call(parts, base, scan_call(body))
-        if end is not None or final:
-            rest = self._section[end:] if end is not None else ""
-            self._section, self._section_ids = "", []
-            self._pending = [(rest, origin)] if rest else []
-            self.state = "content"
-            self._after_call = True
+        self._end_section(end, origin, final)
+
+    def _grow_section(self) -> object:
+        """Move all pending text into the call section; the origin of its last piece."""
+        taken = self._take(len(self._pending_text()))
+        self._section += Parts.text(taken)
+        return taken[-1][1] if taken else None
+
+    def _end_section(self, end: int | None, origin: object, final: bool) -> None:
+        """Once the section's end is known (or no more text comes), what follows it is
+        content again."""
+        if end is None and not final:
+            return
+        rest = self._section[end:] if end is not None else ""
+        self._section, self._section_ids = "", []
+        self._pending = [(rest, origin)] if rest else []
+        self.state = "content"
+        self._after_call = True
 
     def _stream_call(self, parts: Parts, index: int, scan) -> None:
         if scan.name is None:
