@@ -19,8 +19,9 @@ from .errors import GrammarError, ParameterError
 
 # --- grammars and schemas (measured crash points in docs/server.md) ------------------------
 GRAMMAR_MAX_BYTES = 256 << 10  # GBNF text of one grammar (the shipped ones are under 4 KiB)
-GRAMMAR_MAX_DEPTH = 8192  # nested ( ) groups in one rule (llama-cpp-python's converter writes
-#                            x{0,n} as n nested groups; 16,000-20,000 crashed, docs/server.md)
+# nested ( ) groups in one rule: llama-cpp-python's converter writes x{0,n} as n nested
+# groups, and 16,000-20,000 crashed (docs/server.md)
+GRAMMAR_MAX_DEPTH = 8192
 GRAMMAR_MAX_REPEAT = 4096  # the upper count of one repetition x{m,n}
 GRAMMAR_MAX_REPEAT_TOTAL = 16384  # the upper counts of all repetitions of a grammar, summed
 GRAMMAR_MAX_RULES = 4096  # rules a grammar defines (a chain of rules is recursion too)
@@ -35,8 +36,9 @@ _QUANTIFIER = re.compile(r"\{(\d{1,12})(?:,(\d{0,12}))?\}")  # x{m}, x{m,}, x{m,
 # --- requests (lsd serve's defaults; each has a flag) --------------------------------------
 SERVE_MAX_TOKENS_LIMIT = 32768  # most tokens one answer may have, whatever it asks
 SERVE_REQUEST_TIMEOUT = 600.0  # seconds one request may take from its arrival
-SERVE_ROUND_TIMEOUT = 300.0  # seconds one round (or one prefill) may take: then the engine
-#                              is deemed stuck, restarted, and the request fails
+# seconds a request's engine may go without a llama_decode returning (one round, one prefill
+# chunk): then it is deemed stuck, restarted, and the request fails
+SERVE_ROUND_TIMEOUT = 300.0
 MAX_STOP_STRINGS = 16  # stop strings per request
 MAX_STOP_CHARS = 512  # characters of one stop string
 MAX_TOOLS = 128  # tools per request
