@@ -25,7 +25,8 @@ HELP = """commands:
   /mode strict|fly|asd  switch the verification rule
   /think on|off       let a reasoning model think first or not (its template's
                       enable_thinking)
-  /think hide|show    hide or show what it thinks (shown dimmed)
+  /think show|fold|hide  what it thinks: in full (dimmed), folded into one line (the
+                      default; long tool calls cut too), or hidden
   /help               this text
   Ctrl-C stops an answer; Ctrl-C again at the prompt, or Ctrl-D, exits."""
 
@@ -58,9 +59,35 @@ def _command(session: ChatSession, line: str) -> str | None:
     return f"unknown command /{name}; /help lists them"
 
 
-def render_call(call) -> str:
-    """A tool call as a call: → name(arguments)."""
-    return f"→ {call.name}({call.arguments})"
+FOLDED_ARGUMENTS = 80  # characters of a tool call's arguments shown while folded
+
+
+def render_call(call, full: bool = True) -> str:
+    """A tool call as a call: → name(arguments); not `full`: long arguments cut."""
+    arguments = call.arguments
+    if not full and len(arguments) > FOLDED_ARGUMENTS:
+        arguments = arguments[:FOLDED_ARGUMENTS] + "…"
+    return f"→ {call.name}({arguments})"
+
+
+class FoldedThinking:
+    """Reasoning as one dimmed line: "(thinking… N tokens)" while it streams (rewritten in
+    place on a terminal), "(thought for N tokens: /think show)" once the answer starts."""
+
+    def __init__(self, terminal: bool) -> None:
+        self.terminal = terminal
+        self.open = False
+
+    def thinking(self, n_tokens: int) -> None:
+        if self.terminal:
+            click.echo("\r" + click.style(f"(thinking… {n_tokens} tokens)", dim=True), nl=False)
+        self.open = True
+
+    def close(self, n_tokens: int) -> None:
+        if self.open:
+            line = f"(thought for {n_tokens} tokens: /think show)"
+            click.echo(("\r" if self.terminal else "") + click.style(line, dim=True))
+            self.open = False
 
 
 def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
@@ -69,16 +96,22 @@ def _answer(session: ChatSession, text: str, show_drafts: bool) -> None:
     if session.dropped_turns > dropped:
         click.echo(f"(context full: forgot the {session.dropped_turns - dropped} oldest "
                    "exchange(s); /reset starts over)")
-    interrupted = False
+    interrupted, view = False, session.thinking_view
+    folded = FoldedThinking(sys.stdout.isatty())
     try:
         for event in gen:
-            if event.reasoning and session.show_thinking:
+            if event.reasoning and view == "show":
                 click.echo(click.style(event.reasoning, dim=True), nl=False)
+            elif event.reasoning and view == "fold":
+                folded.thinking(gen.stats.reasoning_tokens)
+            if event.text or event.tool_calls:
+                folded.close(gen.stats.reasoning_tokens)
             click.echo(render_spans(event.spans, show_drafts), nl=False)
     except KeyboardInterrupt:
         interrupted = True
+    folded.close(gen.stats.reasoning_tokens)
     for call in gen.tool_calls:
-        click.echo(f"\n{render_call(call)}", nl=False)
+        click.echo(f"\n{render_call(call, full=view == 'show')}", nl=False)
     session.finish(gen)
     context_full = (gen.finish_reason == "length"
                     and gen.stats.generated_tokens < session.kwargs.get("max_tokens", 0))

@@ -6,6 +6,10 @@ from __future__ import annotations
 from ..errors import ContextOverflowError, LsdError
 from ..stats import GenerationStats
 
+THINKING_VIEWS = {"show": "shown, dimmed, and tool calls in full",
+                  "fold": "folded into one line, and long tool calls cut",
+                  "hide": "hidden"}
+
 
 class ChatSession:
     """The message history of one conversation; each answer reuses the cached prefix."""
@@ -19,7 +23,7 @@ class ChatSession:
         self.turns = 0
         self.dropped_turns = 0
         self.last: GenerationStats | None = None
-        self.show_thinking = True  # /think hide|show
+        self.thinking_view = "fold"  # /think show|fold|hide: the reasoning in full, as a line, not
         self.reset()
 
     def think(self, how: str) -> str:
@@ -29,10 +33,10 @@ class ChatSession:
             kwargs["enable_thinking"] = how == "on"
             self.kwargs["chat_template_kwargs"] = kwargs
             return f"(thinking {how}: the template's enable_thinking is {how == 'on'})"
-        if how in ("hide", "show"):
-            self.show_thinking = how == "show"
-            return f"(reasoning {'shown' if self.show_thinking else 'hidden'})"
-        return "usage: /think on|off|hide|show"
+        if how in THINKING_VIEWS:
+            self.thinking_view = how
+            return f"(reasoning {THINKING_VIEWS[how]})"
+        return "usage: /think on|off|show|fold|hide"
 
     def reset(self) -> None:
         self.messages = [{"role": "system", "content": self.system}] if self.system else []

@@ -60,8 +60,26 @@ def test_chat_thinks_on_and_off_and_hides(tiny_agent):
     result = invoke("chat", tiny_agent, "--max-tokens", "4", input=script)
     assert result.exit_code == 0, result.output
     assert "enable_thinking is False" in result.output
-    assert "(reasoning hidden)" in result.output and "(reasoning shown)" in result.output
-    assert "usage: /think on|off|hide|show" in result.output
+    assert "(reasoning hidden)" in result.output and "(reasoning shown" in result.output
+    assert "usage: /think on|off|show|fold|hide" in result.output
+
+
+def test_chat_folds_reasoning_by_default_and_shows_or_hides_it(tiny_agent):
+    """Reasoning is one line by default ("thought for N tokens"), in full after /think show,
+    nothing after /think hide; the answer is shown each time."""
+    script = "hi\n/think show\n/reset\nhi\n/think hide\n/reset\nhi\n"
+    result = invoke("chat", tiny_agent, "--grammar", THINK, "--max-tokens", "60",
+                    input=script)
+    assert result.exit_code == 0, result.output
+    data = json.loads(invoke("run", "-m", tiny_agent, "--grammar", THINK, "--max-tokens",
+                             "60", "--json", "hi").stdout)
+    first, second, third = result.output.split("(reasoning")[0], \
+        result.output.split("(reasoning shown")[1].split("(reasoning hidden")[0], \
+        result.output.split("(reasoning hidden)")[1]
+    assert "(thought for" in first and data["reasoning"].strip() not in first
+    assert data["reasoning"].strip() in second and "(thought for" not in second
+    assert "(thought for" not in third and data["reasoning"].strip() not in third
+    assert all(data["text"].strip() in part for part in (first, second, third))
 
 
 def test_sampling_flags_are_llama_cpps(tiny_pair):
