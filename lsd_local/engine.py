@@ -203,6 +203,8 @@ class Engine:
                                  param="tools")
         compiled = (compile_tool_grammar(self.target, plan) if plan is not None
                     else self.compile_grammar(grammar, json_schema))
+        if compiled is not None and parser is not None and parser.in_reasoning:
+            compiled.begin_in_reasoning()  # (the prompt opened <think>: no call in there)
         if compiled is not None and settings.logprobs is not None:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
         parts = EngineParts(self.target, self.draft_model, self._drafter, self.state_cache,

@@ -151,6 +151,12 @@ class Grammar:
         finally:
             eager.close()
 
+    def begin_in_reasoning(self) -> None:
+        """The prompt opened a `<think>` block: a lazy grammar's trigger is not to start
+        before the block's end (the guard reads the generated text as inside it)."""
+        if self._guard is not None:
+            self._guard.inside_reasoning()
+
     def allows(self, token: int) -> bool:
         """Whether the grammar lets `token` come next (end-of-generation: only when complete;
         for a lazy grammar still waiting, not a token that would start it on text it rejects

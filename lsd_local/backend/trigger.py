@@ -33,11 +33,16 @@ class TriggerGuard:
         self._validate = validate
         self.buffer = b""
         self.waiting = True
+        self._opened = b""  # THINK_OPEN when the prompt opened the block (not generated text)
+
+    def inside_reasoning(self) -> None:
+        """The generation starts inside a `<think>` block its prompt opened."""
+        self._opened = THINK_OPEN
 
     def clone(self) -> TriggerGuard:
         twin = TriggerGuard((), (), self._piece, self._validate)
         twin._patterns, twin._tokens = self._patterns, self._tokens
-        twin.buffer, twin.waiting = self.buffer, self.waiting
+        twin.buffer, twin.waiting, twin._opened = self.buffer, self.waiting, self._opened
         return twin
 
     def _start(self, text: bytes) -> int | None:
@@ -63,7 +68,7 @@ class TriggerGuard:
         start = self._start(text)
         if start is None:
             return True
-        before = text[:start]
+        before = self._opened + text[:start]
         if before.rfind(THINK_OPEN) > before.rfind(THINK_CLOSE):
             return False
         return self._validate(text[start:].decode("utf-8", "replace"))

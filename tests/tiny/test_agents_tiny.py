@@ -313,3 +313,23 @@ def test_a_budget_lsd_cannot_close_is_dropped_not_an_error(tiny_agent):
         short = eng.generate(ASK, max_tokens=4, reasoning_budget=3,
                              logit_bias={close: -math.inf}).run()
         assert len(short.tokens) <= 4 and short.finish_reason == "length"
+
+
+def test_a_call_in_a_block_the_prompt_opened_does_not_start_the_grammar(bpe_like_agent):
+    """A template that opens <think> itself (DeepSeek-R1 distills): the generated text holds
+    no <think>, yet a call written before </think> is reasoning, not a call."""
+    from lsd_local.chat.tools import tool_plan
+    from lsd_local.grammars import compile_tool_grammar
+
+    eng = bpe_like_agent
+    vocab = eng.target.vocab
+    grammar = compile_tool_grammar(eng.target, tool_plan(eng.chat_template, TOOLS, "auto",
+                                                         False))
+    try:
+        grammar.begin_in_reasoning()
+        accept_text(grammar, vocab, 'I could call:\n```json\n{"name": "now')
+        assert not grammar.allows(token_of(vocab, b'"'))
+        accept_text(grammar, vocab, 'X</think>\n```json\n{"name": "now')
+        assert grammar.allows(token_of(vocab, b'"'))
+    finally:
+        grammar.close()
