@@ -243,8 +243,8 @@ class Generation:
         target.decode(np.array([history.data[history.n - 1], *tokens[:-1]], np.int32),
                       history.n - 1, 0)
         history.extend(tokens)
-        for token in tokens:
-            if settings.grammar is not None:  # (checked above)
+        if settings.grammar is not None:  # (checked above)
+            for token in tokens:
                 settings.grammar.accept(token, checked=True)
         if settings.forced is not None:
             settings.forced.advance(tokens)
@@ -308,4 +308,3 @@ class Generation:
                     self._settings.grammar.close()
             finally:
                 self._parts.release(self)
-

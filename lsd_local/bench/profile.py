@@ -16,6 +16,8 @@ import platform
 from collections import Counter
 from pathlib import Path
 
+from ..drafters.auto.estimators import perfect_draft_speedup
+
 PROFILE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32)
 # weight types with a batched kernel on x86 CPUs (llama.cpp's CPU_REPACK and llamafile sgemm)
 X86_BATCHED = frozenset({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "Q4_K"})
@@ -41,10 +43,8 @@ def tensor_types(path: Path) -> dict[str, dict[str, int]]:
 def perfect_speedups(target_s: dict[int, float], draft_token_s: float = 0.0
                      ) -> dict[int, float]:
     """K -> the speedup over plain decoding if every one of K drafted tokens is accepted,
-    drafting costing `draft_token_s` per forward (K + 1 with its catch-up pass, as auto
-    prices it): (K + 1) t(1) / (t(K + 1) + (K + 1) d)."""
-    one = target_s[1]
-    return {n - 1: n * one / (target_s[n] + n * draft_token_s)
+    drafting costing `draft_token_s` per forward (estimators.perfect_draft_speedup)."""
+    return {n - 1: perfect_draft_speedup(target_s[1], target_s[n], n - 1, draft_token_s)
             for n in sorted(target_s) if n > 1}
 
 

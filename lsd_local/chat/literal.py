@@ -79,8 +79,9 @@ class Shield:
         if not self._originals or self._prefix not in rendered:
             return ids + vocab.tokenize(rendered, add_special=False)
         controls = _controls_in(rendered, vocab)
-        pieces = _alternation(controls).split(rendered) if controls else [rendered]
-        found = _alternation(controls).findall(rendered) if controls else []
+        pattern = _alternation(controls) if controls else None
+        pieces = pattern.split(rendered) if pattern else [rendered]
+        found = pattern.findall(rendered) if pattern else []
         for i, piece in enumerate(pieces):
             if piece:
                 ids += vocab.tokenize(self.reveal(piece), add_special=False,

@@ -227,6 +227,13 @@ class CostCurve:
         return seconds[-1] + slope * (n - sizes[-1])
 
 
+def perfect_draft_speedup(t_one, t_block, k, draft_s=0.0):
+    """The speedup over plain decoding of a round whose k drafted tokens are all accepted:
+    (k + 1) t(1) / (t(k + 1) + (k + 1) d), a draft model forwarding k + 1 times (its
+    catch-up pass included), as auto prices it. Scalars or numpy arrays alike."""
+    return (k + 1) * t_one / (t_block + (k + 1) * draft_s)
+
+
 def measure_decode_times(model, context: np.ndarray, sizes: Sequence[int],
                          repeats: int = 5) -> CostCurve:
     """Median seconds for `model` (a backend Model) to score n tokens with n logit rows, as a

@@ -13,7 +13,13 @@ import numpy as np
 from ...config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter
 from ..lookup import LookupDrafter
-from .estimators import AcceptanceModel, CostModel, best_k, measure_decode_times
+from .estimators import (
+    AcceptanceModel,
+    CostModel,
+    best_k,
+    measure_decode_times,
+    perfect_draft_speedup,
+)
 from .lookup_acceptance import RunAcceptanceModel
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
@@ -230,8 +236,7 @@ class AutoDrafter(Drafter):
         if self.draft_token_s is None:
             return True
         ks = np.arange(1, MODEL_CAP + 1)
-        best = np.max((1 + ks) / (t[ks] + self.draft_token_s * (ks + 1)))
-        return bool(best * t[0] > 1.0)
+        return bool(np.max(perfect_draft_speedup(t[0], t[ks], ks, self.draft_token_s)) > 1.0)
 
     @property
     def needs_calibration(self) -> bool:
