@@ -14,7 +14,7 @@ one process after a warm-up generation. --profile MODE prints cProfile's top fun
 Two figures per mode. `outside llama_decode` on this CPU: every decode streams the model's
 weights through the CPU's caches, so the Python after it runs on cold caches (on this 2-core
 EPYC a round of a dozen numpy calls then costs ~100 us more than the same code warm). With
-`--stand-in`, every Model.decode returns fixed logits instead (the target's argmax is one
+`--stand-in`, every Slot.decode returns fixed logits instead (the target's argmax is one
 token, so every lookup draft is accepted): the loop alone on warm caches, what a host thread
 adds per round while the model runs on a GPU.
 """
@@ -76,7 +76,7 @@ def one_generation(engine, tokens: int) -> tuple[float, float, int, float]:
 
 
 class StandInDecode:
-    """Replaces Model.decode with fixed logits float32[64, V] (more rows than any round
+    """Replaces Slot.decode with fixed logits float32[64, V] (more rows than any round
     verifies) whose argmax is one token (the engine's own cache bookkeeping is kept;
     llama.cpp is not called)."""
 
@@ -87,9 +87,9 @@ class StandInDecode:
     def __enter__(self) -> StandInDecode:
         import numpy as np
 
-        from lsd_local.backend.model import Model
+        from lsd_local.backend.slot import Slot
 
-        self._original = Model.decode
+        self._original = Slot.decode
         token = self.token
 
         def decode(model, tokens, start_pos, n_logit_rows):
@@ -103,13 +103,13 @@ class StandInDecode:
             model.n_cached = start_pos + len(tokens)
             return rows[:n_logit_rows]
 
-        Model.decode = decode
+        Slot.decode = decode
         return self
 
     def __exit__(self, *exc) -> None:
-        from lsd_local.backend.model import Model
+        from lsd_local.backend.slot import Slot
 
-        Model.decode = self._original
+        Slot.decode = self._original
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from .errors import ParameterError, check
 # --- context and answer length -----------------------------------------------------------
 N_CTX = 4096  # context size when neither the user nor the registry gives one
 N_BATCH = 512  # tokens per llama_decode call (at least K + 1: a whole block in one pass)
+MAX_PARALLEL = 64  # sequences one context may serve side by side (llama.cpp's LLAMA_MAX_SEQ is 256)
 MAX_TOKENS = 256  # tokens per answer: the library and `lsd bench`
 CLI_MAX_TOKENS = 512  # tokens per answer: `lsd run` / `lsd chat`
 # `lsd serve` answers until EOS, a stop string or a full context unless told (llama-server's
@@ -41,6 +42,7 @@ STATE_CACHE_MIN_TOKENS = 16  # a shorter history is cheaper to evaluate again th
 # --- `lsd serve` (docs/server.md) ----------------------------------------------------------
 SERVE_HOST = "127.0.0.1"  # loopback: anything wider is the user's explicit choice
 SERVE_PORT = 8080  # llama-server's
+SERVE_PARALLEL = 4  # requests side by side (--parallel; llama-server's -np)
 SERVE_MAX_QUEUE = 16  # requests waiting for the engine; more get 503 + Retry-After
 SERVE_MAX_BODY = 8 << 20  # bytes of one request body; more get 413
 SERVE_SHUTDOWN_GRACE = 30.0  # seconds in-flight answers get to finish on SIGTERM / Ctrl-C
@@ -271,6 +273,7 @@ class LoadOptions(_Settings):
 
     n_ctx: int = N_CTX
     n_batch: int = N_BATCH
+    n_seq: int = 1  # sequences side by side in one context (each holds up to n_ctx)
     n_threads: int | None = None  # None: physical cores
     n_gpu_layers: int | str = "auto"  # "auto"/"all": every layer when a GPU may take them
     devices: str | None = None  # llama.cpp's --device: "CUDA0,CUDA1", "none"; None: all
@@ -285,6 +288,8 @@ class LoadOptions(_Settings):
     def validate(self) -> None:
         check(self.n_ctx >= 8, "n_ctx", f"{self.n_ctx} (must be at least 8)")
         check(self.n_batch >= 1, "n_batch", f"{self.n_batch} (must be at least 1)")
+        check(1 <= self.n_seq <= MAX_PARALLEL, "parallel",
+              f"{self.n_seq} (1 to {MAX_PARALLEL} sequences)")
         check(self.n_threads is None or self.n_threads >= 1, "n_threads", f"{self.n_threads}")
         check(self.split_mode in SPLIT_MODES, "split_mode",
               f"{self.split_mode!r} (choose one of {', '.join(SPLIT_MODES)})")
@@ -311,7 +316,8 @@ class EngineSettings:
     suffix_tokens: int = SUFFIX_TOKENS
 
 
-LOAD_KEYWORDS = {"device": "devices"}  # keyword conveniences spelled otherwise than fields
+# keyword conveniences spelled otherwise than fields
+LOAD_KEYWORDS = {"device": "devices", "parallel": "n_seq"}
 DRAFT_LOAD_KEYWORDS = {"draft_n_gpu_layers": "n_gpu_layers", "draft_device": "devices"}
 
 
@@ -356,6 +362,7 @@ def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = No
     draft_changes = {DRAFT_LOAD_KEYWORDS[k]: v for k, v in by_name["draft"][1].items()
                      if v not in (None, "")}  # unset: as the target
     dopts = (draft_load or opts).with_changes(**draft_changes)
+    dopts = dopts.with_changes(n_seq=opts.n_seq)  # (a draft sequence per target sequence)
     endpoints = tuple(e.strip() for e in (rpc.split(",") if isinstance(rpc, str) else rpc or ())
                       if e.strip())
     return EngineSettings(dcfg, rcfg, opts, dopts, endpoints,

@@ -3,6 +3,7 @@ time (generation.py owns each request from start to close)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Sequence
@@ -15,36 +16,27 @@ from .chat.output import OutputParser
 from .chat.templates import opens_thinking, prompt_and_tokens, prompt_text, prompt_tokens
 from .chat.tools import banned_opener, tool_plan
 from .config import (
-    FREQUENCY_PENALTY,
-    MAX_TOKENS,
-    MAX_TOP_LOGPROBS,
-    MIN_P,
-    PRESENCE_PENALTY,
-    REPEAT_LAST_N,
-    REPEAT_PENALTY,
     STATE_CACHE_MAX_BYTES,
-    TEMPERATURE,
-    TOP_K,
-    TOP_P,
     DrafterConfig,
     EngineSettings,
     PenaltySettings,
     RuleConfig,
     changed_settings,
     engine_settings,
-    sampler_settings,
 )
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
 from .drafters.forced import ForcedDraft
 from .drafters.pool import DrafterPool
 from .errors import EngineBusyError, ParameterError, check
-from .generation import EngineParts, Generation, OneAtATime
+from .generation import EngineParts, Generation
 from .grammars import compile_constraint, compile_tool_grammar
 from .limits import check_seed
 from .loop import LoopSettings
 from .models.loading import load_for_engine, load_notices
-from .statecache import StateCache
+from .request import Request, as_request
+from .sidebyside import SideBySide, SlotClaim
+from .statecache import StateCache, common_prefix
 from .text import TextAssembler
 from .verify.constrain import grammar_top
 from .verify.penalties import logit_bias_pairs
@@ -65,13 +57,20 @@ class Engine:
             self.placement["draft"] = draft.placement
         self.notices = load_notices(target, draft, cross_vocab)  # the CLI prints these
         self.learned = learned  # what auto learned, across processes (drafters/auto/learned)
-        self._pool = DrafterPool(draft, target if cross_vocab else None, learned, suffix,
-                                 target.vocab)
+        # one pool of drafters per sequence (a drafter holds one request's state); the
+        # suffix index and what auto learned are shared
+        self._pools = [DrafterPool(draft.slots[seq] if draft is not None else None,
+                                   target.slots[seq] if cross_vocab else None, learned,
+                                   suffix, target.vocab) for seq in range(target.n_seq)]
+        self._pool = self._pools[0]
         self.drafter_config = settings.drafter
         self.rule_config = settings.rule
         self._drafter = self._pool.get(settings.drafter, settings.rule.rule)
         self.state_cache: StateCache | None = None  # see keep_conversations
-        self._claim = OneAtATime()  # one generation at a time, across threads too
+        self._claim = SlotClaim(target.n_seq)  # a sequence per unfinished generation
+        # side by side (parallel > 1): the steps that advance every generation at once
+        self._runner = SideBySide(target) if target.n_seq > 1 else None
+        self._used_seqs: dict[int, None] = {}  # sequences by last use (save_learned)
         self._closed = False
 
     @classmethod
@@ -102,25 +101,31 @@ class Engine:
     def configure(self, drafter: DrafterConfig | str | None = None,
                   rule: RuleConfig | str | None = None, *, fresh_drafter: bool = False,
                   **changes) -> None:
-        """Use other drafter and rule settings from the next generation on (chat's /mode, a
-        server's per-request settings). Typed settings replace the current ones; a name
-        ("lookup", "fly") or keyword changes (k, p_min, theta, ...) apply to them, unnamed
-        settings keep their values, a new drafter given by name without k gets its own
-        default K, and window=None restores FLy's default window. Settings used before come
-        back with what their drafter learned, unless `fresh_drafter` (each benchmark run)."""
+        """Use other drafter and rule settings from the next generation on (chat's /mode).
+        Typed settings replace the current ones; a name ("lookup", "fly") or keyword changes
+        (k, p_min, theta, ...) apply to them, unnamed settings keep their values, a new
+        drafter given by name without k gets its own default K, and window=None restores
+        FLy's default window. Settings used before come back with what their drafter
+        learned, unless `fresh_drafter` (each benchmark run). One request's own settings:
+        Request.drafter and Request.rule."""
         self._check_open()
-        if self._claim.current() is not None:  # what a generation uses is fixed when made
+        if self._claim.current():  # what a generation uses is fixed when made
             raise EngineBusyError("finish or close the unfinished generation before "
                                   "configuring this Engine")
         dcfg, rcfg = changed_settings(self.drafter_config, self.rule_config, drafter, rule,
                                       **changes)
+        self._check_speculation(dcfg)
+        for pool in self._pools[1:]:  # (side by side: each sequence has its own)
+            pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
+        self._drafter = self._pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
+        self.drafter_config, self.rule_config = dcfg, rcfg
+
+    def _check_speculation(self, dcfg: DrafterConfig) -> None:
         if dcfg.uses_draft_model and self.draft_model is None:
             raise ParameterError(f"invalid drafter: {dcfg.drafter!r} needs a draft model, "
                                  "and this engine was loaded without one", param="drafter")
         check(dcfg.k_value + 1 <= self.target.n_batch, "k",
               f"{dcfg.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
-        self._drafter = self._pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
-        self.drafter_config, self.rule_config = dcfg, rcfg
 
     @property
     def drafter(self) -> Drafter | None:
@@ -143,94 +148,114 @@ class Engine:
         return prompt_text(self.chat_template, prompt, self.target.vocab, tools,
                            **template_kwargs)
 
-    def generate(self, prompt: str | Sequence[dict], *, max_tokens: int = MAX_TOKENS,
-                 temperature: float = TEMPERATURE, top_k: int = TOP_K, top_p: float = TOP_P,
-                 min_p: float = MIN_P, seed: int | None = None, stop: Sequence[str] = (),
-                 grammar: str | os.PathLike | None = None,
-                 json_schema: dict | str | os.PathLike | None = None,
-                 repeat_penalty: float = REPEAT_PENALTY, repeat_last_n: int = REPEAT_LAST_N,
-                 presence_penalty: float = PRESENCE_PENALTY,
-                 frequency_penalty: float = FREQUENCY_PENALTY, logit_bias=None,
-                 logprobs: int | None = None, tools: Sequence[dict] | None = None,
-                 tool_choice: str | dict | None = None, parallel_tool_calls: bool = True,
-                 reasoning: bool = True, chat_template_kwargs: dict | None = None,
-                 reasoning_budget: int | None = None) -> Generation:
-        """Start a generation; iterate it for RoundEvents. `prompt`: raw text, or chat
-        messages (OpenAI's shape, tool turns included) rendered with the GGUF's template. One
-        generation at a time: EngineBusyError while another of this engine is unfinished.
-        grammar / json_schema: every committed token is allowed by it, under every rule.
-        The penalties and logit_bias (llama.cpp's) act on every verified row with the counts
-        that row would see. logprobs: n >= 0 alternatives per token (RoundEvent.logprobs).
-        tools, tool_choice, parallel_tool_calls: calls read out of the answer
-        (Generation.tool_calls), valid by construction. reasoning: split `<think>` blocks
-        out. chat_template_kwargs: what else the template reads. reasoning_budget: at most
-        this many tokens inside a `<think>` block, then lsd closes it (None or -1: no limit).
-        docs/library.md has it all."""
-        check(max_tokens >= 0, "max_tokens", f"{max_tokens} (must be >= 0)")
-        check(reasoning_budget is None or reasoning_budget >= -1, "reasoning_budget",
-              f"{reasoning_budget} (tokens >= 0, or -1: no limit)")
-        check(logprobs is None or 0 <= logprobs <= MAX_TOP_LOGPROBS, "top_logprobs",
-              f"{logprobs} (0 to {MAX_TOP_LOGPROBS})")
-        sampler = sampler_settings(temperature, top_k, top_p, min_p)
-        verifier = Verifier(self.rule_config, sampler)
-        plan = None if tools is None else tool_plan(self.chat_template, tools, tool_choice,
-                                                    parallel_tool_calls)
+    @property
+    def parallel(self) -> int:
+        """How many generations may run side by side (the context's sequences)."""
+        return self.target.n_seq
+
+    def generate(self, prompt: str | Sequence[dict] | Request, **options) -> Generation:
+        """Start a generation; iterate it for RoundEvents. `prompt`: a Request, or raw text
+        or chat messages with Request's fields as keywords (max_tokens, temperature, stop,
+        grammar, json_schema, tools, logprobs, reasoning_budget, drafter, rule, ...: see
+        Request). An engine loaded with parallel=n runs up to n generations side by side
+        (each iterated from any thread); one more is EngineBusyError, as is a second one on
+        an engine of one sequence. docs/library.md has it all."""
+        request = as_request(prompt, options)
+        request.check()
+        with self._runner.lock if self._runner is not None else contextlib.nullcontext():
+            return self._start(request)
+
+    def step(self) -> None:
+        """Side by side: one round of every active generation; each one's events wait for
+        `Generation.take_events` (what `lsd serve`'s engine loop calls; iterating a
+        generation steps too). Alone (parallel=1): nothing (iterating runs the rounds)."""
+        if self._runner is not None:
+            self._runner.step()
+
+    def _start(self, request: Request) -> Generation:
         self._check_open()
+        dcfg, rcfg = request.drafter or self.drafter_config, request.rule or self.rule_config
+        if request.drafter is not None:
+            self._check_speculation(dcfg)
+        sampler = request.sampler()
+        plan = None if request.tools is None else tool_plan(
+            self.chat_template, request.tools, request.tool_choice,
+            request.parallel_tool_calls)
         vocab = self.target.vocab
         text, prompt_ids = prompt_and_tokens(self.chat_template, vocab, self.target.n_ctx,
-                                             prompt, plan, chat_template_kwargs)
-        penalties = PenaltySettings(repeat_penalty, repeat_last_n, presence_penalty,
-                                    frequency_penalty,
-                                    logit_bias_pairs(logit_bias, vocab, banned_opener(plan, vocab)))
-        settings = LoopSettings(max_tokens, self.drafter_config.k_value, sampler,
-                                np.random.default_rng(check_seed(seed)), None,
-                                grammar_top(self.rule_config, sampler, self.target.n_vocab),
-                                penalties if penalties.active else None, logprobs)
+                                             request.prompt, plan,
+                                             request.chat_template_kwargs)
+        penalties = PenaltySettings(
+            request.repeat_penalty, request.repeat_last_n, request.presence_penalty,
+            request.frequency_penalty,
+            logit_bias_pairs(request.logit_bias, vocab, banned_opener(plan, vocab)))
+        settings = LoopSettings(request.max_tokens, dcfg.k_value, sampler,
+                                np.random.default_rng(check_seed(request.seed)), None,
+                                grammar_top(rcfg, sampler, self.target.n_vocab),
+                                penalties if penalties.active else None, request.logprobs)
         parser = None if text is None else OutputParser(
             plan.fmt if plan is not None and plan.mode != "none" else None,
-            opens_thinking(text), reasoning, plan.json_names if plan is not None else ())
-        return self._claim.take(lambda: self._generation(  # a busy engine makes nothing
-            prompt, prompt_ids, settings, verifier, stop, (grammar, json_schema, plan), parser,
-            None if reasoning_budget == -1 else reasoning_budget))
+            opens_thinking(text), request.reasoning,
+            plan.json_names if plan is not None else ())
+        return self._claim.take(
+            lambda seq: self._generation(seq, request, prompt_ids, settings, plan, parser,
+                                         (dcfg, rcfg)),
+            lambda seq: self._fit(seq, prompt_ids))
 
-    def _generation(self, prompt, prompt_ids: list[int], settings: LoopSettings, verifier,
-                    stop, constraint: tuple, parser, reasoning_budget: int | None
-                    ) -> Generation:
-        grammar, json_schema, plan = constraint
-        self._calibrate(prompt_ids)
-        if plan is not None and plan.mode != "none" and (grammar or json_schema):
+    def _fit(self, seq: int, prompt_ids: list[int]) -> int:
+        """How well a free sequence suits a prompt: the cached tokens it reuses minus those
+        it throws away (a conversation comes back to its own sequence, a new one goes to an
+        empty sequence rather than over another conversation's cache)."""
+        cached = self.target.slots[seq].cached_tokens
+        shared = common_prefix(cached, np.asarray(prompt_ids[:-1], np.int32))
+        return shared - (len(cached) - shared)
+
+    def _generation(self, seq: int, request: Request, prompt_ids: list[int],
+                    settings: LoopSettings, plan, parser, speculation: tuple) -> Generation:
+        dcfg, rcfg = speculation
+        drafter = self._pools[seq].get(dcfg, rcfg.rule)
+        self._used_seqs.pop(seq, None)
+        self._used_seqs[seq] = None
+        target = self.target.slots[seq]
+        draft = self.draft_model.slots[seq] if self.draft_model is not None else None
+        self._calibrate(drafter, target, draft, prompt_ids)
+        if plan is not None and plan.mode != "none" and (request.grammar or request.json_schema):
             raise ParameterError("invalid grammar: give tools or a grammar, not both",
                                  param="tools")
         compiled = (compile_tool_grammar(self.target, plan) if plan is not None
-                    else self.compile_grammar(grammar, json_schema))
+                    else self.compile_grammar(request.grammar, request.json_schema))
         if compiled is not None and parser is not None and parser.in_reasoning:
             compiled.begin_in_reasoning()  # (the prompt opened <think>: no call in there)
         if compiled is not None and settings.logprobs is not None:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
-        parts = EngineParts(self.target, self.draft_model, self._drafter, self.state_cache,
-                            self._check_open, self._claim.give_back)
+        parts = EngineParts(target, draft, drafter, self.state_cache, self._check_open,
+                            self._claim.give_back)
         forced = None
-        if compiled is not None and self.drafter_config.forced:
+        if compiled is not None and dcfg.forced:
             forced = ForcedDraft(compiled.text, compiled.triggers, self.target.vocab)
         settings = replace(settings, grammar=compiled, forced=forced)
-        return Generation(parts, prompt_ids, settings, verifier,
-                          TextAssembler(self.target.vocab.token_bytes, stop),
-                          request_family(prompt), parser, reasoning_budget)
+        gen = Generation(parts, prompt_ids, settings, Verifier(rcfg, settings.sampler),
+                         TextAssembler(self.target.vocab.token_bytes, request.stop),
+                         request_family(request.prompt), parser, request.budget,
+                         self._runner)
+        if self._runner is not None:
+            self._runner.join(gen)
+        return gen
 
-    def _calibrate(self, prompt_ids: list[int]) -> None:
+    def _calibrate(self, drafter, target, draft, prompt_ids: list[int]) -> None:
         """Before auto first tries the draft model (nothing learned yet), measure what it and
         the target cost here: a draft model that cannot pay is then never tried (once per
-        process and model pair, then kept with what auto learned)."""
-        if self.draft_model is None or not getattr(self._drafter, "needs_calibration", False) \
-                or self.target.n_cached:  # (never at the cost of a conversation's cache)
+        process and model pair, then kept with what auto learned). `target`, `draft`: the
+        generation's sequences."""
+        if draft is None or not getattr(drafter, "needs_calibration", False) \
+                or target.n_cached:  # (never at the cost of a conversation's cache)
             return
-        vocab = self.draft_model.vocab  # (its own token ids: it may have another vocabulary)
+        vocab = draft.vocab  # (its own token ids: it may have another vocabulary)
         filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
-        n = min(len(prompt_ids), 64, self.target.n_ctx - 16, self.draft_model.n_ctx - 2)
+        n = min(len(prompt_ids), 64, target.n_ctx - 16, draft.n_ctx - 2)
         if n >= 1:  # (a context too small to measure in: auto tries the model to learn)
-            self._drafter.calibrate(self.target, self.draft_model,
-                                    np.asarray(prompt_ids[:n], np.int32),
-                                    np.full(n, filler, np.int32))
+            drafter.calibrate(target, draft, np.asarray(prompt_ids[:n], np.int32),
+                              np.full(n, filler, np.int32))
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:
@@ -249,10 +274,11 @@ class Engine:
         """Forget every cached token (the next prompt is evaluated from scratch); the drafters
         forget what they built from them (not what they learned about costs)."""
         self._check_open()
-        self.target.truncate(0)
-        self._pool.reset()
-        if self.draft_model is not None:
-            self.draft_model.truncate(0)
+        for model in (self.target, self.draft_model):
+            for slot in model.slots if model is not None else ():
+                slot.truncate(0)
+        for pool in self._pools:
+            pool.reset()
 
     @property
     def suffix_index(self):
@@ -263,13 +289,17 @@ class Engine:
 
     @suffix_index.setter
     def suffix_index(self, index) -> None:
-        self._pool.use_suffix_index(index)
+        for pool in self._pools:
+            pool.use_suffix_index(index)
 
     def save_learned(self) -> None:
         """Save what the auto drafters learned and the suffix index (with remember=True; a
         cache dir that cannot be written is a warning, never an error)."""
         try:
-            self._pool.save(self.rule_config.rule)
+            # each sequence's drafters learned apart: the sequences in the order they were
+            # last used, so that the latest learning is what stays
+            for seq in self._used_seqs or {0: None}:
+                self._pools[seq].save(self.rule_config.rule)
             index = self._pool.index
             if index is not None and index.path is not None and index.changed:
                 index.save(index.path)
@@ -285,8 +315,7 @@ class Engine:
         this engine (iterating it then raises), then free both models."""
         try:
             if not self._closed:
-                active = self._claim.current()
-                if active is not None:
+                for active in self._claim.current():
                     active.close()  # (its drafter's end() first, so that it is saved)
                 self._closed = True
                 self.save_learned()

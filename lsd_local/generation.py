@@ -1,20 +1,21 @@
 """One request, one object. `Engine.generate` hands out a Generation that owns everything its
-request holds, from the moment it is made until it is closed: the engine (one generation at
-a time), the grammar state, the drafter's begin and end, the statistics and the finish
-reason. Its life is `_run`: begin, prefill, rounds (loop.step), end.
+request holds, from the moment it is made until it is closed: its sequence of the engine's
+context, the grammar state, the drafter's begin and end, the statistics and the finish
+reason. Alone, its life is `_run`: begin, prefill, rounds (loop.plan_round, the decode,
+loop.finish_round), end. Side by side (sidebyside.py), the same pieces run from
+SideBySide.step, which scores the blocks of every active generation in one decode.
 
 However a generation ends (its last round, `close()`, leaving a `for` loop early, an
-exception, Ctrl-C, or being garbage-collected without ever being iterated), the engine is
+exception, Ctrl-C, or being garbage-collected without ever being iterated), its sequence is
 free again and the grammar is freed. Nothing restores the KV caches: both models record which
-tokens they hold (backend.Model.cached_tokens) and the next prefill keeps the longest common
+tokens they hold (backend.Slot.cached_tokens) and the next prefill keeps the longest common
 prefix, so a request cut mid-round leaves nothing to repair.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-import weakref
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from time import perf_counter
@@ -22,47 +23,12 @@ from time import perf_counter
 import numpy as np
 
 from .chat.output import REASONING_CLOSE, OutputParser, Parts, ToolCall
-from .errors import EngineBusyError
 from .kernels.warmup import process_warmup
-from .loop import LoopSettings, TokenBuffer, draft_limit, step
+from .loop import LoopSettings, PendingRound, TokenBuffer, draft_limit, finish_round, plan_round
 from .stats import GenerationStats, Origin, RoundEvent
 from .text import TextAssembler
 from .verify.constrain import allowed_prefix
 from .verify.verifier import Verifier
-
-
-class OneAtATime:
-    """An engine's claim: at most one unfinished generation, across threads. The engine
-    holds its generation weakly, so that one dropped without being iterated is collected
-    (and closed) as any object is."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._active: weakref.ref[Generation] | None = None
-
-    def current(self) -> Generation | None:
-        """The unfinished generation, if any."""
-        active = self._active() if self._active is not None else None
-        return active if active is not None and not active.finished else None
-
-    def take(self, make: Callable[[], Generation]) -> Generation:
-        """make() the next generation, unless another is unfinished (EngineBusyError): under
-        the lock, so that two threads starting at once get one generation."""
-        with self._lock:
-            if self.current() is not None:
-                raise EngineBusyError(
-                    "this Engine is already generating: finish or close the first generation "
-                    "(gen.close(), or `with engine.generate(...) as gen:`) before starting "
-                    "another")
-            gen = make()
-            self._active = weakref.ref(gen)
-            return gen
-
-    def give_back(self, gen: Generation) -> None:
-        """The generation ended: the engine may start another."""
-        with self._lock:
-            if self._active is not None and self._active() in (gen, None):
-                self._active = None
 
 
 @dataclass(frozen=True)
@@ -85,8 +51,8 @@ class Generation:
 
     def __init__(self, parts: EngineParts, prompt: list[int], settings: LoopSettings,
                  verifier: Verifier, text: TextAssembler, family: str | None = None,
-                 parser: OutputParser | None = None, reasoning_budget: int | None = None
-                 ) -> None:
+                 parser: OutputParser | None = None, reasoning_budget: int | None = None,
+                 runner=None) -> None:
         self._parts = parts
         self._prompt = np.asarray(prompt, np.int32)
         self._settings = settings
@@ -102,6 +68,12 @@ class Generation:
         self._life: Iterator[RoundEvent] | None = None  # made on first iteration
         self._last_round = False  # no round follows (a finish reason, or nothing to do)
         self._closed = False  # the grammar is freed and the engine given back
+        self._runner = runner  # sidebyside.SideBySide: scored with others (None: alone)
+        self.outbox: deque = deque()  # side by side: events (or an exception) not yet read
+        self.prefill_at = 0  # prompt tokens in the cache (see _start_prefill)
+        self._prefill_started = 0.0
+        self.opened = False  # its request began (_open): it must end (_close_life)
+        self._drafter_began = False  # its drafter heard begin(): it must hear end()
         self.stats = GenerationStats(prompt_tokens=len(prompt))
 
     def __iter__(self) -> Iterator[RoundEvent]:
@@ -112,13 +84,23 @@ class Generation:
             if self._closed:  # closed before its first round: nothing more, unless the
                 self._parts.check_open()  # engine is gone (then say so)
                 return
-            self._life = self._run()
+            self._life = self._run() if self._runner is None else self._runner.events(self)
         yield from self._life
 
     @property
     def finished(self) -> bool:
         """The request has ended (its last round, closed, or left) and freed the engine."""
         return self._closed
+
+    def take_events(self) -> list[RoundEvent]:
+        """Side by side: the rounds that `Engine.step` made since the last call (raises what
+        ended the generation, if something did)."""
+        items = list(self.outbox)
+        self.outbox.clear()
+        for item in items:
+            if isinstance(item, BaseException):
+                raise item
+        return items
 
     def run(self) -> Generation:
         """Consume every round; returns self for chaining."""
@@ -130,6 +112,8 @@ class Generation:
         """End the request now, for good: the engine is free again."""
         if self._life is not None:
             self._life.close()  # its `finally` ends the request
+        if self._runner is not None:
+            self._runner.leave(self)  # (under its lock: a step may be using this request)
         self._end()
 
     def __enter__(self) -> Generation:
@@ -170,54 +154,99 @@ class Generation:
     # --- the request's life --------------------------------------------------------------
 
     def _run(self) -> Iterator[RoundEvent]:
+        """The request alone: each round drafted, scored by its own decode, verified."""
+        self._open()
+        try:
+            self._begin()
+            target = self._parts.target
+            while not self._last_round:
+                planned = self._plan()
+                if isinstance(planned, PendingRound):
+                    grew = len(planned.block) > target.most_logit_rows
+                    logits = target.decode(planned.block, planned.start, len(planned.block))
+                    yield self._finish_round(planned, logits, grew)
+                elif planned is not None:
+                    yield planned
+        finally:
+            self._close_life()
+
+    def _open(self) -> None:
         # a generation made before its engine was closed and iterated after it is refused
         # before its request starts: the finally must not end a request that never began
         self._parts.check_open()
         process_warmup().request_started()
+        self.opened = True
+
+    def _close_life(self) -> None:
+        self.stats.regret_spent = self._verifier.regret_spent
         try:
-            self._begin()
-            target, settings = self._parts.target, self._settings
-            while not self._last_round:
-                k = draft_limit(settings, self.stats.generated_tokens, self._history.n,
-                                target.n_ctx)
-                left = self._reasoning_left()
-                if left is not None and left <= 0:
-                    closed = self._close_reasoning()
-                    if closed is not None:
-                        yield self._round(closed, forced=True)
-                    continue
-                if left is not None:  # a round commits k + 1 at most: none past the budget
-                    k = min(k, left - 1)
-                yield self._round(step(target, self._parts.drafter, self._verifier,
-                                       self._history, settings, k))
+            self._end()
         finally:
-            self.stats.regret_spent = self._verifier.regret_spent
-            try:
-                self._end()
-            finally:
+            if self.opened:
+                self.opened = False
                 process_warmup().request_ended()  # whatever failed: the warm-up may go on
+
+    def _plan(self) -> PendingRound | RoundEvent | None:
+        """The next round's first half (a block to score), or an event lsd wrote without the
+        model (the reasoning budget's close), or None (nothing this time: plan again)."""
+        settings = self._settings
+        k = draft_limit(settings, self.stats.generated_tokens, self._history.n,
+                        self._parts.target.n_ctx)
+        left = self._reasoning_left()
+        if left is not None and left <= 0:
+            closed = self._close_reasoning()
+            return None if closed is None else self._round(closed, forced=True)
+        if left is not None:  # a round commits k + 1 at most: none past the budget
+            k = min(k, left - 1)
+        return plan_round(self._parts.drafter, self._history, settings, k)
+
+    def _finish_round(self, pending: PendingRound, logits: np.ndarray, grew: bool,
+                      share: float = 1.0) -> RoundEvent:
+        """The round's second half, from its block's logits (float32[K+1, V])."""
+        return self._round(finish_round(self._parts.target, self._parts.drafter,
+                                        self._verifier, self._history, self._settings,
+                                        pending, logits, grew, decode_share=share))
 
     def _begin(self) -> None:
         """The drafter's begin and the prefill; a request for no tokens ends there."""
-        drafter = self._parts.drafter
+        self._start_prefill()
+        at = self.prefill_at
+        self._parts.target.decode(self._prompt[at:-1], at, 0)
+        self._prefilled(len(self._prompt) - 1 - at)
+
+    def _start_prefill(self) -> None:
+        """The drafter's begin, and the cache made ready for the prompt: another
+        conversation's saved cache when it serves better, then the longest cached prefix
+        kept (`prefill_at`: where evaluation starts)."""
+        drafter, prompt, parts = self._parts.drafter, self._prompt, self._parts
         if drafter is not None:
             drafter.begin(self._family)
-        start = perf_counter()
-        self.stats.cached_prompt_tokens = self._prefill()
-        self.stats.prefill_seconds = perf_counter() - start
+            self._drafter_began = True
+        self._prefill_started = perf_counter()
+        if parts.state_cache is not None:  # another conversation's cache may serve it better
+            parts.state_cache.switch_to(parts.target, parts.draft_model, prompt)
+        self.prefill_at = parts.target.reuse_prefix(prompt, len(prompt) - 1)
+        self.stats.cached_prompt_tokens = self.prefill_at
+
+    @property
+    def prefill_left(self) -> int:
+        """Prompt tokens still to evaluate (all but the last, which the first round takes)."""
+        return len(self._prompt) - 1 - self.prefill_at
+
+    def prompt_chunk(self, n: int) -> np.ndarray:
+        """The next `n` prompt tokens to evaluate (int32[n])."""
+        return self._prompt[self.prefill_at:self.prefill_at + n]
+
+    def _prefilled(self, n: int) -> None:
+        """`n` more prompt tokens are in the cache; at the end of the prompt the prefill is
+        done (and a request for no tokens is)."""
+        self.prefill_at += n
+        if self.prefill_left:
+            return
+        self.stats.prefill_seconds = perf_counter() - self._prefill_started
         if self._settings.max_tokens == 0:
             self.stats.finish_reason = "length"
             self._last_round = True
-
-    def _prefill(self) -> int:
-        """Evaluate all but the last prompt token, reusing the cached common prefix; return
-        how many prompt tokens the cache already held."""
-        prompt, parts = self._prompt, self._parts
-        if parts.state_cache is not None:  # another conversation's cache may serve it better
-            parts.state_cache.switch_to(parts.target, parts.draft_model, prompt)
-        keep = parts.target.reuse_prefix(prompt, len(prompt) - 1)
-        parts.target.decode(prompt[keep:-1], keep, 0)
-        return keep
 
     def _reasoning_left(self) -> int | None:
         """Tokens the reasoning budget still allows, while inside a reasoning block (None:
@@ -300,7 +329,7 @@ class Generation:
             return
         self._closed = True
         try:
-            if self._life is not None and self._parts.drafter is not None:
+            if self._drafter_began:
                 self._parts.drafter.end(self._history.view(), len(self._prompt))
         finally:
             try:

@@ -62,27 +62,62 @@ class LoopSettings:
     forced: object | None = None  # drafters.forced.ForcedDraft: what the grammar forces
 
 
+@dataclass(frozen=True)
+class PendingRound:
+    """A round drafted and ready to be scored: `block` (int32[K+1]: the pending token, then
+    the draft) goes at position `start` of the target's cache."""
+
+    block: np.ndarray  # int32[K+1]
+    start: int
+    draft: Draft
+    n_forced: int  # draft tokens the grammar forced before the drafter's
+    n_forced_after: int  # and after them
+    t0: float  # when drafting began
+    t1: float  # when it ended
+
+
 def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
          req: LoopSettings, k: int, clock: Callable[[], float] = perf_counter) -> RoundEvent:
     """One round with at most k draft tokens. `target` is a backend Model (or anything with
     its decode/truncate/n_cached/most_logit_rows/vocab.is_eog) whose cache holds
     history[:-1]; so does it afterwards. The event's text is left empty."""
+    pending = plan_round(drafter, history, req, k, clock)
+    grew_logits = len(pending.block) > target.most_logit_rows  # a one-time buffer growth
+    logits = target.decode(pending.block, pending.start, len(pending.block))
+    return finish_round(target, drafter, verifier, history, req, pending, logits, grew_logits,
+                        clock)
+
+
+def plan_round(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings, k: int,
+               clock: Callable[[], float] = perf_counter) -> PendingRound:
+    """The first half of a round: draft, and the block to score (side by side, the blocks
+    of several requests are scored in one decode: sidebyside.py)."""
     t0 = clock()
     draft, n_forced, n_forced_after = _propose(drafter, history, req, k)
-    t1 = clock()
     n = history.n
     block = np.empty(len(draft) + 1, np.int32)
     block[0] = history.data[n - 1]
     block[1:] = draft.tokens
-    grew_logits = len(block) > target.most_logit_rows  # the target's one-time buffer growth
-    logits = target.decode(block, n - 1, len(block))
+    return PendingRound(block, n - 1, draft, n_forced, n_forced_after, t0, clock())
+
+
+def finish_round(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
+                 req: LoopSettings, pending: PendingRound, logits: np.ndarray,
+                 grew_logits: bool, clock: Callable[[], float] = perf_counter,
+                 decode_share: float = 1.0) -> RoundEvent:
+    """The second half: verify the scored block (logits float32[K+1, V]), commit, truncate.
+    `decode_share`: the part of the decode's time that was this block's (side by side, a
+    decode scores several; the drafter learns what its own tokens cost)."""
+    draft, t1 = pending.draft, pending.t1
+    decoded = clock() if decode_share != 1.0 else t1  # (alone: the whole decode is its own)
     if req.penalties is not None:  # each row with the counts it would see: history + draft
-        penalize_block(logits, history.view(), block[1:], req.penalties)
+        penalize_block(logits, history.view(), pending.block[1:], req.penalties)
     verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
     t2 = clock()
     if drafter is not None:
-        drafter.accept(len(draft), verdict.n_accept, t2 - t1, grew_logits, n_forced=n_forced,
-                       n_forced_after=n_forced_after)
+        seconds = (decoded - t1) * decode_share + t2 - decoded
+        drafter.accept(len(draft), verdict.n_accept, seconds, grew_logits,
+                       n_forced=pending.n_forced, n_forced_after=pending.n_forced_after)
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     logprobs = None if req.logprobs is None else \
         token_logprobs(logits[:len(tokens)], tokens, req.logprobs)  # the rows that chose them
@@ -96,10 +131,10 @@ def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuff
         (drafter.name if drafter is not None else "forced")
     n_accepted = len(tokens) - 1 if origins[-1] is Origin.TARGET else len(tokens)
     return RoundEvent(tuple(tokens), tuple(origins), "", (), len(draft), n_accepted,
-                      sum(o is Origin.DRAFT_LOOSE for o in origins), t1 - t0, t2 - t1,
-                      clock() - t2, draft_source=source, constrain_seconds=constrain_s,
-                      eog=eog, logprobs=logprobs, n_forced=n_forced,
-                      n_forced_after=n_forced_after)
+                      sum(o is Origin.DRAFT_LOOSE for o in origins), pending.t1 - pending.t0,
+                      t2 - t1, clock() - t2, draft_source=source,
+                      constrain_seconds=constrain_s, eog=eog, logprobs=logprobs,
+                      n_forced=pending.n_forced, n_forced_after=pending.n_forced_after)
 
 
 def _propose(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,

@@ -1,6 +1,8 @@
 """Models: load a GGUF file, tokenize, decode with explicit positions, truncate the cache.
 
-A `Model` owns one llama_model, one llama_context (sequence 0) and one reusable llama_batch.
+A `Model` owns one llama_model, one llama_context with `LoadOptions.n_seq` sequences (one
+`Slot` each: backend/slot.py) and one reusable llama_batch. The model's own decode, truncate
+and state methods act on sequence 0, so a model loaded with one sequence is used as before.
 Positions are explicit: `decode(tokens, start_pos, n_logit_rows)` appends tokens at
 `start_pos..` (which must equal the number of cached positions) and `truncate(n)` removes every
 cached position >= n. Logits are requested only for the trailing `n_logit_rows` tokens and
@@ -24,15 +26,14 @@ import numpy as np
 
 from ..config import LoadOptions
 from ..errors import (
-    ContextOverflowError,
-    IncompatibleModelsError,
     ModelLoadError,
     check,
 )
 from .cpu_probe import RepackDecision, repack_decision
 from .devices import device_array, list_devices, offload_layers, select_devices
 from .gguf_check import check_gguf
-from .logits import LogitsView, check_finite
+from .logits import LogitsView
+from .slot import SeqState, Slot, TokenBatch
 from .vocab import Vocab
 
 SPLIT_MODE_IDS = {"none": 0, "layer": 1, "row": 2}  # llama_split_mode
@@ -86,18 +87,6 @@ def recurrent_message(model: Model) -> str:
             "tokens")
 
 
-@dataclass(frozen=True)
-class SeqState:
-    """A saved cache: the tokens it held (int32[n]) and llama.cpp's bytes (uint8[size])."""
-
-    tokens: np.ndarray
-    data: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes + self.tokens.nbytes)
-
-
 def _check_gguf_file(path: Path) -> None:
     if not path.exists():
         raise ModelLoadError(f"model file not found: {path}")
@@ -119,33 +108,26 @@ class Model:
         self.path = path
         self.options = opts
         self._model = model_p
-        self._ctx = ctx_p
+        self.ctx = ctx_p
         self.vocab = Vocab(ll.llama_model_get_vocab(model_p))  # lives as long as model_p
-        self._memory = ll.llama_get_memory(ctx_p)
+        self.memory = ll.llama_get_memory(ctx_p)
         self.n_vocab: int = self.vocab.n_tokens
-        self.n_ctx: int = ll.llama_n_ctx(ctx_p)
+        self.n_seq: int = max(opts.n_seq, 1)  # sequences: slots (backend/slot.py)
+        self.n_ctx: int = ll.llama_n_ctx(ctx_p) // self.n_seq  # the most one sequence holds
         self.n_batch: int = ll.llama_n_batch(ctx_p)
         self.placement = "CPU"  # where its layers went (Model.load says)
         self.repack = RepackDecision(True)  # llama.cpp's extra buffer types (Model.load says)
-        self.n_cached = 0  # positions 0..n_cached-1 are in the KV cache
         # the most logit rows one decode has asked for: llama.cpp's logits buffer has grown
         # to hold them (a decode asking more grows it again, a one-time cost)
         self.most_logit_rows = 0
         # called after each llama_decode (every prefill chunk, every round): a watchdog in
         # another process learns that the model is not stuck inside C (lsd serve)
         self.on_decoded: Callable[[], None] | None = None
-        self._cached_tokens = np.zeros(self.n_ctx, np.int32)  # the token at each position
         self.supports_truncate = not (ll.llama_model_is_recurrent(model_p)
                                       or ll.llama_model_is_hybrid(model_p))
-        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
-        self._batch_tokens = np.ctypeslib.as_array(self._batch.token, shape=(self.n_batch,))
-        self._batch_pos = np.ctypeslib.as_array(self._batch.pos, shape=(self.n_batch,))
-        self._batch_out = np.ctypeslib.as_array(self._batch.logits, shape=(self.n_batch,))
-        np.ctypeslib.as_array(self._batch.n_seq_id, shape=(self.n_batch,))[:] = 1
-        for i in range(self.n_batch):
-            self._batch.seq_id[i][0] = 0
-        self._positions = np.arange(self.n_batch, dtype=np.int32)
-        self._logits = LogitsView(ctx_p, self.n_batch, self.n_vocab)
+        self.batch = TokenBatch(self.n_batch, self.n_seq)
+        self.logits = LogitsView(ctx_p, self.n_batch, self.n_vocab)
+        self.slots = tuple(Slot(self, seq) for seq in range(self.n_seq))
 
     @classmethod
     def load(cls, path: str | os.PathLike, opts: LoadOptions | None = None) -> Model:
@@ -180,119 +162,50 @@ class Model:
     def n_params(self) -> int:
         return int(ll.llama_model_n_params(self._model))
 
-    # --- evaluation --------------------------------------------------------------------------
+    # --- evaluation (sequence 0; a slot per sequence: backend/slot.py) ---------------------
 
     def decode(self, tokens: Sequence[int] | np.ndarray, start_pos: int,
                n_logit_rows: int) -> np.ndarray:
-        """Evaluate `tokens` at positions start_pos.. and return logits of the last rows.
+        """Evaluate `tokens` at positions start_pos.. of sequence 0 and return logits of the
+        last rows: Slot.decode."""
+        return self.slots[0].decode(tokens, start_pos, n_logit_rows)
 
-        Returns a zero-copy view float32[n_logit_rows, n_vocab] into llama.cpp's output buffer;
-        row i predicts the token after tokens[len(tokens) - n_logit_rows + i]. The view is
-        overwritten by the next decode. Inputs longer than n_batch are split into chunks.
-        """
-        n = len(tokens)
-        if start_pos != self.n_cached:
-            raise RuntimeError(f"decode at position {start_pos} but {self.n_cached} are cached")
-        if start_pos + n > self.n_ctx:
-            raise ContextOverflowError(
-                f"{start_pos + n} tokens do not fit the context of {self.n_ctx}")
-        if n_logit_rows > min(self.n_batch, n):
-            raise ValueError(f"{n_logit_rows} logit rows for {n} tokens (n_batch "
-                             f"{self.n_batch})")
-        if n == 0:
-            return np.empty((0, self.n_vocab), dtype=np.float32)
-        tokens = np.asarray(tokens, dtype=np.int32)
-        # The last chunk holds every requested row (n_logit_rows <= n_batch); earlier chunks
-        # fill the cache without outputs.
-        last_start = max(0, n - self.n_batch)
-        for lo in range(0, last_start, self.n_batch):
-            hi = min(lo + self.n_batch, last_start)
-            self._decode_chunk(tokens[lo:hi], start_pos + lo, 0)
-        self._decode_chunk(tokens[last_start:], start_pos + last_start, n_logit_rows)
-        self.most_logit_rows = max(self.most_logit_rows, n_logit_rows)
-        if n_logit_rows == 0:
-            return np.empty((0, self.n_vocab), dtype=np.float32)
-        logits = self._logits.rows(n_logit_rows)
-        check_finite(logits, self.path.name)
-        return logits
-
-    def _decode_chunk(self, tokens: np.ndarray, start_pos: int, n_out: int) -> None:
-        # Everything is written before llama_decode: what runs after it finds the CPU caches
-        # full of weights, and each Python object touched there costs a miss.
-        n = len(tokens)
-        self._batch_tokens[:n] = tokens
-        np.add(self._positions[:n], start_pos, out=self._batch_pos[:n])
-        self._batch_out[:n - n_out] = 0
-        self._batch_out[n - n_out:n] = 1
-        self._batch.n_tokens = n
-        self._cached_tokens[start_pos:start_pos + n] = tokens  # read only below n_cached
-        rc = ll.llama_decode(self._ctx, self._batch)
-        if rc != 0:
-            self.truncate(start_pos)  # a failed decode may leave part of the batch cached
-            raise RuntimeError(f"llama_decode failed with code {rc} at position {start_pos}")
-        self.n_cached = start_pos + n
-        if self.on_decoded is not None:
-            self.on_decoded()
+    @property
+    def n_cached(self) -> int:
+        """Positions 0..n_cached-1 of sequence 0 are in the KV cache."""
+        return self.slots[0].n_cached
 
     @property
     def cached_tokens(self) -> np.ndarray:
         """int32[n_cached]: the tokens whose keys and values are in the cache (a view)."""
-        return self._cached_tokens[:self.n_cached]
+        return self.slots[0].cached_tokens
 
     def reuse_prefix(self, tokens: np.ndarray, limit: int) -> int:
-        """Truncate the cache to its longest common prefix with `tokens` (at most `limit`
-        positions) and return that length: what a new request need not evaluate again."""
-        cached = self.cached_tokens
-        m = min(len(cached), len(tokens), limit)
-        differ = np.flatnonzero(cached[:m] != tokens[:m])
-        keep = int(differ[0]) if len(differ) else m
-        if not self.supports_truncate and keep < self.n_cached:
-            keep = 0  # a recurrent state cannot be rewound, only dropped whole
-        self.truncate(keep)
-        return keep
+        """Slot.reuse_prefix of sequence 0."""
+        return self.slots[0].reuse_prefix(tokens, limit)
 
     def truncate(self, n: int) -> None:
-        """Remove every cached position >= n (always asks llama.cpp, so that a cache left ahead
-        of `n_cached` by an interrupted decode is cleaned too)."""
-        if not ll.llama_memory_seq_rm(self._memory, 0, n, -1):
-            raise IncompatibleModelsError(f"{recurrent_message(self)} (positions {n}..)")
-        self.n_cached = min(self.n_cached, n)
+        """Remove every cached position >= n of sequence 0."""
+        self.slots[0].truncate(n)
 
     def state_nbytes(self) -> int:
         """Bytes `save_state` would copy now (llama.cpp's exact size)."""
-        return int(ll.llama_state_seq_get_size(self._ctx, 0))
+        return self.slots[0].state_nbytes()
 
     def save_state(self) -> SeqState:
-        """A copy of the cache (keys and values of every cached position, sequence 0) and of
-        the tokens it holds, for `restore_state`: a conversation set aside in RAM."""
-        size = ll.llama_state_seq_get_size(self._ctx, 0)
-        data = np.empty(size, np.uint8)
-        written = ll.llama_state_seq_get_data(
-            self._ctx, data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), size, 0)
-        if written != size:
-            raise RuntimeError(f"{self.path.name}: llama.cpp saved {written} of {size} bytes")
-        return SeqState(self.cached_tokens.copy(), data)
+        """A copy of sequence 0's cache and tokens (Slot.save_state)."""
+        return self.slots[0].save_state()
 
     def restore_state(self, state: SeqState) -> None:
-        """Replace the cache with one `save_state` took from this model (llama.cpp drops the
-        sequence's old cells first)."""
-        data = state.data
-        read = ll.llama_state_seq_set_data(
-            self._ctx, data.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8)), len(data), 0)
-        if read != len(data):
-            self.truncate(0)  # what a failed read leaves is nothing to rely on
-            raise RuntimeError(f"{self.path.name}: llama.cpp restored {read} of {len(data)} "
-                               "bytes of a saved state")
-        n = len(state.tokens)
-        self._cached_tokens[:n] = state.tokens
-        self.n_cached = n
+        """Replace sequence 0's cache with a saved one (Slot.restore_state)."""
+        self.slots[0].restore_state(state)
 
     def close(self) -> None:
         """Free the context, batch and model (idempotent)."""
-        if self._ctx:
-            ll.llama_batch_free(self._batch)
-            ll.llama_free(self._ctx)
-            self._ctx = None
+        if self.ctx:
+            self.batch.free()
+            ll.llama_free(self.ctx)
+            self.ctx = None
         if self._model:
             ll.llama_model_free(self._model)
             self._model = None
@@ -352,10 +265,14 @@ def _model_params(opts: LoadOptions):
 def _context_params(opts: LoadOptions):
     params = ll.llama_context_default_params()
     threads = opts.n_threads or physical_cores()
-    params.n_ctx = opts.n_ctx
+    n_seq = max(opts.n_seq, 1)
+    params.n_ctx = opts.n_ctx * n_seq  # every sequence may hold n_ctx
     params.n_batch = opts.n_batch
     params.n_ubatch = opts.n_batch
-    params.n_seq_max = 1
+    params.n_seq_max = n_seq
+    # one KV buffer for all sequences: a batch of several is then one ubatch (llama.cpp
+    # splits a batch per sequence otherwise), and one sequence may use cells others do not
+    params.kv_unified = n_seq > 1
     params.n_threads = threads
     params.n_threads_batch = threads
     params.no_perf = True

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import replace
 
 import click
 
 from ..config import (
+    MAX_PARALLEL,
     SERVE_HOST,
     SERVE_MAX_BODY,
     SERVE_MAX_QUEUE,
+    SERVE_PARALLEL,
     SERVE_PORT,
     SERVE_SHUTDOWN_GRACE,
     STATE_CACHE,
@@ -72,6 +75,11 @@ def _serve_options(func):
                      default=SERVE_REQUEST_TIMEOUT, show_default=True, metavar="SECONDS",
                      help="Longest time a request may take from its arrival (its answer then "
                           "ends with finish_reason length; 0: no limit)."),
+        click.option("--parallel", "-np", type=click.IntRange(1, MAX_PARALLEL),
+                     default=SERVE_PARALLEL, show_default=True, metavar="N",
+                     help="Requests served side by side (llama-server's -np): each has its own "
+                          "sequence of the context (--ctx tokens each) and one decode scores "
+                          "them all; more wait in the queue."),
         click.option("--round-timeout", type=click.FloatRange(min=1),
                      default=SERVE_ROUND_TIMEOUT, show_default=True, metavar="SECONDS",
                      help="Watchdog: a request whose engine makes no progress this long "
@@ -108,6 +116,8 @@ def serve(model: str | None, model_option: str | None, **opts) -> None:
     model = model_option or model
     shared.check_grammar_source(opts)
     target, draft, engine = shared.engine_arguments(model, opts, probe_devices=False)
+    engine = replace(engine, load=engine.load.with_changes(n_seq=opts["parallel"]),
+                     draft_load=engine.draft_load.with_changes(n_seq=opts["parallel"]))
     generate = generation_kwargs(opts)
     generate["stop"] = list(generate["stop"])
     defaults = Defaults(engine.drafter, engine.rule, generate, opts["system"],

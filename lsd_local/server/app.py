@@ -276,7 +276,7 @@ async def health(request: Request) -> Response:
     scheduler = state.scheduler
     status = "shutting_down" if state.shutting_down else scheduler.state
     body = {"status": "ok" if status == "ready" else status,
-            "queue": scheduler.queue_length, "processing": int(scheduler.busy)}
+            "queue": scheduler.queue_length, "processing": scheduler.processing}
     if status == "failed" and scheduler.failure:
         body["reason"] = scheduler.failure
     return JSONResponse(body, status_code=200 if status == "ready" else 503)
@@ -285,7 +285,7 @@ async def health(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     state: ServerState = request.app.state.lsd
     state.metrics.queue.set(state.scheduler.queue_length)
-    state.metrics.busy.set(int(state.scheduler.busy))
+    state.metrics.busy.set(state.scheduler.processing)
     return Response(state.metrics.render(),
                     media_type="text/plain; version=0.0.4; charset=utf-8")
 

@@ -12,7 +12,7 @@ import math
 
 from ..chat.templates import check_template_kwargs, normalize_messages
 from ..chat.tools import choose_tools, parse_tools
-from ..config import MAX_TOP_LOGPROBS, PenaltySettings, sampler_settings
+from ..config import MAX_TOP_LOGPROBS
 from ..errors import GrammarError, ParameterError
 from ..grammars import shipped_grammars
 from ..limits import (
@@ -29,8 +29,8 @@ from ..limits import (
     TOOLS_MAX_BYTES,
     check_grammar,
     check_schema,
-    check_seed,
 )
+from ..request import Request
 from .protocol import (
     ChatRequest,
     CompletionRequest,
@@ -118,10 +118,6 @@ def sampling(req: _Common, defaults: Defaults, max_tokens: int | None) -> dict:
     pick = {name: getattr(req, name) if getattr(req, name) is not None else base[name]
             for name in ("temperature", "top_k", "top_p", "min_p", "seed", "repeat_penalty",
                          "repeat_last_n", "presence_penalty", "frequency_penalty")}
-    sampler_settings(pick["temperature"], pick["top_k"], pick["top_p"], pick["min_p"])
-    PenaltySettings(pick["repeat_penalty"], pick["repeat_last_n"], pick["presence_penalty"],
-                    pick["frequency_penalty"])  # (the biases are checked by the engine)
-    pick["seed"] = check_seed(pick["seed"])
     stop = _stops(req.stop if req.stop is not None else base["stop"])
     limit = max_tokens if max_tokens is not None else base["max_tokens"]
     limit = defaults.max_tokens_limit if limit is None else min(limit, defaults.max_tokens_limit)
@@ -192,9 +188,6 @@ def chat_options(req: ChatRequest, defaults: Defaults) -> dict:
         else req.reasoning_format != "none"
     budget = req.reasoning_budget if req.reasoning_budget is not None else \
         defaults.generate.get("reasoning_budget", -1)
-    if budget < -1:
-        raise ParameterError(f"invalid reasoning_budget: {budget} (tokens >= 0, or -1: no "
-                             "limit)", param="reasoning_budget")
     return {"tools": req.tools, "tool_choice": req.tool_choice,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
             "reasoning": reasoning, "chat_template_kwargs": kwargs,
@@ -260,17 +253,15 @@ def make_job(req: _Common, defaults: Defaults, arrived: float) -> Job:
         else:
             limit = req.max_tokens
             kind, prompt, extra = "completion", _completion_prompt(req), {}
-        generate = {**sampling(req, defaults, limit), **constraint(req, defaults), **extra}
-        if extra.get("tools") and extra["tool_choice"] != "none" and (
-                generate["grammar"] or generate["json_schema"]):
-            raise ParameterError("invalid tools: give tools or a grammar, not both",
-                                 param="tools")
         drafter, rule = speculation(req, defaults)
+        request = Request(prompt, **sampling(req, defaults, limit), **constraint(req, defaults),
+                          **extra, drafter=drafter, rule=rule)
+        request.check()  # (what needs the model, the engine process checks)
     except (ParameterError, GrammarError) as exc:
         raise RequestError(400, str(exc), exc.param) from None
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     timeouts = [t for t in (req.timeout, defaults.request_timeout) if t is not None]
-    return Job(kind, prompt, generate, drafter, rule, stream=bool(req.stream),
+    return Job(kind, request, stream=bool(req.stream),
                include_usage=include_usage, rounds=bool(req.stream and req.lsd_rounds),
                timeout=min(timeouts, default=None), arrived=arrived)
 

@@ -58,7 +58,7 @@ def begin_shutdown(state: ServerState, grace: float, notify: Callable[[str], Non
         return
     state.shutting_down = True
     scheduler = state.scheduler
-    pending = scheduler.queue_length + int(scheduler.busy)
+    pending = scheduler.queue_length + scheduler.processing
     if pending:
         notify(f"shutting down: finishing {pending} request(s) (at most {grace:.0f} s)")
     asyncio.get_running_loop().call_later(grace, scheduler.cancel_all,

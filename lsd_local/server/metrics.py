@@ -28,8 +28,8 @@ class Metrics:
         self.accepted = Counter("lsd_accepted_tokens", "draft tokens kept, by kind",
                                 ["kind"], registry=r)
         self.queue = Gauge("lsd_queue_length", "requests waiting for the engine", registry=r)
-        self.busy = Gauge("lsd_requests_processing", "requests the engine is running (0 or 1)",
-                          registry=r)
+        self.busy = Gauge("lsd_requests_processing",
+                          "requests the engine is running (at most --parallel)", registry=r)
         self.restarts = Counter("lsd_engine_restarts", "engine processes restarted after dying",
                                 registry=r)
         self.ttft = Histogram("lsd_time_to_first_token_seconds",

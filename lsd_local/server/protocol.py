@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import DrafterConfig, RuleConfig
 from ..limits import SERVE_MAX_TOKENS_LIMIT, SERVE_REQUEST_TIMEOUT
+from ..request import Request
 
 
 class RequestError(Exception):
@@ -153,10 +154,7 @@ class Job:
     """One request for the engine process (picklable)."""
 
     kind: str  # "chat" or "completion"
-    prompt: str | list[dict]  # raw text, or chat messages
-    generate: dict  # Engine.generate's keyword arguments
-    drafter: DrafterConfig | None  # None: the engine's own (what lsd serve was started with)
-    rule: RuleConfig | None
+    request: Request  # what Engine.generate takes (its drafter/rule None: the server's own)
     stream: bool = False
     include_usage: bool = False
     rounds: bool = False  # each chunk carries its round's origin spans and counts

@@ -1,6 +1,7 @@
 """The HTTP process's side of the engine: it starts the engine process, queues requests in
-arrival order (bounded), hands them over one at a time, routes each round's message back to
-the request that waits for it, and restarts the engine process when it dies.
+arrival order (bounded), hands them over as the engine has room (its --parallel sequences
+side by side), routes each round's message back to the request that waits for it, and
+restarts the engine process when it dies.
 
 Runs on the server's asyncio loop; one thread per engine process blocks on the pipe and
 hands each message to the loop.
@@ -113,7 +114,9 @@ class Scheduler:
         self.restarts = 0
         self._deaths: list[int | None] = []  # exit codes since a request last finished
         self._waiting: deque[Ticket] = deque()
-        self._current: Ticket | None = None
+        self._running: dict[str, Ticket] = {}  # sent to the engine, by job id
+        self.capacity = 1  # jobs the engine runs side by side (its ready message says)
+        self._watchers: set[asyncio.Task] = set()
         self._worker: _Worker | None = None
         self._ready = asyncio.Event()
         self._wake = asyncio.Event()
@@ -140,7 +143,9 @@ class Scheduler:
             await asyncio.to_thread(worker.stop, 1.0)
             raise EngineUnavailable(detail if not ok else "the server is stopping")
         self.info = detail
+        self.capacity = max(1, int(detail.get("parallel", 1)))
         self.state = "ready"
+        self._wake.set()  # (jobs may have waited for this process)
         self._ready.set()
 
     async def stop(self) -> None:
@@ -158,18 +163,20 @@ class Scheduler:
 
     @property
     def queue_length(self) -> int:
-        """Requests waiting for the engine (not counting the one it runs)."""
+        """Requests waiting for the engine (not counting those it runs)."""
         return len(self._waiting)
 
     @property
-    def busy(self) -> bool:
-        return self._current is not None
+    def processing(self) -> int:
+        """Requests the engine runs now."""
+        return len(self._running)
 
     def submit(self, job: Job) -> Ticket:
         """Queue a job; QueueFull when --max-queue requests already wait."""
         if self.state in ("failed", "stopped"):
             raise EngineUnavailable(self.failure or f"the engine is {self.state}")
-        idle = self._current is None and not self._waiting and self.state == "ready"
+        idle = len(self._running) < self.capacity and not self._waiting and \
+            self.state == "ready"
         if not idle and len(self._waiting) >= self.max_queue:
             raise QueueFull(f"{len(self._waiting)} requests are waiting (--max-queue)")
         ticket = Ticket(job)
@@ -183,8 +190,9 @@ class Scheduler:
         if ticket.finished or ticket.cancelled:
             return
         ticket.cancelled = True
-        if ticket is self._current and self._worker is not None:
-            self._worker.send(("cancel", ticket.job.id))
+        if self._running.get(ticket.job.id) is ticket:
+            if self._worker is not None:
+                self._worker.send(("cancel", ticket.job.id))
         elif ticket in self._waiting:
             self._waiting.remove(ticket)
             self._finish(ticket, ("error", ticket.job.id, 499, "cancelled", None))
@@ -194,27 +202,29 @@ class Scheduler:
         for ticket in list(self._waiting):
             self._waiting.remove(ticket)
             self._finish(ticket, ("error", ticket.job.id, 503, message, None))
-        current = self._current
-        if current is not None:
+        for current in list(self._running.values()):
             self.cancel(current)
             self._finish(current, ("error", current.job.id, 503, message, None))
 
     async def _dispatch(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await self._ready.wait()
-            if not self._waiting:
+            if not self._waiting or len(self._running) >= self.capacity:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             ticket = self._waiting.popleft()
-            self._current = ticket
+            self._running[ticket.job.id] = ticket
             try:
                 self._worker.send(("job", ticket.job))
             except Exception as exc:  # noqa: BLE001 - one bad job must not stop the line
                 self._finish(ticket, ("error", ticket.job.id, 500,
                                       f"the job could not be sent to the engine: {exc}", None))
-            await self._watch(ticket)  # its last message, the worker's death or a cancel_all
-            self._current = None
+                continue
+            watcher = loop.create_task(self._watch(ticket))  # till its end or its death
+            self._watchers.add(watcher)
+            watcher.add_done_callback(self._watchers.discard)
 
     async def _watch(self, ticket: Ticket) -> None:
         """Wait for the ticket's end; kill the engine process when a job it took makes no
@@ -228,7 +238,8 @@ class Scheduler:
             while not waiter.done():
                 left = ticket.last_progress + self.round_timeout - loop.time()
                 if left <= 0:
-                    if ticket.received and self._worker is not None and not ticket.stalled:
+                    if ticket.received and self._worker is not None and not ticket.stalled \
+                            and not self._worker.stalled:
                         ticket.stalled = True
                         self._ready.clear()  # no next job for the process being killed
                         self._worker.stalled = True
@@ -243,6 +254,9 @@ class Scheduler:
         if ticket.finished:
             return
         ticket.finished = True
+        if self._running.get(ticket.job.id) is ticket:
+            del self._running[ticket.job.id]
+            self._wake.set()  # (room for the next one)
         ticket.messages.put_nowait(message)
         ticket.done.set()
 
@@ -254,12 +268,19 @@ class Scheduler:
             if self._load_result is not None and not self._load_result.done():
                 self._load_result.set_result((kind == "ready", message[1]))
             return
-        ticket = self._current
-        if ticket is None or ticket.job.id != message[1] or worker is not self._worker:
+        if worker is not self._worker:
+            return  # a late message of a process already gone
+        now = asyncio.get_running_loop().time()
+        if kind == "progress":  # a decode returned: every running job moves
+            for running in self._running.values():
+                running.last_progress = now
+            return
+        ticket = self._running.get(message[1])
+        if ticket is None:
             return  # a late message of a request already ended
-        ticket.last_progress = asyncio.get_running_loop().time()
+        ticket.last_progress = now
         ticket.received = True  # (any message about a job says the engine took it)
-        if kind in ("received", "progress"):
+        if kind == "received":
             return
         if kind in ("done", "error"):
             self._deaths.clear()  # the engine finished a request: earlier deaths were chance
@@ -278,30 +299,30 @@ class Scheduler:
         self._worker = None
         self.state = "restarting"
         self._ready.clear()
-        current = self._current
-        if current is not None and current.received:
-            # this request's death: it fails, is never sent again, and does not count
-            # towards giving up (a page must not be able to stop the server)
-            self._finish(current, ("error", current.job.id, 500,
-                                   death_message(exitcode, current.stalled,
-                                                 self.round_timeout), None))
-            reason = None
-        elif worker.stalled:
-            reason = None  # the watchdog's kill, its request ended meanwhile: no one's death
+        running = list(self._running.values())
+        for current in running:
+            if current.received:
+                # this request's death: it fails, is never sent again, and does not count
+                # towards giving up (a page must not be able to stop the server)
+                self._finish(current, ("error", current.job.id, 500, death_message(
+                    exitcode, current.stalled or worker.stalled, self.round_timeout), None))
+        if any(current.received for current in running) or worker.stalled:
+            reason = None  # a request's death, or the watchdog's kill: no one's own
         else:
             self._deaths.append(exitcode)
             reason = repeated_signal(self._deaths)
-        if current is not None and not current.received:
+        for current in reversed([t for t in running if not t.received]):
             if current.retried or reason is not None:
                 self._finish(current, ("error", current.job.id, 503, reason or "the engine "
                                        "process died twice before it could take this request",
                                        None))
             else:  # it died before taking this job: send it again, once
                 current.retried = True
-                self._current = None
+                del self._running[current.job.id]
                 self._waiting.appendleft(current)
-                current.done.set()  # frees the dispatcher, which waits for the restart
+                current.done.set()  # ends its watcher; the dispatcher waits for the restart
                 current.done = asyncio.Event()
+                self._wake.set()
         if reason is not None:
             self.on_event("failed", {"message": reason})
             self._fail(reason)

@@ -1,13 +1,14 @@
-"""The engine process of `lsd serve`: it owns the models and runs one job at a time.
+"""The engine process of `lsd serve`: it owns the models and runs up to `--parallel` jobs at
+once, side by side (sidebyside.py: one decode scores every job's block).
 
 llama.cpp aborts the whole process on some failures (a lost RPC server, a failed GPU
 allocation), so the HTTP process never loads a model itself: it starts this process, sends
 it jobs over a pipe and reads back, per round, the text each round released. A reader thread
-takes messages off the pipe while the main thread generates, so that a cancel (the client
-went away, the server shuts down) is seen at the next round.
+takes messages off the pipe while the main thread generates, so that a new job starts at the
+next round and a cancel (the client went away, the server shuts down) is seen there.
 
 Messages to the HTTP process, all tuples: ("ready", info) | ("load_failed", message) |
-("received", job_id) (from here on a crash is this job's) | ("progress", job_id) (a
+("received", job_id) (from here on a crash is this job's) | ("progress", None) (a
 llama_decode returned: not stuck) | ("started", job_id, prompt_tokens) |
 ("delta", job_id, payload: event_payload's dict) |
 ("done", job_id, finish_reason, stats, timed_out) | ("error", job_id, status, message, param).
@@ -73,40 +74,62 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     engine.keep_conversations(settings.state_cache, settings.state_cache_bytes)
     conn.send(("ready", {"pid": os.getpid(), "n_ctx": engine.target.n_ctx,
                          "notices": list(engine.notices), "placement": engine.placement,
-                         "draft": engine.draft_model.path.name if engine.draft_model else None}))
+                         "draft": engine.draft_model.path.name if engine.draft_model else None,
+                         "parallel": engine.parallel}))
     inbox: queue.Queue = queue.Queue()
     cancelled: set[str] = set()
     threading.Thread(target=_read_pipe, args=(conn, inbox, cancelled), daemon=True).start()
-    loaded = (engine.drafter_config, engine.rule_config)  # what a job that names none gets
-    saved = time.monotonic()
-    while (job := inbox.get()) is not None:
-        cancelled.intersection_update({job.id})  # stale cancels of finished jobs
-        conn.send(("received", job.id))
-        progress = Progress(conn, job.id)
-        for model in (engine.target, engine.draft_model):
-            if model is not None:
-                model.on_decoded = progress
-        run_job(engine, job, conn, cancelled, loaded)
-        if time.monotonic() - saved > LEARNED_SAVE_EVERY:  # a killed process loses little
-            engine.save_learned()
-            saved = time.monotonic()
+    for model in (engine.target, engine.draft_model):
+        if model is not None:  # (every decode says the engine is not stuck)
+            model.on_decoded = Progress(conn)
+    serve_jobs(engine, conn, inbox, cancelled)
     engine.close()
 
 
-class Progress:
-    """Tells the HTTP process's watchdog, at most once a second, that a llama_decode of this
-    job returned (a long prefill is many of them; a round stuck inside C is none)."""
+def serve_jobs(engine, conn, inbox: queue.Queue, cancelled: set[str]) -> None:
+    """Run jobs until "stop" (then finish the running ones): up to engine.parallel at once,
+    each started as soon as it arrives and a sequence is free."""
+    running: dict[str, Running] = {}
+    waiting: list = []  # jobs read but not started (every sequence busy)
+    token_text = token_texts(engine.target.vocab)
+    stopping, saved = False, time.monotonic()
+    while not (stopping and not running):
+        try:  # wait for work only when there is none
+            item = inbox.get(block=not running and not waiting)
+            waiting.append(item)
+            while True:
+                waiting.append(inbox.get_nowait())
+        except queue.Empty:
+            pass
+        while waiting and len(running) < engine.parallel:
+            job = waiting.pop(0)
+            if job is None:
+                stopping = True
+                continue
+            conn.send(("received", job.id))  # from here on a crash is this job's
+            run = start_job(engine, job, conn)
+            if run is not None:
+                running[job.id] = run
+        if running:
+            advance(engine, running, conn, cancelled, token_text)
+        if not running and time.monotonic() - saved > LEARNED_SAVE_EVERY:
+            engine.save_learned()  # (a killed process loses little)
+            saved = time.monotonic()
 
-    def __init__(self, conn, job_id: str) -> None:
+
+class Progress:
+    """Tells the HTTP process's watchdog, at most once a second, that a llama_decode
+    returned (a long prefill is many of them; a round stuck inside C is none)."""
+
+    def __init__(self, conn) -> None:
         self.conn = conn
-        self.job_id = job_id
         self.sent = time.monotonic()
 
     def __call__(self) -> None:
         now = time.monotonic()
         if now - self.sent >= PROGRESS_EVERY:
             self.sent = now
-            self.conn.send(("progress", self.job_id))
+            self.conn.send(("progress", None))
 
 
 def _read_pipe(conn, inbox: queue.Queue, cancelled: set[str]) -> None:
@@ -152,34 +175,61 @@ def _report(conn, job, exc: Exception) -> None:
                    "server)", None))
 
 
-def run_job(engine, job, conn, cancelled: set[str], loaded: tuple) -> None:
-    """Generate one answer, sending the text of each round as it is released. `loaded`:
-    the engine's (DrafterConfig, RuleConfig) from its start, for a job that names none."""
+@dataclass
+class Running:
+    """A job the engine generates now."""
+
+    job: object  # protocol.Job
+    gen: object  # generation.Generation
+    rounds: object | None  # alone: the generation's iterator; side by side: None (outbox)
+    deadline: float | None  # time.time() at which it ends with "length"
+
+
+def start_job(engine, job, conn) -> Running | None:
+    """Start one job's generation (None when it failed at once: its error is sent)."""
     try:
-        engine.configure(job.drafter or loaded[0], job.rule or loaded[1])
-        gen = engine.generate(job.prompt, **job.generate)
+        gen = engine.generate(job.request)
     except Exception as exc:  # noqa: BLE001 - see _report
         _report(conn, job, exc)
-        return
+        return None
     conn.send(("started", job.id, gen.stats.prompt_tokens))
     deadline = job.arrived + job.timeout if job.timeout else None
-    timed_out = deadline is not None and time.time() >= deadline  # spent in the queue
-    token_text = token_texts(engine.target.vocab)
-    try:
-        for event in () if timed_out else gen:
-            conn.send(("delta", job.id, event_payload(event, token_text, job.rounds)))
-            if job.id in cancelled:
-                break
-            if deadline is not None and time.time() >= deadline:
-                timed_out = True  # llama-server's t_max_predict_ms ends with "length" too
-                break
-    except Exception as exc:  # noqa: BLE001 - see _report
-        _report(conn, job, exc)
-        return
-    finally:
-        gen.close()
-    finish = "length" if timed_out else gen.finish_reason or "stop"
-    conn.send(("done", job.id, finish, gen.stats.as_dict(), timed_out))
+    running = Running(job, gen, iter(gen) if engine.parallel == 1 else None, deadline)
+    if deadline is not None and time.time() >= deadline:  # its time went by in the queue
+        _end_job(running, conn, timed_out=True)
+        return None
+    return running
+
+
+def advance(engine, running: dict, conn, cancelled: set[str], token_text) -> None:
+    """One round of every running job (side by side, one step of the engine; alone, the
+    one job's next round), its text sent; jobs that ended leave `running`."""
+    engine.step()  # (alone, a no-op: the iterator below runs the round)
+    for job_id, run in list(running.items()):
+        try:
+            if run.rounds is None:
+                events = run.gen.take_events()
+            else:
+                events = [event for event in (next(run.rounds, None),) if event is not None]
+            for event in events:
+                conn.send(("delta", job_id, event_payload(event, token_text, run.job.rounds)))
+        except Exception as exc:  # noqa: BLE001 - see _report
+            run.gen.close()
+            del running[job_id]
+            _report(conn, run.job, exc)
+            continue
+        timed_out = run.deadline is not None and time.time() >= run.deadline
+        if run.gen.finished or job_id in cancelled or timed_out:
+            del running[job_id]
+            cancelled.discard(job_id)
+            # (llama-server's t_max_predict_ms ends with "length" too)
+            _end_job(run, conn, timed_out and not run.gen.finished)
+
+
+def _end_job(run: Running, conn, timed_out: bool) -> None:
+    run.gen.close()
+    finish = "length" if timed_out else run.gen.finish_reason or "stop"
+    conn.send(("done", run.job.id, finish, run.gen.stats.as_dict(), timed_out))
 
 
 def token_texts(vocab):

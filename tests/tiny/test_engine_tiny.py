@@ -247,9 +247,9 @@ def test_logits_view_equals_llama_cpp_pythons_own_pointer(tiny_pair):
         for rows in (1, 2, 1, 8, 33, 1, 64, 3, 1):
             tokens = rng.integers(3, model.n_vocab, size=rows + 2).astype(np.int32)
             got = model.decode(tokens, model.n_cached, rows).copy()
-            pointer = ll.llama_get_logits(model._ctx)
+            pointer = ll.llama_get_logits(model.ctx)
             expected = np.ctypeslib.as_array(pointer, shape=(rows, model.n_vocab))
-            assert model._logits._address == ctypes.addressof(pointer.contents)
+            assert model.logits._address == ctypes.addressof(pointer.contents)
             assert got.shape == (rows, model.n_vocab)
             np.testing.assert_array_equal(got, expected)
             assert np.isfinite(got).all() and got.std() > 0  # real logits, not a zero buffer

@@ -132,4 +132,4 @@ def test_closing_the_engine_ends_its_unfinished_generation(tiny_pair):
     gen = engine.generate(CHAT, max_tokens=50)
     next(iter(gen))
     engine.close()
-    assert gen.finished and engine.target._ctx is None  # the models are freed
+    assert gen.finished and engine.target.ctx is None  # the models are freed

@@ -189,7 +189,8 @@ def long_request(server) -> tuple:
 
 
 def test_full_queue_is_503_with_retry_after_and_a_dropped_stream_stops(tiny_pair):
-    with serving.Server(tiny_pair[0], "--ctx", CTX, "--max-queue", "0") as srv:
+    with serving.Server(tiny_pair[0], "--ctx", CTX, "--max-queue", "0",
+                        "--parallel", "1") as srv:
         conn, _ = long_request(srv)
         got, headers, body = srv.request("POST", "/v1/completions",
                                          {"prompt": "a", "max_tokens": 2},
@@ -214,11 +215,13 @@ def test_timeout_ends_the_answer_with_length(server):
 
 def test_alternating_conversations_keep_their_cache(tiny_pair):
     """Two clients take turns: each turn after the first reuses at least its conversation's
-    previous prompt from the cache, and the answers equal those of a server that keeps nothing."""
+    previous prompt from the cache, whether saved states bring it back (one sequence) or
+    each conversation keeps its own sequence (--parallel 2), and the answers equal those of
+    a server that keeps nothing."""
     answers = {}
-    for cache in ("4", "0"):
+    for cache, parallel in (("4", "1"), ("0", "2"), ("0", "1")):
         with serving.Server(tiny_pair[0], "--draft", str(tiny_pair[1]), "--ctx", CTX,
-                            "--state-cache", cache) as srv:
+                            "--state-cache", cache, "--parallel", parallel) as srv:
             client = srv.client()
             talks = {name: [{"role": "system", "content": f"you are {name} " * 10}]
                      for name in ("ann", "bob")}
@@ -232,14 +235,15 @@ def test_alternating_conversations_keep_their_cache(tiny_pair):
                                      "content": answer.choices[0].message.content})
                     cached.append((answer.usage.prompt_tokens,
                                    answer.usage.prompt_tokens_details.cached_tokens))
-            answers[cache] = (talks, cached)
-    assert answers["4"][0] == answers["0"][0]
-    turns = answers["4"][1]
-    # each turn reuses at least its conversation's previous prompt (the tiny model's byte
-    # soup answers tokenize differently when sent back, so not always the answer too)
-    for (earlier, _), (_, cached) in zip(turns, turns[2:], strict=False):
-        assert cached >= earlier, turns
-    assert all(cached < 20 for _, cached in answers["0"][1][2:]), answers["0"][1]
+            answers[cache + parallel] = (talks, cached)
+    assert answers["41"][0] == answers["02"][0] == answers["01"][0]
+    for kept in ("41", "02"):
+        turns = answers[kept][1]
+        # each turn reuses at least its conversation's previous prompt (the tiny model's
+        # byte soup answers tokenize differently when sent back, so not always the answer)
+        for (earlier, _), (_, cached) in zip(turns, turns[2:], strict=False):
+            assert cached >= earlier, (kept, turns)
+    assert all(cached < 20 for _, cached in answers["01"][1][2:]), answers["01"][1]
 
 
 def test_engine_death_mid_stream_is_an_error_event_and_the_server_recovers(tiny_pair):
@@ -351,8 +355,23 @@ def test_load_eight_clients_mixed_streaming_and_disconnects(tiny_pair):
                                                       "processing": 0}
 
 
-def test_concurrent_requests_are_served_in_arrival_order(server):
-    """A second request waits for the first (one engine); both answers are whole."""
+def test_a_short_request_is_not_held_behind_a_long_answer(tiny_pair):
+    """Side by side (--parallel 2): a short request sent while a long answer streams is
+    answered while the long one still runs; with --parallel 1 it waits for the whole long
+    answer. Both answers equal what each gets alone."""
+    for parallel, overtakes in (("2", True), ("1", False)):
+        with serving.Server(tiny_pair[0], "--ctx", CTX, "--parallel", parallel) as srv:
+            alone = srv.post("/v1/completions", {"prompt": "a", "max_tokens": 3})[1]
+            conn, response = long_request(srv)
+            got, short = srv.post("/v1/completions", {"prompt": "a", "max_tokens": 3})
+            _, _, health = srv.request("GET", "/health")
+            assert got == 200 and short["choices"] == alone["choices"]
+            assert (json.loads(health)["processing"] == 1) is overtakes, health
+            conn.close()
+
+
+def test_concurrent_requests_are_served_side_by_side(server):
+    """Two requests at once run side by side; both answers are whole and equal alone."""
     results = {}
 
     def ask(name: str, prompt: str) -> None:

@@ -54,12 +54,15 @@ def test_the_raw_verifiers_default_to_the_tuned_rule_settings():
 
 
 def test_the_engine_and_the_cli_share_the_defaults():
-    from lsd_local import Engine
     from lsd_local.cli import cli
+    from lsd_local.request import Request
 
     assert config.engine_settings(has_draft=False).load.n_ctx == config.N_CTX  # Engine.load's
-    assert default(Engine.generate, "max_tokens") == config.MAX_TOKENS
-    assert default(Engine.generate, "top_p") == config.TOP_P
+    assert default(Request, "max_tokens") == config.MAX_TOKENS  # what Engine.generate builds
+    assert default(Request, "top_p") == config.TOP_P
+    assert config.engine_settings(has_draft=False).load.n_seq == 1  # side by side: opt in
+    run = config.engine_settings(has_draft=True, parallel=3)
+    assert run.load.n_seq == run.draft_load.n_seq == 3  # a draft sequence per target one
     run = {p.name: p.default for p in cli.commands["run"].params}
     assert run["theta"] == config.FLY_THETA and run["gate"] == config.ASD_GATE
     assert run["max_tokens"] == config.CLI_MAX_TOKENS and run["top_k"] == config.TOP_K

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from lsd_local.request import Request
 from lsd_local.server import scheduler as sched
 from lsd_local.server.protocol import Job
 
@@ -60,7 +61,7 @@ def fake_workers(monkeypatch):
 
 
 def job() -> Job:
-    return Job("completion", "a", {}, None, None)
+    return Job("completion", Request("a"))
 
 
 async def settle() -> None:
@@ -238,8 +239,9 @@ def test_the_watchdog_restarts_an_engine_stuck_in_a_round(fake_workers):
         ticket = scheduler.submit(job())
         await settle()
         worker = fake_workers.spawned[0]
+        scheduler._on_message(worker, ("received", ticket.job.id))
         for _ in range(3):  # progress keeps it alive past the limit
-            scheduler._on_message(worker, ("progress", ticket.job.id))
+            scheduler._on_message(worker, ("progress", None))
             await asyncio.sleep(0.15)
         assert not worker.killed
         await until(lambda: worker.killed)

@@ -39,54 +39,56 @@ def refused(body: dict, model=ChatRequest) -> RequestError:
 
 def test_omitted_fields_take_the_servers_settings():
     got = job({"messages": USER})
-    assert got.drafter is None and got.rule is None  # the engine keeps what it loaded with
-    assert got.generate["max_tokens"] == SERVE_MAX_TOKENS_LIMIT
-    assert got.generate["temperature"] == 0.0 and got.generate["top_k"] == 40
+    # the engine keeps what it loaded with
+    assert got.request.drafter is None and got.request.rule is None
+    assert got.request.max_tokens == SERVE_MAX_TOKENS_LIMIT
+    assert got.request.temperature == 0.0 and got.request.top_k == 40
     limited = Defaults(DEFAULTS.drafter, DEFAULTS.rule, {**GENERATE, "max_tokens": 77,
                                                          "stop": ["END"]}, system="be brief")
     got = job({"messages": USER}, defaults=limited)
-    assert got.generate["max_tokens"] == 77 and got.generate["stop"] == ["END"]
-    assert got.prompt == [{"role": "system", "content": "be brief"}, *USER]
+    assert got.request.max_tokens == 77 and got.request.stop == ["END"]
+    assert got.request.prompt == [{"role": "system", "content": "be brief"}, *USER]
     got = job({"messages": [{"role": "system", "content": "mine"}, *USER]}, defaults=limited)
-    assert [m["content"] for m in got.prompt] == ["mine", "hi"]  # the client's own wins
+    assert [m["content"] for m in got.request.prompt] == ["mine", "hi"]  # the client's own wins
 
 
 def test_request_fields_override_the_servers():
     got = job({"messages": USER, "max_completion_tokens": 9, "max_tokens": 50,
                "temperature": 0.7, "top_k": 5, "seed": 3, "stop": "\n\n"})
-    assert got.generate["max_tokens"] == 9  # the newer name wins
-    assert (got.generate["temperature"], got.generate["top_k"], got.generate["seed"]) == \
+    assert got.request.max_tokens == 9  # the newer name wins
+    assert (got.request.temperature, got.request.top_k, got.request.seed) == \
         (0.7, 5, 3)
-    assert got.generate["stop"] == ["\n\n"]
+    assert got.request.stop == ["\n\n"]
     got = job({"messages": USER, "k": 8, "window": 2})
-    assert got.drafter == DrafterConfig(drafter="auto", k=8)
-    assert got.rule == RuleConfig(rule="fly", theta=0.5, window=2)  # the server's theta stays
+    assert got.request.drafter == DrafterConfig(drafter="auto", k=8)
+    # the server's theta stays
+    assert got.request.rule == RuleConfig(rule="fly", theta=0.5, window=2)
     got = job({"messages": USER, "drafter": "lookup"})
-    assert got.drafter.k is None and got.drafter.k_value == 32  # lookup's own default K
+    # lookup's own default K
+    assert got.request.drafter.k is None and got.request.drafter.k_value == 32
 
 
 def test_content_parts_are_joined_and_other_parts_refused():
     got = job({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                          {"type": "text", "text": "b"}]}]})
-    assert got.prompt == [{"role": "user", "content": "ab"}]
+    assert got.request.prompt == [{"role": "user", "content": "ab"}]
     error = refused({"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "x"}}]}]})
     assert error.status == 400 and error.param == "messages.0.content"
 
 
 def test_response_formats_become_grammars():
-    assert job({"messages": USER, "response_format": {"type": "json_object"}}).generate[
-        "grammar"] == "json_object"
+    got = job({"messages": USER, "response_format": {"type": "json_object"}})
+    assert got.request.grammar == "json_object"
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
     got = job({"messages": USER, "response_format": {
         "type": "json_schema", "json_schema": {"name": "x", "schema": schema}}})
-    assert got.generate["json_schema"] == schema and got.generate["grammar"] is None
-    assert job({"messages": USER, "response_format": {"type": "text"}}).generate[
-        "grammar"] is None
+    assert got.request.json_schema == schema and got.request.grammar is None
+    assert job({"messages": USER, "response_format": {"type": "text"}}).request.grammar is None
     assert refused({"messages": USER, "grammar": "root ::= \"a\"",
                     "json_schema": schema}).param == "json_schema"
     assert refused({"messages": USER, "grammar": "~/.ssh/id_rsa"}).param == "grammar"
-    assert job({"messages": USER, "grammar": "json"}).generate["grammar"] == "json"
+    assert job({"messages": USER, "grammar": "json"}).request.grammar == "json"
 
 
 @pytest.mark.parametrize(("body", "param"), [
@@ -128,7 +130,7 @@ def test_invalid_fields_are_named(body, param):
 
 def test_completion_requests():
     got = job({"prompt": ["the cat"], "max_tokens": 5}, CompletionRequest)
-    assert got.kind == "completion" and got.prompt == "the cat"
+    assert got.kind == "completion" and got.request.prompt == "the cat"
     assert refused({"prompt": ["a", "b"]}, CompletionRequest).param == "prompt"
     assert refused({"prompt": "a", "echo": True}, CompletionRequest).param == "echo"
     assert refused({"prompt": "a", "suffix": "b"}, CompletionRequest).param == "suffix"
@@ -205,14 +207,14 @@ def test_calls_reasoning_and_logprobs_in_openais_shape():
 def test_what_other_clients_send_is_understood():
     got = job({"messages": [{"role": "developer", "content": "be terse"}, *USER],
                "stream": None, "max_tokens": None, "stop": None})
-    assert got.prompt[0] == {"role": "system", "content": "be terse"} and not got.stream
-    assert got.generate["max_tokens"] == SERVE_MAX_TOKENS_LIMIT and got.generate["stop"] == []
+    assert got.request.prompt[0] == {"role": "system", "content": "be terse"} and not got.stream
+    assert got.request.max_tokens == SERVE_MAX_TOKENS_LIMIT and got.request.stop == []
     got = job({"messages": [*USER, {"role": "assistant", "content": None}]})
-    assert got.prompt[-1] == {"role": "assistant", "content": ""}
+    assert got.request.prompt[-1] == {"role": "assistant", "content": ""}
 
 
 def test_a_reasoning_budget_comes_from_the_request_or_the_server():
-    assert job({"messages": USER, "reasoning_budget": 12}).generate["reasoning_budget"] == 12
-    assert job({"messages": USER}).generate["reasoning_budget"] == -1
+    assert job({"messages": USER, "reasoning_budget": 12}).request.reasoning_budget == 12
+    assert job({"messages": USER}).request.reasoning_budget == -1
     server = Defaults(DEFAULTS.drafter, DEFAULTS.rule, {**GENERATE, "reasoning_budget": 64})
-    assert job({"messages": USER}, defaults=server).generate["reasoning_budget"] == 64
+    assert job({"messages": USER}, defaults=server).request.reasoning_budget == 64

@@ -1,0 +1,204 @@
+"""Several generations of one engine, side by side.
+
+An engine loaded with n sequences (`parallel=n`) gives each generation its own sequence of the
+target's context (backend.Slot): its own cache, truncation, grammar, penalties, logprobs and
+drafter, over the models' shared weights; the suffix index is shared. `SideBySide.step` runs
+one round of every active generation: each drafts its block, one `llama_decode` scores every
+block (and the next chunks of prompts still being read), each verifies its own rows. A new
+request starts at the next step, whatever the others are doing, so a short answer is never
+held behind a long one.
+
+Whoever iterates a generation drives the steps (all generations advance, their events wait in
+their outboxes), under one lock: several threads may each iterate their own generation, and
+`lsd serve`'s engine process calls `step` itself. Every llama.cpp call on the context happens
+under that lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+
+from .backend.slot import decode_blocks
+from .errors import EngineBusyError
+from .loop import PendingRound
+from .stats import RoundEvent
+
+
+class SlotClaim:
+    """Which sequence each unfinished generation holds (at most one each), across threads.
+    Generations are held weakly, so that one dropped without being iterated is collected
+    (and closed) as any object is."""
+
+    def __init__(self, n_seq: int) -> None:
+        self._lock = threading.Lock()
+        self._held: list[weakref.ref | None] = [None] * n_seq
+
+    def _holder(self, seq: int):
+        ref = self._held[seq]
+        gen = ref() if ref is not None else None
+        return gen if gen is not None and not gen.finished else None
+
+    def current(self) -> list:
+        """The unfinished generations."""
+        return [gen for seq in range(len(self._held)) if (gen := self._holder(seq))]
+
+    def take(self, make: Callable[[int], object], prefer: Callable[[int], int]):
+        """make(seq) the next generation on a free sequence (the one `prefer` scores highest:
+        the longest cached prefix of its prompt), under the lock; EngineBusyError when every
+        sequence is held."""
+        with self._lock:
+            free = [seq for seq in range(len(self._held)) if self._holder(seq) is None]
+            if not free:
+                n = len(self._held)
+                raise EngineBusyError(
+                    "this Engine is already generating: finish or close the first generation "
+                    "(gen.close(), or `with engine.generate(...) as gen:`) before starting "
+                    "another" if n == 1 else f"all {n} sequences of this Engine are "
+                    "generating (parallel=n sets how many): finish or close one first")
+            seq = max(free, key=prefer)
+            gen = make(seq)
+            self._held[seq] = weakref.ref(gen)
+            return gen
+
+    def give_back(self, gen) -> None:
+        """The generation ended: its sequence is free."""
+        with self._lock:
+            for seq, ref in enumerate(self._held):
+                if ref is not None and ref() in (gen, None):
+                    self._held[seq] = None
+
+
+class SideBySide:
+    """The active generations of one engine's target and the steps that advance them."""
+
+    def __init__(self, model) -> None:
+        self.lock = threading.RLock()
+        self.model = model  # the target backend.Model (its slots are the generations')
+        self._members: list = []  # generation.Generation, in arrival order
+
+    @property
+    def active(self) -> int:
+        return len(self._members)
+
+    def join(self, gen) -> None:
+        """A new generation takes part from the next step."""
+        with self.lock:
+            self._members.append(gen)
+
+    def leave(self, gen) -> None:
+        """The generation ends now (closed, or its reader left): its sequence is free."""
+        with self.lock:
+            if gen in self._members:
+                self._members.remove(gen)
+            gen._close_life()
+
+    def events(self, gen) -> Iterator[RoundEvent]:
+        """The generation's rounds as they come; reading them drives every generation."""
+        try:
+            while True:
+                with self.lock:
+                    if not gen.outbox and gen in self._members:
+                        self.step()
+                    items = list(gen.outbox)
+                    gen.outbox.clear()
+                    live = gen in self._members
+                for item in items:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+                if not live and not items:
+                    return
+        finally:
+            self.leave(gen)
+
+    def step(self) -> None:
+        """One round of every active generation (and the next chunk of every prompt still
+        being read), scored in as few decodes as n_batch allows (one, unless the blocks
+        overflow it)."""
+        with self.lock:
+            blocks: list[tuple] = []  # (gen, PendingRound | None, tokens, n_logit_rows)
+            for gen in list(self._members):
+                self._plan(gen, blocks)
+            budget = self.model.n_batch - sum(len(b[2]) for b in blocks)
+            for gen in list(self._members):  # prompts still being read fill the rest
+                if gen.opened and gen.prefill_left and budget > 0:
+                    n = min(gen.prefill_left, budget)
+                    blocks.append((gen, None, gen.prompt_chunk(n), 0))
+                    budget -= n
+            for group in _groups(blocks, self.model.n_batch):
+                self._score(group)
+
+    def _plan(self, gen, blocks: list) -> None:
+        """The generation's next block, if it has one now (a new one starts its prefill)."""
+        try:
+            if not gen.opened:
+                gen._open()
+                gen._start_prefill()
+                if not gen.prefill_left:
+                    gen._prefilled(0)
+            if gen.prefill_left or self._done(gen):
+                return
+            planned = gen._plan()
+        except Exception as exc:  # noqa: BLE001 - it fails this generation, not the others
+            self._fail(gen, exc)
+            return
+        if isinstance(planned, PendingRound):
+            blocks.append((gen, planned, planned.block, len(planned.block)))
+        elif planned is not None:
+            gen.outbox.append(planned)
+            self._done(gen)
+
+    def _score(self, group: list) -> None:
+        """One decode for a group of blocks, then each generation's verification."""
+        grew = sum(b[3] for b in group) > self.model.most_logit_rows
+        total = sum(len(b[2]) for b in group)
+        try:
+            views = decode_blocks(self.model, [(gen._parts.target, tokens, n_out)
+                                               for gen, _, tokens, n_out in group])
+        except Exception as exc:  # noqa: BLE001 - (llama.cpp refused the batch)
+            for gen, *_ in group:
+                self._fail(gen, exc)
+            return
+        for (gen, planned, tokens, _), logits in zip(group, views, strict=True):
+            try:
+                if planned is None:
+                    gen._prefilled(len(tokens))
+                    self._done(gen)
+                    continue
+                gen.outbox.append(gen._finish_round(planned, logits, grew,
+                                                    len(tokens) / total))
+                self._done(gen)
+            except Exception as exc:  # noqa: BLE001 - see _plan
+                self._fail(gen, exc)
+
+    def _done(self, gen) -> bool:
+        """Leave when its last round is out; True when it has left."""
+        if gen._last_round and gen in self._members:
+            self._members.remove(gen)
+            gen._close_life()
+        return gen not in self._members
+
+    def _fail(self, gen, exc: BaseException) -> None:
+        gen.outbox.append(exc)
+        if gen in self._members:
+            self._members.remove(gen)
+        try:
+            gen._close_life()
+        except Exception as more:  # noqa: BLE001 - the first failure is the one to tell
+            gen.outbox.append(more)
+
+
+def _groups(blocks: list, n_batch: int) -> list[list]:
+    """The blocks in consecutive groups whose tokens fit n_batch each."""
+    groups: list[list] = []
+    size = n_batch + 1
+    for block in blocks:
+        if size + len(block[2]) > n_batch:
+            groups.append([])
+            size = 0
+        groups[-1].append(block)
+        size += len(block[2])
+    return groups
+

@@ -1,0 +1,196 @@
+"""Generations side by side on real llama.cpp (tiny generated models): one context with
+several sequences, one decode per step for every active generation's block. Each answer
+must equal the same request run alone."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from tinymodels import load_tiny
+
+from lsd_local import EngineBusyError
+from lsd_local.backend import LoadOptions, Model
+from lsd_local.backend.slot import decode_blocks
+from lsd_local.request import Request
+
+PROMPTS = ["the cat is", "def f(x): return", "a b a b a b", "in the end it is"]
+LENGTHS = [70, 9, 40, 25]  # a long answer beside short ones
+
+
+def alone(plain, prompt, max_tokens: int, **options) -> list[int]:
+    return plain.generate(prompt, max_tokens=max_tokens, **options).run().tokens
+
+
+def interleaved(gens: list) -> None:
+    """Read the generations' rounds one at a time each, in turn, until all have ended."""
+    rounds = [iter(gen) for gen in gens]
+    while rounds:
+        for it in list(rounds):
+            if next(it, None) is None:
+                rounds.remove(it)
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "model", "none"])
+def test_side_by_side_strict_answers_equal_each_alone(tiny_pair, plain, drafter):
+    with load_tiny(tiny_pair, drafter, k=4, parallel=4) as eng:
+        assert eng.parallel == 4
+        gens = [eng.generate(p, max_tokens=n) for p, n in zip(PROMPTS, LENGTHS, strict=True)]
+        interleaved(gens)
+        for gen, prompt, n in zip(gens, PROMPTS, LENGTHS, strict=True):
+            assert gen.finished and gen.tokens == alone(plain, prompt, n), prompt
+        if drafter != "none":
+            assert sum(g.stats.accepted_exact for g in gens) > 0
+
+
+def test_threads_each_iterating_their_own_generation(tiny_pair, plain):
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=4) as eng:
+        results: dict[int, list[int]] = {}
+        errors: list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                results[i] = eng.generate(PROMPTS[i], max_tokens=LENGTHS[i]).run().tokens
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors
+        for i, prompt in enumerate(PROMPTS):
+            assert results[i] == alone(plain, prompt, LENGTHS[i])
+
+
+def test_a_request_past_the_sequences_is_refused_until_one_is_free(tiny_pair):
+    with load_tiny(tiny_pair, "lookup", parallel=2) as eng:
+        first = eng.generate(PROMPTS[0], max_tokens=5)
+        eng.generate(PROMPTS[1], max_tokens=5)
+        with pytest.raises(EngineBusyError, match="all 2 sequences"):
+            eng.generate(PROMPTS[2], max_tokens=5)
+        first.close()
+        third = eng.generate(PROMPTS[2], max_tokens=5)
+        assert len(third.run().tokens) == 5
+
+
+def test_closing_one_leaves_the_others_exact(tiny_pair, plain):
+    with load_tiny(tiny_pair, "model", k=3, parallel=3) as eng:
+        gens = [eng.generate(p, max_tokens=40) for p in PROMPTS[:3]]
+        rounds = [iter(g) for g in gens]
+        for _ in range(3):
+            for it in rounds:
+                next(it)
+        gens[1].close()  # the client went away mid-answer
+        assert gens[1].finished
+        interleaved([gens[0], gens[2]])
+        for i in (0, 2):
+            assert gens[i].tokens == alone(plain, PROMPTS[i], 40)
+        again = eng.generate(PROMPTS[1], max_tokens=40).run()  # its sequence is free again
+        assert again.tokens == alone(plain, PROMPTS[1], 40)
+
+
+def test_per_request_constraints_logprobs_and_penalties_side_by_side(tiny_pair, plain):
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    asks = [dict(json_schema=schema), dict(logprobs=2), dict(repeat_penalty=1.3),
+            dict(temperature=0.8, seed=7)]
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=4) as eng:
+        gens = [eng.generate(p, max_tokens=30, **a) for p, a in zip(PROMPTS, asks, strict=True)]
+        events = {i: [] for i in range(4)}
+        rounds = [iter(g) for g in gens]
+        live = set(range(4))
+        while live:
+            for i in list(live):
+                event = next(rounds[i], None)
+                if event is None:
+                    live.discard(i)
+                else:
+                    events[i].append(event)
+        for i, (prompt, ask) in enumerate(zip(PROMPTS, asks, strict=True)):
+            assert gens[i].tokens == alone(plain, prompt, 30, **ask), ask
+        assert all(e.logprobs is not None for e in events[1])
+        assert all(e.logprobs is None for e in events[0])
+
+
+def test_a_long_prompt_is_read_in_chunks_beside_a_running_answer(tiny_pair, plain):
+    long_prompt = " ".join(["the cat is in the end"] * 15)  # several n_batch chunks
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=2, n_batch=64) as eng:
+        short = eng.generate(PROMPTS[0], max_tokens=30)
+        rounds = iter(short)
+        first = next(rounds)
+        long = eng.generate(long_prompt, max_tokens=10)
+        assert long.stats.prompt_tokens > 3 * 64
+        interleaved([long])  # the short one advances meanwhile (its rounds wait for it)
+        assert short.outbox, "the running answer advanced while the long prompt was read"
+        rest = list(rounds)
+        got = list(first.tokens) + [t for e in rest for t in e.tokens]
+        assert got == short.tokens == alone(plain, PROMPTS[0], 30)
+        assert long.tokens == alone(plain, long_prompt, 10)
+
+
+def test_a_conversation_comes_back_to_its_own_sequence(tiny_pair):
+    with load_tiny(tiny_pair, "lookup", parallel=3) as eng:
+        first = eng.generate(PROMPTS[3], max_tokens=12).run()
+        eng.generate(PROMPTS[0], max_tokens=12).run()
+        follow = PROMPTS[3] + first.text
+        again = eng.generate(follow, max_tokens=4).run()
+        assert again.stats.cached_prompt_tokens >= first.stats.prompt_tokens - 1
+
+
+def test_one_failing_generation_fails_alone(tiny_pair, plain):
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=2) as eng:
+        good = eng.generate(PROMPTS[0], max_tokens=30)
+        bad = eng.generate(PROMPTS[1], max_tokens=30)
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("verifier broke")
+        bad._verifier.verify = broken
+        with pytest.raises(RuntimeError, match="verifier broke"):
+            list(bad)
+        assert bad.finished
+        assert good.run().tokens == alone(plain, PROMPTS[0], 30)
+
+
+def test_engine_step_and_take_events_drive_every_generation(tiny_pair, plain):
+    """What lsd serve's engine loop does: step the engine, read each generation's rounds."""
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=2) as eng:
+        gens = [eng.generate(Request(p, max_tokens=20)) for p in PROMPTS[:2]]
+        tokens: list[list[int]] = [[], []]
+        while not all(g.finished for g in gens):
+            eng.step()
+            for i, gen in enumerate(gens):
+                for event in gen.take_events():
+                    tokens[i].extend(event.tokens)
+        for i in range(2):
+            assert tokens[i] == gens[i].tokens == alone(plain, PROMPTS[i], 20)
+
+
+def test_blocks_of_several_sequences_in_one_decode_match_each_alone(tiny_pair):
+    """decode_blocks: each sequence's rows equal what decoding it alone gives, and each
+    sequence's cache after many blocks gives a fresh evaluation's logits."""
+    rng = np.random.default_rng(3)
+    model = Model.load(tiny_pair[0], LoadOptions(n_ctx=256, n_seq=3))
+    single = Model.load(tiny_pair[0], LoadOptions(n_ctx=256))
+    try:
+        history = [[], [], []]
+        for _ in range(12):
+            blocks = []
+            for seq in range(3):
+                n = int(rng.integers(1, 6))
+                tokens = rng.integers(3, model.n_vocab, n).astype(np.int32)
+                blocks.append((model.slots[seq], tokens, int(rng.integers(0, n + 1))))
+            views = [v.copy() for v in decode_blocks(model, blocks)]
+            for seq, (slot, tokens, n_out) in enumerate(blocks):
+                single.truncate(0)
+                history[seq].extend(tokens.tolist())
+                want = single.decode(np.array(history[seq], np.int32), 0, n_out)
+                np.testing.assert_allclose(views[seq], want, rtol=1e-2, atol=1e-2)
+                assert slot.n_cached == len(history[seq])
+                assert slot.cached_tokens.tolist() == history[seq]
+            keep = int(rng.integers(1, len(history[0]) + 1))  # a rejection rewinds one
+            model.slots[0].truncate(keep)
+            del history[0][keep:]
+    finally:
+        model.close()
+        single.close()
