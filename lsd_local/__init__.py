@@ -20,6 +20,7 @@ from .errors import (
     ModelOutputError,
     ParameterError,
 )
+from .request import Request
 from .stats import GenerationStats, Origin, RoundEvent
 
 if TYPE_CHECKING:  # loaded lazily: see __getattr__
@@ -33,7 +34,7 @@ __all__ = [
     "Generation",
     "GenerationStats", "SamplerSettings",
     "IncompatibleModelsError", "LsdError", "ModelLoadError", "ModelOutputError", "Origin",
-    "ParameterError", "RoundEvent", "RuleConfig", "__version__",
+    "ParameterError", "Request", "RoundEvent", "RuleConfig", "__version__",
 ]
 
 

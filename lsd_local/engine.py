@@ -26,7 +26,7 @@ from .config import (
 )
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
-from .drafters.forced import ForcedDraft
+from .drafters.forced import Forced, ForcedDraft
 from .drafters.pool import DrafterPool
 from .errors import EngineBusyError, ParameterError, check
 from .generation import EngineParts, Generation
@@ -228,12 +228,12 @@ class Engine:
             compiled.begin_in_reasoning()  # (the prompt opened <think>: no call in there)
         if compiled is not None and settings.logprobs is not None:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
+        if compiled is not None and dcfg.forced:  # the grammar's forced tokens, drafted free
+            drafter = Forced(drafter, ForcedDraft(compiled.text, compiled.triggers,
+                                                  self.target.vocab))
         parts = EngineParts(target, draft, drafter, self.state_cache, self._check_open,
                             self._claim.give_back)
-        forced = None
-        if compiled is not None and dcfg.forced:
-            forced = ForcedDraft(compiled.text, compiled.triggers, self.target.vocab)
-        settings = replace(settings, grammar=compiled, forced=forced)
+        settings = replace(settings, grammar=compiled)
         gen = Generation(parts, prompt_ids, settings, Verifier(rcfg, settings.sampler),
                          TextAssembler(self.target.vocab.token_bytes, request.stop),
                          request_family(request.prompt), parser, request.budget,

@@ -201,11 +201,11 @@ class Generation:
         return plan_round(self._parts.drafter, self._history, settings, k)
 
     def _finish_round(self, pending: PendingRound, logits: np.ndarray, grew: bool,
-                      share: float = 1.0) -> RoundEvent:
+                      decode_seconds: float | None = None) -> RoundEvent:
         """The round's second half, from its block's logits (float32[K+1, V])."""
         return self._round(finish_round(self._parts.target, self._parts.drafter,
                                         self._verifier, self._history, self._settings,
-                                        pending, logits, grew, decode_share=share))
+                                        pending, logits, grew, decode_seconds=decode_seconds))
 
     def _begin(self) -> None:
         """The drafter's begin and the prefill; a request for no tokens ends there."""
@@ -275,8 +275,6 @@ class Generation:
         if settings.grammar is not None:  # (checked above)
             for token in tokens:
                 settings.grammar.accept(token, checked=True)
-        if settings.forced is not None:
-            settings.forced.advance(tokens)
         return RoundEvent(tuple(tokens), (Origin.TARGET,) * len(tokens), "", (), 0, 0, 0,
                           0.0, 0.0, 0.0)
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from .config import PenaltySettings, SamplerSettings
 from .drafters.base import EMPTY_DRAFT, Draft, Drafter
-from .drafters.forced import NO_TOKENS
 from .stats import Origin, RoundEvent
 from .verify import Verdict
 from .verify.constrain import prepare_block
@@ -59,7 +58,6 @@ class LoopSettings:
     grammar_top: int = 1  # allowed tokens exact at the top of each row (constrain.py)
     penalties: PenaltySettings | None = None  # None: the rows are left as the target gave them
     logprobs: int | None = None  # None: not asked; n: each token's and n alternatives'
-    forced: object | None = None  # drafters.forced.ForcedDraft: what the grammar forces
 
 
 @dataclass(frozen=True)
@@ -93,37 +91,36 @@ def plan_round(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
     """The first half of a round: draft, and the block to score (side by side, the blocks
     of several requests are scored in one decode: sidebyside.py)."""
     t0 = clock()
-    draft, n_forced, n_forced_after = _propose(drafter, history, req, k)
+    draft = EMPTY_DRAFT if drafter is None or k <= 0 else \
+        drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar)
     n = history.n
     block = np.empty(len(draft) + 1, np.int32)
     block[0] = history.data[n - 1]
     block[1:] = draft.tokens
-    return PendingRound(block, n - 1, draft, n_forced, n_forced_after, t0, clock())
+    return PendingRound(block, n - 1, draft, draft.forced_head, draft.forced_tail, t0,
+                        clock())
 
 
 def finish_round(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
                  req: LoopSettings, pending: PendingRound, logits: np.ndarray,
                  grew_logits: bool, clock: Callable[[], float] = perf_counter,
-                 decode_share: float = 1.0) -> RoundEvent:
+                 decode_seconds: float | None = None) -> RoundEvent:
     """The second half: verify the scored block (logits float32[K+1, V]), commit, truncate.
-    `decode_share`: the part of the decode's time that was this block's (side by side, a
-    decode scores several; the drafter learns what its own tokens cost)."""
+    `decode_seconds`: what the decode took, side by side (it scored other requests' blocks
+    too, and others drafted meanwhile); None: the time since drafting ended (alone)."""
     draft, t1 = pending.draft, pending.t1
-    decoded = clock() if decode_share != 1.0 else t1  # (alone: the whole decode is its own)
+    decoded = t1 if decode_seconds is None else clock()
     if req.penalties is not None:  # each row with the counts it would see: history + draft
         penalize_block(logits, history.view(), pending.block[1:], req.penalties)
     verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
     t2 = clock()
     if drafter is not None:
-        seconds = (decoded - t1) * decode_share + t2 - decoded
-        drafter.accept(len(draft), verdict.n_accept, seconds, grew_logits,
-                       n_forced=pending.n_forced, n_forced_after=pending.n_forced_after)
+        seconds = t2 - decoded + (decode_seconds or 0.0)
+        drafter.accept(len(draft), verdict.n_accept, seconds, grew_logits)
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     logprobs = None if req.logprobs is None else \
         token_logprobs(logits[:len(tokens)], tokens, req.logprobs)  # the rows that chose them
     _advance_grammar(req, tokens, eog)
-    if req.forced is not None:
-        req.forced.advance(tokens[:len(tokens) - 1] if eog else tokens)
     history.extend(tokens)
     if target.n_cached >= history.n:  # rows past the commit: a rejection, an EOG or grammar cut
         target.truncate(history.n - 1)
@@ -135,36 +132,6 @@ def finish_round(target, drafter: Drafter | None, verifier: Verifier, history: T
                       t2 - t1, clock() - t2, draft_source=source,
                       constrain_seconds=constrain_s, eog=eog, logprobs=logprobs,
                       n_forced=pending.n_forced, n_forced_after=pending.n_forced_after)
-
-
-def _propose(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
-             k: int) -> tuple[Draft, int, int]:
-    """The block's draft: the tokens the grammar forces first (free), then the drafter's
-    from there, then what the grammar forces after those (a value copied from the prompt,
-    then the next key); and how many were forced first and last."""
-    forced = req.forced.propose(k) if req.forced is not None else NO_TOKENS
-    if drafter is None or k <= len(forced):
-        return (Draft(forced, source="forced") if len(forced) else EMPTY_DRAFT), len(forced), 0
-    if len(forced):  # (the grammar state is before the forced tokens: the block checks them)
-        more = drafter.propose(np.concatenate([history.view(), forced]), k - len(forced),
-                               req.sampler, req.rng, None)
-    else:
-        more = drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar)
-    tail = NO_TOKENS
-    if req.forced is not None and len(more):
-        tail = req.forced.propose_after(np.concatenate([forced, more.tokens]),
-                                        k - len(forced) - len(more))
-    if not len(forced) and not len(tail):
-        return more, 0, 0
-    tokens = np.concatenate([forced, more.tokens, tail]).astype(np.int32)
-    probs = None
-    if more.probs is not None:  # a sampled draft: the grammar's tokens are certain (one-hot)
-        probs = np.zeros((len(tokens), more.probs.shape[1]), more.probs.dtype)
-        grammar_rows = np.r_[0:len(forced), len(forced) + len(more):len(tokens)]
-        probs[grammar_rows, tokens[grammar_rows]] = 1.0
-        probs[len(forced):len(forced) + len(more)] = more.probs
-    return Draft(tokens, probs, more.source or drafter.name if len(more) else "forced",
-                 more.run), len(forced), len(tail)
 
 
 def draft_limit(req: LoopSettings, generated: int, n: int, n_ctx: int) -> int:

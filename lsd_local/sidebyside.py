@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from time import perf_counter
 
 from .backend.slot import decode_blocks
 from .errors import EngineBusyError
@@ -77,6 +78,7 @@ class SideBySide:
         self.lock = threading.RLock()
         self.model = model  # the target backend.Model (its slots are the generations')
         self._members: list = []  # generation.Generation, in arrival order
+        self._last_block: dict[int, int] = {}  # id(generation) -> its last block's size
 
     @property
     def active(self) -> int:
@@ -119,8 +121,13 @@ class SideBySide:
         overflow it)."""
         with self.lock:
             blocks: list[tuple] = []  # (gen, PendingRound | None, tokens, n_logit_rows)
+            expected = sum(self._last_block.get(id(g), 1) for g in self._members)
             for gen in list(self._members):
+                drafter = gen._parts.drafter
+                if drafter is not None:  # what the others will likely add (their last)
+                    drafter.batch_tokens = expected - self._last_block.get(id(gen), 1)
                 self._plan(gen, blocks)
+            self._last_block = {id(b[0]): len(b[2]) for b in blocks if b[1] is not None}
             budget = self.model.n_batch - sum(len(b[2]) for b in blocks)
             for gen in list(self._members):  # prompts still being read fill the rest
                 if gen.opened and gen.prefill_left and budget > 0:
@@ -154,6 +161,7 @@ class SideBySide:
         """One decode for a group of blocks, then each generation's verification."""
         grew = sum(b[3] for b in group) > self.model.most_logit_rows
         total = sum(len(b[2]) for b in group)
+        start = perf_counter()
         try:
             views = decode_blocks(self.model, [(gen._parts.target, tokens, n_out)
                                                for gen, _, tokens, n_out in group])
@@ -161,14 +169,16 @@ class SideBySide:
             for gen, *_ in group:
                 self._fail(gen, exc)
             return
+        seconds = perf_counter() - start
         for (gen, planned, tokens, _), logits in zip(group, views, strict=True):
             try:
                 if planned is None:
                     gen._prefilled(len(tokens))
                     self._done(gen)
                     continue
-                gen.outbox.append(gen._finish_round(planned, logits, grew,
-                                                    len(tokens) / total))
+                if gen._parts.drafter is not None:  # (the decode's size: others' and its)
+                    gen._parts.drafter.batch_tokens = total - len(tokens)
+                gen.outbox.append(gen._finish_round(planned, logits, grew, seconds))
                 self._done(gen)
             except Exception as exc:  # noqa: BLE001 - see _plan
                 self._fail(gen, exc)

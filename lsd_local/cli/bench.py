@@ -81,6 +81,10 @@ LLAMA_CPP_COMMANDS = {
               help="Only measure the ceiling on this machine: the target's time to score n "
                    "tokens, the best speedup perfect drafts could give and at which K, and "
                    "the file's weight types that have no batched kernel here.")
+@click.option("--concurrency", type=click.IntRange(min=2), default=None, metavar="N",
+              help="Only the serving workload: N clients at once (mixed long and short chat "
+                   "requests) against lsd serve --parallel N and --parallel 1, and with "
+                   "--llama-cpp llama-server -np N plain and with each speculative type.")
 @click.option("--check-timeout", type=click.FloatRange(min=0.1), default=10.0,
               show_default=True, help="Seconds each HumanEval answer may run its tests.")
 def bench(model: str | None, **opts) -> None:
@@ -94,6 +98,8 @@ def bench(model: str | None, **opts) -> None:
     from ..bench.suite import BenchOptions, default_configs, parse_configs
 
     target, draft, template = resolve_bench_models(model, opts["draft"])
+    if opts["concurrency"]:
+        return run_concurrency_workload(target, draft, opts)
     names = (opts["configs"].split(",") if opts["configs"] else default_configs(bool(draft)))
     if opts["tune"]:
         names = ["plain"] + tune_grid(opts["tune_drafter"], tune_ks(opts["tune_drafter"]))
@@ -118,6 +124,20 @@ def bench(model: str | None, **opts) -> None:
     finally:
         models.close()
     finish(result, opts)
+
+
+def run_concurrency_workload(target: Path, draft: Path | None, opts: dict) -> None:
+    """lsd bench --concurrency N: servers in subprocesses, N clients at once."""
+    from ..bench.concurrency import ConcurrencyPlan, format_columns, run_concurrency, workload
+    from ..bench.suite import load_items
+
+    items = load_items(opts["prompts"].split(","), opts["split"], opts["limit"])
+    plan = ConcurrencyPlan(target, draft, opts["concurrency"],
+                           tuple(workload(items, opts["concurrency"], opts["max_tokens"])),
+                           opts["ctx"], opts["threads"], opts["repeat"],
+                           Path(opts["llama_cpp_bin"]) if opts["llama_cpp_bin"] else None)
+    columns, behind = run_concurrency(plan, notify)
+    click.echo(format_columns(columns, behind))
 
 
 def run_profile(models, options) -> None:

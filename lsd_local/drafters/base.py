@@ -22,6 +22,10 @@ class Draft:
     # extended backwards while the text before it equals the text before its source, up to
     # RUN_CAP); the auto drafter learns acceptance by it. 0 for other drafters.
     run: int = 0
+    # tokens a grammar forced (drafters/forced.py): the first forced_head and the last
+    # forced_tail are the grammar's, the rest the drafter's (the statistics count them apart)
+    forced_head: int = 0
+    forced_tail: int = 0
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -37,6 +41,9 @@ class Drafter(ABC):
     Only `propose` is required."""
 
     name = "drafter"
+    # tokens other requests put in the same decode (side by side, sidebyside.py: set before
+    # each round); a drafter that prices its block (auto) pays only what it adds to theirs
+    batch_tokens = 0
 
     def begin(self, family: str | None = None) -> None:  # noqa: B027 - a no-op by default
         """A request starts: drop what belonged to the previous one (not what was learned).
@@ -51,15 +58,13 @@ class Drafter(ABC):
         the loop cuts any draft at its first forbidden token anyway."""
 
     def accept(self, n_drafted: int, n_accept: int,  # noqa: B027 - no-op unless it learns
-               verify_seconds: float, grew_logits: bool = False, n_forced: int = 0,
-               n_forced_after: int = 0) -> None:
+               verify_seconds: float, grew_logits: bool = False) -> None:
         """What verification made of the last proposal: n_accept of n_drafted kept, the
-        target pass took verify_seconds (the cost-aware drafter learns from it); grew_logits:
-        the pass scored more rows at once than any before it on this target, so its time
-        includes llama.cpp growing its logits buffer (backend.Model.most_logit_rows);
-        n_forced: the block's first n_forced tokens were the grammar's (drafters/forced.py),
-        not this drafter's (n_forced == n_drafted: it was not asked this round), and so
-        were its last n_forced_after (what the grammar forced after the drafter's tokens)."""
+        target pass took verify_seconds (the cost-aware drafter learns from it) to score
+        them, its pending token and batch_tokens others; grew_logits: the pass scored more
+        rows at once than any before it on this target, so its time includes llama.cpp
+        growing its logits buffer (backend.Model.most_logit_rows). n_drafted 0: it was not
+        asked, or its tokens were never judged (a grammar's token before them was wrong)."""
 
     def end(self, history: np.ndarray,  # noqa: B027 - a no-op unless it learns
             n_prompt: int | None = None) -> None:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import codecs
 import re
+from dataclasses import replace
 
 import numpy as np
 
 from ..utf8 import utf8_bytes
+from .base import EMPTY_DRAFT, Draft, Drafter
 from .crossvocab import TextCodec
 from .gbnf import GrammarState, GrammarSyntaxError, parse_gbnf
 
@@ -152,3 +154,90 @@ class ForcedDraft:
 
 _FOLLOWED = re.compile(r"([^ \t\r\n])([ \t\r\n]*)(?=[^ \t\r\n])")
 MAX_TAIL = 64  # blanks kept after the last character (a longer run is not a habit)
+
+
+class Forced(Drafter):
+    """Any drafter (or none) with the grammar's forced tokens around its draft, so that the
+    round sees one drafter: the forced text first (free), then `inner`'s tokens from there,
+    then what the grammar forces after those (a value copied from the prompt, then the next
+    key). The draft says how many of its tokens were forced first and last (Draft.forced_head,
+    forced_tail: the statistics credit them to "forced"); `inner` hears only its own tokens'
+    verdict, the forced ones counted as other tokens of the same decode (batch_tokens).
+    `forced`: the request's ForcedDraft, which follows the committed tokens (read from the
+    history at each proposal)."""
+
+    name = "forced"
+
+    def __init__(self, inner: Drafter | None, forced: ForcedDraft) -> None:
+        self.inner = inner
+        self.forced = forced
+        self._seen = None  # history length the forced state has followed (None: not begun)
+        self._split = (0, 0)  # the last draft's forced head and tail
+
+    def begin(self, family: str | None = None) -> None:
+        if self.inner is not None:
+            self.inner.begin(family)
+
+    def propose(self, history: np.ndarray, k: int, sampler=None, rng=None,
+                grammar=None) -> Draft:
+        self._follow(history)
+        head = self.forced.propose(k)
+        more = EMPTY_DRAFT
+        if self.inner is not None and k > len(head):
+            self.inner.batch_tokens = self.batch_tokens + len(head)
+            # (the grammar state is before the forced tokens: the block checks them)
+            more = self.inner.propose(np.concatenate([history, head]) if len(head)
+                                      else history, k - len(head), sampler, rng,
+                                      None if len(head) else grammar)
+        tail = NO_TOKENS
+        if len(more):
+            tail = self.forced.propose_after(np.concatenate([head, more.tokens]),
+                                             k - len(head) - len(more))
+        self._split = (len(head), len(tail))
+        if not len(head) and not len(tail):  # (the drafter's own, named as its own)
+            return replace(more, source=more.source or self.inner.name) if len(more) else more
+        return _joined(head, more, tail, self.inner)
+
+    def _follow(self, history: np.ndarray) -> None:
+        """Move the forced state over the tokens committed since the last proposal (the
+        prompt is not the answer: the state starts after it)."""
+        if self._seen is None:
+            self._seen = len(history)
+        if len(history) > self._seen:
+            self.forced.advance(history[self._seen:].tolist())
+        self._seen = len(history)
+
+    def accept(self, n_drafted: int, n_accept: int, verify_seconds: float,
+               grew_logits: bool = False) -> None:
+        """The drafter hears its own tokens' verdict; when a forced token before them was
+        rejected, they were never judged (it hears only what the decode cost)."""
+        if self.inner is None:
+            return
+        head, tail = self._split
+        n_own = n_drafted - head - tail
+        self.inner.batch_tokens = self.batch_tokens + head + tail
+        if n_own <= 0 or n_accept < head:
+            self.inner.accept(0, 0, verify_seconds, grew_logits)
+        else:
+            self.inner.accept(n_own, min(n_accept - head, n_own), verify_seconds, grew_logits)
+
+    def end(self, history: np.ndarray, n_prompt: int | None = None) -> None:
+        if self.inner is not None:
+            self.inner.end(history, n_prompt)
+
+    def reset(self) -> None:
+        if self.inner is not None:
+            self.inner.reset()
+
+
+def _joined(head: np.ndarray, more: Draft, tail: np.ndarray, inner: Drafter | None) -> Draft:
+    """One draft of the forced head, the drafter's tokens and the forced tail."""
+    tokens = np.concatenate([head, more.tokens, tail]).astype(np.int32)
+    probs = None
+    if more.probs is not None:  # a sampled draft: the grammar's tokens are certain (one-hot)
+        probs = np.zeros((len(tokens), more.probs.shape[1]), more.probs.dtype)
+        grammar_rows = np.r_[0:len(head), len(head) + len(more):len(tokens)]
+        probs[grammar_rows, tokens[grammar_rows]] = 1.0
+        probs[len(head):len(head) + len(more)] = more.probs
+    source = more.source or inner.name if len(more) else "forced"
+    return Draft(tokens, probs, source, more.run, len(head), len(tail))

@@ -26,6 +26,7 @@ from ..config import SERVE_MAX_BODY, SERVE_RETRY_AFTER
 from ..limits import SERVE_ROUND_TIMEOUT
 from .guard import Guard, GuardSettings, host_names
 from .jobs import make_job
+from .messages import Delta, Failed
 from .metrics import Metrics
 from .page import is_public, page_routes
 from .protocol import ChatRequest, CompletionRequest, Defaults, RequestError, parse
@@ -92,7 +93,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-async def next_message(state: ServerState, ticket: Ticket, watch: asyncio.Task) -> tuple | None:
+async def next_message(state: ServerState, ticket: Ticket, watch: asyncio.Task):
     """The engine's next message for this request; None (and the request cancelled) when
     the client disconnected first."""
     getter = asyncio.ensure_future(ticket.messages.get())
@@ -120,10 +121,9 @@ def _submit(state: ServerState, job) -> Ticket:
         raise RequestError(503, str(exc), kind="server_error") from None
 
 
-def _engine_error(message: tuple) -> RequestError:
-    _, _, status, text, param = message
-    return RequestError(status, text, param,
-                        "invalid_request_error" if status < 500 else "server_error")
+def _engine_error(message: Failed) -> RequestError:
+    return RequestError(message.status, message.message, message.param,
+                        "invalid_request_error" if message.status < 500 else "server_error")
 
 
 async def completions(request: Request, body_model, endpoint: str) -> Response:
@@ -142,9 +142,9 @@ async def completions(request: Request, body_model, endpoint: str) -> Response:
     if first is not None and watch.done():  # it left just as its answer started
         state.scheduler.cancel(ticket)
         first = None
-    if first is None or first[0] == "error":
+    if first is None or isinstance(first, Failed):
         watch.cancel()
-        status = 499 if first is None else first[2]
+        status = 499 if first is None else first.status
         state.metrics.requests.labels(endpoint, str(status)).inc()
         return Response(status_code=499) if first is None else error_response(
             _engine_error(first))
@@ -152,11 +152,11 @@ async def completions(request: Request, body_model, endpoint: str) -> Response:
     if job.stream:
         watch.cancel()  # Starlette notices a streaming client's disconnect itself
         return EngineStream(state.scheduler, ticket,
-                            stream(state, ticket, shaper, first[2], endpoint),
+                            stream(state, ticket, shaper, first.prompt_tokens, endpoint),
                             media_type="text/event-stream",
                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     try:
-        return await whole(state, ticket, shaper, first[2], watch, endpoint)
+        return await whole(state, ticket, shaper, first.prompt_tokens, watch, endpoint)
     finally:  # however it ends (the handler cancelled too), the engine stops on it
         watch.cancel()
         state.scheduler.cancel(ticket)
@@ -188,19 +188,19 @@ async def whole(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_token
         if message is None:
             state.metrics.requests.labels(endpoint, "499").inc()
             return Response(status_code=499)
-        if message[0] == "delta":
-            answer.add(message[2])
-            if ttft is None and _visible(message[2]):
+        if isinstance(message, Delta):
+            answer.add(message.payload)
+            if ttft is None and _visible(message.payload):
                 ttft = _observe_ttft(state, ticket)
             continue
-        if message[0] == "error":
-            state.metrics.requests.labels(endpoint, str(message[2])).inc()
+        if isinstance(message, Failed):
+            state.metrics.requests.labels(endpoint, str(message.status)).inc()
             return error_response(_engine_error(message))
-        _, _, finish, stats, timed_out = message
-        state.metrics.record_stats(stats)
+        state.metrics.record_stats(message.stats)
         state.metrics.requests.labels(endpoint, "200").inc()
-        return JSONResponse(shaper.whole(answer, finish, prompt_tokens, stats,
-                                         lsd_info(stats, timed_out, ttft)))
+        return JSONResponse(shaper.whole(answer, message.finish_reason, prompt_tokens,
+                                         message.stats,
+                                         lsd_info(message.stats, message.timed_out, ttft)))
 
 
 def _visible(payload: dict) -> bool:
@@ -227,22 +227,23 @@ async def stream(state: ServerState, ticket: Ticket, shaper: Shaper, prompt_toke
         ttft, offset = None, 0
         while True:
             message = await ticket.messages.get()
-            if message[0] == "delta":
-                if _visible(message[2]):
+            if isinstance(message, Delta):
+                payload = message.payload
+                if _visible(payload):
                     ttft = ttft or _observe_ttft(state, ticket)
-                if _visible(message[2]) or message[2].get("round"):  # lsd_rounds: every one
-                    yield shaper.chunk(message[2], offset=offset)
-                    offset += len(message[2]["text"])
+                if _visible(payload) or payload.get("round"):  # lsd_rounds: every one
+                    yield shaper.chunk(payload, offset=offset)
+                    offset += len(payload["text"])
                 continue
-            if message[0] == "error":
-                status = str(message[2])
+            if isinstance(message, Failed):
+                status = str(message.status)
                 yield sse(_engine_error(message).body())
                 return
-            _, _, finish, stats, timed_out = message
-            state.metrics.record_stats(stats)
-            yield shaper.chunk(finish=finish, lsd=lsd_info(stats, timed_out, ttft))
+            state.metrics.record_stats(message.stats)
+            yield shaper.chunk(finish=message.finish_reason,
+                               lsd=lsd_info(message.stats, message.timed_out, ttft))
             if ticket.job.include_usage:
-                yield shaper.usage_chunk(prompt_tokens, stats)
+                yield shaper.usage_chunk(prompt_tokens, message.stats)
             yield SSE_DONE
             return
     except BaseException:

@@ -11,13 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import signal
 import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..limits import SERVE_ROUND_TIMEOUT
+from .deaths import death_message, repeated_signal
+from .messages import (
+    Cancel,
+    Done,
+    Failed,
+    LoadFailed,
+    Progress,
+    Ready,
+    Received,
+    RunJob,
+    Stop,
+)
 from .protocol import Job
 from .worker import WorkerSettings, worker_main
 
@@ -28,9 +39,6 @@ STOP_WAIT = 10.0  # seconds the engine process gets to exit after "stop", then i
 RESTART_ATTEMPTS = 8
 RESTART_BACKOFF = 1.0
 RESTART_PAUSE_MAX = 30.0
-# deaths by the same signal with no request finished in between that make a crash count as
-# deterministic (a CPU trapping an instruction llama.cpp uses): the server stops restarting
-SAME_SIGNAL_DEATHS = 3
 
 
 class QueueFull(Exception):
@@ -82,7 +90,7 @@ class _Worker:
         self.process.join()
         loop.call_soon_threadsafe(on_exit, self, self.process.exitcode)
 
-    def send(self, message: tuple) -> None:
+    def send(self, message) -> None:
         try:
             with self.send_lock:
                 self.conn.send(message)
@@ -91,7 +99,7 @@ class _Worker:
 
     def stop(self, wait: float = STOP_WAIT) -> None:
         """Ask it to exit after its job; kill it when it does not."""
-        self.send(("stop",))
+        self.send(Stop())
         self.process.join(wait)
         if self.process.is_alive():
             self.process.kill()
@@ -192,19 +200,19 @@ class Scheduler:
         ticket.cancelled = True
         if self._running.get(ticket.job.id) is ticket:
             if self._worker is not None:
-                self._worker.send(("cancel", ticket.job.id))
+                self._worker.send(Cancel(ticket.job.id))
         elif ticket in self._waiting:
             self._waiting.remove(ticket)
-            self._finish(ticket, ("error", ticket.job.id, 499, "cancelled", None))
+            self._finish(ticket, Failed(ticket.job.id, 499, "cancelled", None))
 
     def cancel_all(self, message: str) -> None:
         """End every request now with an error (the shutdown grace period is over)."""
         for ticket in list(self._waiting):
             self._waiting.remove(ticket)
-            self._finish(ticket, ("error", ticket.job.id, 503, message, None))
+            self._finish(ticket, Failed(ticket.job.id, 503, message, None))
         for current in list(self._running.values()):
             self.cancel(current)
-            self._finish(current, ("error", current.job.id, 503, message, None))
+            self._finish(current, Failed(current.job.id, 503, message, None))
 
     async def _dispatch(self) -> None:
         loop = asyncio.get_running_loop()
@@ -217,9 +225,9 @@ class Scheduler:
             ticket = self._waiting.popleft()
             self._running[ticket.job.id] = ticket
             try:
-                self._worker.send(("job", ticket.job))
+                self._worker.send(RunJob(ticket.job))
             except Exception as exc:  # noqa: BLE001 - one bad job must not stop the line
-                self._finish(ticket, ("error", ticket.job.id, 500,
+                self._finish(ticket, Failed(ticket.job.id, 500,
                                       f"the job could not be sent to the engine: {exc}", None))
                 continue
             watcher = loop.create_task(self._watch(ticket))  # till its end or its death
@@ -250,7 +258,7 @@ class Scheduler:
         finally:
             waiter.cancel()
 
-    def _finish(self, ticket: Ticket, message: tuple) -> None:
+    def _finish(self, ticket: Ticket, message: Done | Failed) -> None:
         if ticket.finished:
             return
         ticket.finished = True
@@ -262,27 +270,28 @@ class Scheduler:
 
     # --- messages from the engine process (on the loop) -----------------------------------
 
-    def _on_message(self, worker: _Worker, message: tuple) -> None:
-        kind = message[0]
-        if kind in ("ready", "load_failed"):
+    def _on_message(self, worker: _Worker, message) -> None:
+        if isinstance(message, (Ready, LoadFailed)):
             if self._load_result is not None and not self._load_result.done():
-                self._load_result.set_result((kind == "ready", message[1]))
+                self._load_result.set_result(
+                    (True, message.info) if isinstance(message, Ready)
+                    else (False, message.message))
             return
         if worker is not self._worker:
             return  # a late message of a process already gone
         now = asyncio.get_running_loop().time()
-        if kind == "progress":  # a decode returned: every running job moves
+        if isinstance(message, Progress):  # a decode returned: every running job moves
             for running in self._running.values():
                 running.last_progress = now
             return
-        ticket = self._running.get(message[1])
+        ticket = self._running.get(message.job_id)
         if ticket is None:
             return  # a late message of a request already ended
         ticket.last_progress = now
         ticket.received = True  # (any message about a job says the engine took it)
-        if kind == "received":
+        if isinstance(message, Received):
             return
-        if kind in ("done", "error"):
+        if isinstance(message, (Done, Failed)):
             self._deaths.clear()  # the engine finished a request: earlier deaths were chance
             self._finish(ticket, message)
         else:
@@ -304,7 +313,7 @@ class Scheduler:
             if current.received:
                 # this request's death: it fails, is never sent again, and does not count
                 # towards giving up (a page must not be able to stop the server)
-                self._finish(current, ("error", current.job.id, 500, death_message(
+                self._finish(current, Failed(current.job.id, 500, death_message(
                     exitcode, current.stalled or worker.stalled, self.round_timeout), None))
         if any(current.received for current in running) or worker.stalled:
             reason = None  # a request's death, or the watchdog's kill: no one's own
@@ -313,7 +322,7 @@ class Scheduler:
             reason = repeated_signal(self._deaths)
         for current in reversed([t for t in running if not t.received]):
             if current.retried or reason is not None:
-                self._finish(current, ("error", current.job.id, 503, reason or "the engine "
+                self._finish(current, Failed(current.job.id, 503, reason or "the engine "
                                        "process died twice before it could take this request",
                                        None))
             else:  # it died before taking this job: send it again, once
@@ -355,43 +364,4 @@ class Scheduler:
         self.failure = reason
         for ticket in list(self._waiting):
             self._waiting.remove(ticket)
-            self._finish(ticket, ("error", ticket.job.id, 503, reason, None))
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
-def death_message(exitcode: int | None, stalled: bool, round_timeout: float) -> str:
-    """What a request whose run killed the engine process is told."""
-    if stalled:
-        return (f"this request made no progress for {round_timeout:.0f} s (--round-timeout): "
-                "the engine process was restarted and the request ended")
-    if exitcode is not None and exitcode < 0:
-        number = -exitcode
-        how = f"was killed by {_signal_name(number)} ({signal.strsignal(number) or number})"
-        hint = (" (this CPU may trap an instruction llama.cpp uses: try --no-repack)"
-                if number == signal.SIGILL else "")
-    else:
-        how, hint = f"exited with code {exitcode}", ""
-    return (f"the engine process {how} while running this request{hint}; the request is not "
-            "retried, and the engine is restarted for the next one")
-
-
-def repeated_signal(deaths: list[int | None]) -> str | None:
-    """Why to stop restarting, when the last SAME_SIGNAL_DEATHS deaths (exit codes since a
-    request last finished) were all by one signal; else None."""
-    last = deaths[-SAME_SIGNAL_DEATHS:]
-    if len(last) < SAME_SIGNAL_DEATHS or len(set(last)) != 1 or last[0] is None \
-            or last[0] >= 0:
-        return None
-    number = -last[0]
-    name = _signal_name(number)
-    what = signal.strsignal(number) or name
-    hint = (" (this CPU may trap an instruction llama.cpp uses: try --no-repack)"
-            if number == signal.SIGILL else "")
-    return (f"the engine process was killed by {name} ({what}) {len(last)} times in a row "
-            f"with no request finished in between; it is not restarted again{hint}")
+            self._finish(ticket, Failed(ticket.job.id, 503, reason, None))

@@ -7,12 +7,9 @@ it jobs over a pipe and reads back, per round, the text each round released. A r
 takes messages off the pipe while the main thread generates, so that a new job starts at the
 next round and a cancel (the client went away, the server shuts down) is seen there.
 
-Messages to the HTTP process, all tuples: ("ready", info) | ("load_failed", message) |
-("received", job_id) (from here on a crash is this job's) | ("progress", None) (a
-llama_decode returned: not stuck) | ("started", job_id, prompt_tokens) |
-("delta", job_id, payload: event_payload's dict) |
-("done", job_id, finish_reason, stats, timed_out) | ("error", job_id, status, message, param).
-From it: ("job", Job) | ("cancel", job_id) | ("stop",).
+Messages (messages.py) to the HTTP process: Ready | LoadFailed | Received (from here on a
+crash is this job's) | Progress (a llama_decode returned: not stuck) | Started | Delta (one
+round: event_payload's dict) | Done | Failed. From it: RunJob | Cancel | Stop.
 """
 
 from __future__ import annotations
@@ -37,6 +34,19 @@ from ..errors import (
     ParameterError,
 )
 from ..stats import Origin
+from .messages import (
+    Cancel,
+    Delta,
+    Done,
+    Failed,
+    LoadFailed,
+    Progress,
+    Ready,
+    Received,
+    RunJob,
+    Started,
+    Stop,
+)
 
 PROGRESS_EVERY = 1.0  # seconds between progress messages during one job
 
@@ -69,10 +79,10 @@ def worker_main(conn, settings: WorkerSettings) -> None:
             warnings.simplefilter("ignore")
             engine = Engine.from_settings(settings.target, settings.draft, settings.engine)
     except LsdError as exc:
-        conn.send(("load_failed", str(exc)))
+        conn.send(LoadFailed(str(exc)))
         return
     engine.keep_conversations(settings.state_cache, settings.state_cache_bytes)
-    conn.send(("ready", {"pid": os.getpid(), "n_ctx": engine.target.n_ctx,
+    conn.send(Ready({"pid": os.getpid(), "n_ctx": engine.target.n_ctx,
                          "notices": list(engine.notices), "placement": engine.placement,
                          "draft": engine.draft_model.path.name if engine.draft_model else None,
                          "parallel": engine.parallel}))
@@ -81,7 +91,7 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     threading.Thread(target=_read_pipe, args=(conn, inbox, cancelled), daemon=True).start()
     for model in (engine.target, engine.draft_model):
         if model is not None:  # (every decode says the engine is not stuck)
-            model.on_decoded = Progress(conn)
+            model.on_decoded = ProgressReporter(conn)
     serve_jobs(engine, conn, inbox, cancelled)
     engine.close()
 
@@ -106,7 +116,7 @@ def serve_jobs(engine, conn, inbox: queue.Queue, cancelled: set[str]) -> None:
             if job is None:
                 stopping = True
                 continue
-            conn.send(("received", job.id))  # from here on a crash is this job's
+            conn.send(Received(job.id))  # from here on a crash is this job's
             run = start_job(engine, job, conn)
             if run is not None:
                 running[job.id] = run
@@ -117,7 +127,7 @@ def serve_jobs(engine, conn, inbox: queue.Queue, cancelled: set[str]) -> None:
             saved = time.monotonic()
 
 
-class Progress:
+class ProgressReporter:
     """Tells the HTTP process's watchdog, at most once a second, that a llama_decode
     returned (a long prefill is many of them; a round stuck inside C is none)."""
 
@@ -129,7 +139,7 @@ class Progress:
         now = time.monotonic()
         if now - self.sent >= PROGRESS_EVERY:
             self.sent = now
-            self.conn.send(("progress", None))
+            self.conn.send(Progress())
 
 
 def _read_pipe(conn, inbox: queue.Queue, cancelled: set[str]) -> None:
@@ -138,11 +148,11 @@ def _read_pipe(conn, inbox: queue.Queue, cancelled: set[str]) -> None:
         try:
             message = conn.recv()
         except (EOFError, OSError):  # the HTTP process is gone: stop after the current job
-            message = ("stop",)
-        if message[0] == "job":
-            inbox.put(message[1])
-        elif message[0] == "cancel":
-            cancelled.add(message[1])
+            message = Stop()
+        if isinstance(message, RunJob):
+            inbox.put(message.job)
+        elif isinstance(message, Cancel):
+            cancelled.add(message.job_id)
         else:
             inbox.put(None)
             return
@@ -167,12 +177,12 @@ def _report(conn, job, exc: Exception) -> None:
     the server."""
     if isinstance(exc, LsdError):
         status, param = _error_status(exc)
-        conn.send(("error", job.id, status, str(exc), param))
+        conn.send(Failed(job.id, status, str(exc), param))
     else:  # its text may hold paths or data: the operator's log has it, the client not
         print(f"lsd serve: internal error in request {job.id}:", file=sys.stderr)
         traceback.print_exc()
-        conn.send(("error", job.id, 500, f"internal error in request {job.id} (logged on the "
-                   "server)", None))
+        conn.send(Failed(job.id, 500, f"internal error in request {job.id} (logged on the "
+                         "server)"))
 
 
 @dataclass
@@ -192,7 +202,7 @@ def start_job(engine, job, conn) -> Running | None:
     except Exception as exc:  # noqa: BLE001 - see _report
         _report(conn, job, exc)
         return None
-    conn.send(("started", job.id, gen.stats.prompt_tokens))
+    conn.send(Started(job.id, gen.stats.prompt_tokens))
     deadline = job.arrived + job.timeout if job.timeout else None
     running = Running(job, gen, iter(gen) if engine.parallel == 1 else None, deadline)
     if deadline is not None and time.time() >= deadline:  # its time went by in the queue
@@ -212,7 +222,7 @@ def advance(engine, running: dict, conn, cancelled: set[str], token_text) -> Non
             else:
                 events = [event for event in (next(run.rounds, None),) if event is not None]
             for event in events:
-                conn.send(("delta", job_id, event_payload(event, token_text, run.job.rounds)))
+                conn.send(Delta(job_id, event_payload(event, token_text, run.job.rounds)))
         except Exception as exc:  # noqa: BLE001 - see _report
             run.gen.close()
             del running[job_id]
@@ -229,7 +239,7 @@ def advance(engine, running: dict, conn, cancelled: set[str], token_text) -> Non
 def _end_job(run: Running, conn, timed_out: bool) -> None:
     run.gen.close()
     finish = "length" if timed_out else run.gen.finish_reason or "stop"
-    conn.send(("done", run.job.id, finish, run.gen.stats.as_dict(), timed_out))
+    conn.send(Done(run.job.id, finish, run.gen.stats.as_dict(), timed_out))
 
 
 def token_texts(vocab):

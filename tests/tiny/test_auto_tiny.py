@@ -74,8 +74,7 @@ def test_the_round_tells_any_drafter_when_its_batch_grew_the_targets_logits_buff
         def propose(self, history, k, sampler=None, rng=None, grammar=None):
             return Draft(np.full(min(k, self.size), 7, np.int32))
 
-        def accept(self, n_drafted, n_accept, verify_seconds, grew_logits=False, n_forced=0,
-                   n_forced_after=0):
+        def accept(self, n_drafted, n_accept, verify_seconds, grew_logits=False):
             self.told.append((n_drafted + 1, grew_logits))
 
     with Engine.load(tiny_pair[0], drafter="none", n_ctx=TINY_CTX) as eng:

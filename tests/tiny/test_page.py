@@ -51,7 +51,7 @@ def stream_chunks(server, body: dict) -> list[dict]:
     status, _, data = server.request("POST", "/v1/chat/completions", body,
                                      {"Content-Type": "application/json",
                                       "Authorization": "Bearer k"})
-    assert status == 200, data
+    assert status == 200, (data, "".join(server.stderr[-40:]))  # (the server's log: why)
     events = [line[6:] for line in data.decode().split("\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]

@@ -413,7 +413,9 @@ def test_a_proposal_after_tokens_never_committed_teaches_nothing():
     for _ in range(3):  # claim huge verification costs: plain steps only
         drafter.cost.observe(33, 100.0)
     drafter.propose(np.array(truth[:5] + forced, np.int32), 32)
-    drafter.accept(2, 0, 0.04, n_forced=2)
+    drafter.batch_tokens = 2  # (the two forced tokens were rejected: its own never judged)
+    drafter.accept(0, 0, 0.04)
+    drafter.batch_tokens = 0
     for n in range(6, 12):
         drafter.propose(np.array(truth[:n], np.int32), 32)
         drafter.accept(0, 0, 0.04)
@@ -457,3 +459,41 @@ def test_an_unmeasured_draft_model_may_be_tried():
     drafter = AutoDrafter(FakeLookup(world), FakeModel(world))
     assert drafter.model_can_pay(np.full(33, 0.05))  # its cost unknown: a trial measures it
     assert not AutoDrafter(FakeLookup(world)).model_can_pay(np.full(33, 0.05))  # no model
+
+
+def kinked(n):
+    """t(n) of a machine whose first 8 tokens cost nearly nothing more than one, every token
+    past them 24 ms (a kernel switch)."""
+    return 0.030 + 0.0005 * min(n, 8) + 0.024 * max(n - 8, 0)
+
+
+def simulate_beside(drafter, world, rounds, others: int):
+    """As simulate, with `others` tokens of other requests in every decode (side by side):
+    the decode costs kinked(others + k + 1), and the drafter is told `others`."""
+    history, log = np.zeros(0, np.int32), []
+    for _ in range(rounds):
+        n = len(history)
+        drafter.batch_tokens = others
+        draft = drafter.propose(history, 32)
+        k = len(draft)
+        truth = world.truth[n:n + k + 1]
+        mismatch = np.flatnonzero(draft.tokens != truth[:k])
+        n_accept = int(mismatch[0]) if len(mismatch) else k
+        drafter.accept(k, n_accept, kinked(others + k + 1))
+        history = np.concatenate([history, truth[:n_accept + 1]])
+        log.append(k)
+    return log
+
+
+def test_side_by_side_a_block_is_priced_by_what_it_adds_to_the_others():
+    """Alone, drafts up to the kink are nearly free and auto drafts; beside 8 tokens of other
+    requests every drafted token costs a full step, and at 80 % acceptance auto stops."""
+    alone = AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.8, seed=4)))
+    beside = AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.8, seed=4)))
+    for drafter in (alone, beside):  # the curve is known (pricing, not exploring, is tested)
+        for n in range(1, 48):
+            drafter.cost.observe(n, kinked(n))
+    k_alone = simulate_beside(alone, alone.lookup.world, 600, 0)[300:]
+    k_beside = simulate_beside(beside, beside.lookup.world, 600, 8)[300:]
+    assert np.mean(k_alone) >= 4, np.mean(k_alone)
+    assert np.mean([k > 0 for k in k_beside]) < 0.1, k_beside[:40]

@@ -8,7 +8,7 @@ import numpy as np
 from fakes import FakeTarget, ScriptedDrafter, fake_generation
 
 from lsd_local.config import RuleConfig
-from lsd_local.drafters.forced import ForcedDraft
+from lsd_local.drafters.forced import Forced, ForcedDraft
 from lsd_local.loop import LoopSettings
 from lsd_local.stats import GenerationStats
 from lsd_local.text import TextAssembler
@@ -163,7 +163,9 @@ def run_fake(forced_tokens, drafter_factory, k: int = 6, n: int = 24):
     expected = target.greedy(prompt, n)
     forced = ListForced(forced_tokens(expected)) if forced_tokens else None
     drafter = drafter_factory(target)
-    settings = LoopSettings(n, k, None, np.random.default_rng(0), forced=forced)
+    if forced is not None:  # (what Engine.generate does under a grammar)
+        drafter = Forced(drafter, forced)
+    settings = LoopSettings(n, k, None, np.random.default_rng(0))
     gen = fake_generation(target, drafter, prompt, settings, Verifier(RuleConfig("strict"), None),
                           TextAssembler(lambda t: b"x", ()))
     events = list(gen)
@@ -237,9 +239,8 @@ class SixDrafter(ScriptedDrafter):
     def propose(self, history, k, sampler=None, rng=None, grammar=None):
         return super().propose(history, min(k, 6), sampler, rng, grammar)
 
-    def accept(self, n_drafted, n_accept, verify_seconds, grew_logits=False, n_forced=0,
-               n_forced_after=0):
-        self.verdicts.append((n_drafted, n_accept, n_forced, n_forced_after))
+    def accept(self, n_drafted, n_accept, verify_seconds, grew_logits=False):
+        self.verdicts.append((n_drafted, n_accept, self.batch_tokens))
 
 
 def test_loop_chains_grammar_tokens_after_the_drafters():
@@ -250,8 +251,8 @@ def test_loop_chains_grammar_tokens_after_the_drafters():
         start = len(head)
         forced = TailForced(head, expected[start + 6:start + 9])  # after the drafter's six
         drafter = SixDrafter(target)
-        settings = LoopSettings(24, 12, None, np.random.default_rng(0), forced=forced)
-        gen = fake_generation(target, drafter, prompt, settings,
+        settings = LoopSettings(24, 12, None, np.random.default_rng(0))
+        gen = fake_generation(target, Forced(drafter, forced), prompt, settings,
                               Verifier(RuleConfig("strict"), None),
                               TextAssembler(lambda t: b"x", ()))
         events = list(gen)
@@ -259,7 +260,8 @@ def test_loop_chains_grammar_tokens_after_the_drafters():
         first = events[0]
         assert (first.n_drafted, first.n_forced, first.n_forced_after) == (start + 9, start, 3)
         assert first.n_accepted == start + 9  # head, the drafter's, then the chained tail
-        assert drafter.verdicts[0] == (start + 9, start + 9, start, 3)
+        # the drafter hears its own six, the grammar's head and tail as others' tokens
+        assert drafter.verdicts[0] == (6, 6, start + 3)
         stats = GenerationStats()
         stats.add_round(first)  # the tail is the grammar's, not the drafter's
         assert stats.accepted_by_source == {"forced": start + 3, "scripted": 6}

@@ -9,7 +9,18 @@ import asyncio
 import pytest
 
 from lsd_local.request import Request
+from lsd_local.server import deaths
 from lsd_local.server import scheduler as sched
+from lsd_local.server.messages import (
+    Done,
+    Failed,
+    LoadFailed,
+    Progress,
+    Ready,
+    Received,
+    RunJob,
+    Started,
+)
 from lsd_local.server.protocol import Job
 
 
@@ -17,6 +28,7 @@ class FakeWorker:
     """Stands in for _Worker: follows a script of what each spawned engine process does."""
 
     script: list[str] = []  # per spawn: "ready", "dies" (while loading), "fails" (load error)
+    parallel = 1  # what the engine says it runs side by side
     spawned: list[FakeWorker] = []
 
     def __init__(self, settings, loop, on_message, on_exit) -> None:
@@ -28,9 +40,9 @@ class FakeWorker:
         plan = FakeWorker.script.pop(0) if FakeWorker.script else "ready"
         FakeWorker.spawned.append(self)
         if plan == "ready":
-            loop.call_soon(on_message, self, ("ready", {"n_ctx": 64}))
+            loop.call_soon(on_message, self, Ready({"n_ctx": 64, "parallel": FakeWorker.parallel}))
         elif plan == "fails":
-            loop.call_soon(on_message, self, ("load_failed", "cannot load x.gguf"))
+            loop.call_soon(on_message, self, LoadFailed("cannot load x.gguf"))
         else:
             loop.call_soon(on_exit, self, -6)
 
@@ -54,7 +66,7 @@ class FakeWorker:
 
 @pytest.fixture
 def fake_workers(monkeypatch):
-    FakeWorker.script, FakeWorker.spawned = [], []
+    FakeWorker.script, FakeWorker.spawned, FakeWorker.parallel = [], [], 1
     monkeypatch.setattr(sched, "_Worker", FakeWorker)
     monkeypatch.setattr(sched, "RESTART_BACKOFF", 0.0)
     return FakeWorker
@@ -97,17 +109,18 @@ def test_deaths_while_restarting_count_as_attempts_then_fail(fake_workers):
         fake_workers.script = ["dies", "fails"] * (sched.RESTART_ATTEMPTS // 2) + ["dies"]
         waiting = [scheduler.submit(job()) for _ in range(2)]
         await settle()
-        scheduler._on_message(fake_workers.spawned[0], ("started", waiting[0].job.id, 3))
+        scheduler._on_message(fake_workers.spawned[0], Started(waiting[0].job.id, 3))
         fake_workers.spawned[0].die()
         await until(lambda: scheduler.state == "failed")
         assert len(fake_workers.spawned) == 1 + sched.RESTART_ATTEMPTS
         assert events.count("restart") == 1
         assert events.count("restart_failed") == sched.RESTART_ATTEMPTS
-        assert (await waiting[0].messages.get())[0] == "started"
+        assert isinstance(await waiting[0].messages.get(), Started)
         first = await waiting[0].messages.get()
-        assert first[0] == "error" and first[2] == 500  # it was running when the engine died
+        # it was running when the engine died
+        assert isinstance(first, Failed) and first.status == 500
         second = await waiting[1].messages.get()
-        assert second[0] == "error" and second[2] == 503
+        assert isinstance(second, Failed) and second.status == 503
     asyncio.run(main())
 
 
@@ -117,15 +130,15 @@ def test_a_job_the_dead_engine_never_took_is_sent_again(fake_workers):
         await scheduler.start()
         ticket = scheduler.submit(job())
         await settle()
-        assert fake_workers.spawned[0].sent == [("job", ticket.job)]
+        assert fake_workers.spawned[0].sent == [RunJob(ticket.job)]
         fake_workers.spawned[0].die()  # before any message about this job
         await settle()
         assert scheduler.state == "ready" and fake_workers.spawned[1].sent == [
-            ("job", ticket.job)]
-        scheduler._on_message(fake_workers.spawned[1], ("started", ticket.job.id, 3))
-        scheduler._on_message(fake_workers.spawned[1], ("done", ticket.job.id, "stop", {}, False))
-        assert (await ticket.messages.get())[0] == "started"
-        assert (await ticket.messages.get())[0] == "done"
+            RunJob(ticket.job)]
+        scheduler._on_message(fake_workers.spawned[1], Started(ticket.job.id, 3))
+        scheduler._on_message(fake_workers.spawned[1], Done(ticket.job.id, "stop", {}, False))
+        assert isinstance(await ticket.messages.get(), Started)
+        assert isinstance(await ticket.messages.get(), Done)
     asyncio.run(main())
 
 
@@ -136,14 +149,14 @@ def test_a_job_that_cannot_be_sent_fails_alone(fake_workers):
         worker = fake_workers.spawned[0]
 
         def refuse(message):
-            if message[1] is bad.job:
+            if message.job is bad.job:
                 raise RecursionError("maximum recursion depth exceeded while pickling")
             worker.sent.append(message)
         worker.send = refuse
         bad, good = scheduler.submit(job()), scheduler.submit(job())
         await settle()
-        assert (await bad.messages.get())[2] == 500
-        assert worker.sent == [("job", good.job)]
+        assert (await bad.messages.get()).status == 500
+        assert worker.sent == [RunJob(good.job)]
     asyncio.run(main())
 
 
@@ -151,9 +164,9 @@ async def run_and_die(scheduler, worker, code: int, finish: bool = False) -> sch
     """One request that the engine takes (and finishes, with `finish`), then its death."""
     ticket = scheduler.submit(job())
     await settle()
-    scheduler._on_message(worker, ("started", ticket.job.id, 3))
+    scheduler._on_message(worker, Started(ticket.job.id, 3))
     if finish:
-        scheduler._on_message(worker, ("done", ticket.job.id, "stop", {}, False))
+        scheduler._on_message(worker, Done(ticket.job.id, "stop", {}, False))
     worker.loop.call_soon(worker.on_exit, worker, code)
     return ticket
 
@@ -177,14 +190,14 @@ def test_three_deaths_by_one_signal_in_a_row_stop_the_restarts(fake_workers):
         events = []
         scheduler = sched.Scheduler(None, max_queue=4, on_event=lambda k, d: events.append(k))
         await scheduler.start()
-        for n in range(sched.SAME_SIGNAL_DEATHS):
+        for n in range(deaths.SAME_SIGNAL_DEATHS):
             await settle()
             await die_idle(fake_workers.spawned[-1], -4)
             await restarted(scheduler, fake_workers, n + 2)
         assert scheduler.state == "failed" and "SIGILL" in scheduler.failure
         assert "--no-repack" in scheduler.failure
-        assert len(fake_workers.spawned) == sched.SAME_SIGNAL_DEATHS  # no fourth process
-        assert events.count("restart") == sched.SAME_SIGNAL_DEATHS - 1
+        assert len(fake_workers.spawned) == deaths.SAME_SIGNAL_DEATHS  # no fourth process
+        assert events.count("restart") == deaths.SAME_SIGNAL_DEATHS - 1
         assert events.count("failed") == 1
         with pytest.raises(sched.EngineUnavailable, match="SIGILL"):
             scheduler.submit(job())
@@ -198,20 +211,20 @@ def test_requests_that_kill_the_engine_fail_alone_and_never_stop_the_server(fake
     async def main():
         scheduler = sched.Scheduler(None, max_queue=4)
         await scheduler.start()
-        for n in range(2 * sched.SAME_SIGNAL_DEATHS):
+        for n in range(2 * deaths.SAME_SIGNAL_DEATHS):
             await settle()
             ticket = await run_and_die(scheduler, fake_workers.spawned[-1], -11)
             await restarted(scheduler, fake_workers, n + 2)
-            assert (await ticket.messages.get())[0] == "started"
+            assert isinstance(await ticket.messages.get(), Started)
             error = await ticket.messages.get()
-            assert error[0] == "error" and error[2] == 500 and "SIGSEGV" in error[3]
-            assert "not retried" in error[3]
+            assert isinstance(error, Failed) and error.status == 500 and "SIGSEGV" in error.message
+            assert "not retried" in error.message
         assert scheduler.state == "ready" and scheduler.failure is None
-        sent = [m for w in fake_workers.spawned for m in w.sent if m[0] == "job"]
-        assert len(sent) == 2 * sched.SAME_SIGNAL_DEATHS  # each job went out once
+        sent = [m for w in fake_workers.spawned for m in w.sent if isinstance(m, RunJob)]
+        assert len(sent) == 2 * deaths.SAME_SIGNAL_DEATHS  # each job went out once
         last = scheduler.submit(job())
         await settle()
-        assert fake_workers.spawned[-1].sent[-1] == ("job", last.job)
+        assert fake_workers.spawned[-1].sent[-1] == RunJob(last.job)
     asyncio.run(main())
 
 
@@ -221,12 +234,13 @@ def test_a_received_job_is_never_sent_again(fake_workers):
         await scheduler.start()
         ticket = scheduler.submit(job())
         await settle()
-        scheduler._on_message(fake_workers.spawned[0], ("received", ticket.job.id))
+        scheduler._on_message(fake_workers.spawned[0], Received(ticket.job.id))
         fake_workers.spawned[0].die()
         await restarted(scheduler, fake_workers, 2)
         error = await ticket.messages.get()
-        assert error[0] == "error" and error[2] == 500 and "exit code" not in error[3]
-        assert not [m for m in fake_workers.spawned[1].sent if m[0] == "job"]
+        assert isinstance(error, Failed) and error.status == 500
+        assert "exit code" not in error.message
+        assert not [m for m in fake_workers.spawned[1].sent if isinstance(m, RunJob)]
     asyncio.run(main())
 
 
@@ -239,15 +253,15 @@ def test_the_watchdog_restarts_an_engine_stuck_in_a_round(fake_workers):
         ticket = scheduler.submit(job())
         await settle()
         worker = fake_workers.spawned[0]
-        scheduler._on_message(worker, ("received", ticket.job.id))
+        scheduler._on_message(worker, Received(ticket.job.id))
         for _ in range(3):  # progress keeps it alive past the limit
-            scheduler._on_message(worker, ("progress", None))
+            scheduler._on_message(worker, Progress())
             await asyncio.sleep(0.15)
         assert not worker.killed
         await until(lambda: worker.killed)
         await restarted(scheduler, fake_workers, 2)
         error = await ticket.messages.get()
-        assert error[2] == 500 and "--round-timeout" in error[3]
+        assert error.status == 500 and "--round-timeout" in error.message
         assert scheduler.state == "ready"
     asyncio.run(main())
 
@@ -271,11 +285,11 @@ def test_deaths_that_are_not_one_repeated_signal_restart(fake_workers, codes, fi
 
 
 def test_repeated_signal_names_the_signal_and_only_a_run_of_them():
-    assert sched.repeated_signal([-4, -4]) is None
-    assert sched.repeated_signal([-9, -4, -4, -4]).startswith(
+    assert deaths.repeated_signal([-4, -4]) is None
+    assert deaths.repeated_signal([-9, -4, -4, -4]).startswith(
         "the engine process was killed by SIGILL")
-    assert "--no-repack" not in sched.repeated_signal([-11, -11, -11])
-    assert sched.repeated_signal([None, None, None]) is None
+    assert "--no-repack" not in deaths.repeated_signal([-11, -11, -11])
+    assert deaths.repeated_signal([None, None, None]) is None
 
 
 def test_a_watchdog_kill_just_after_the_request_ended_costs_nobody(fake_workers):
@@ -288,20 +302,44 @@ def test_a_watchdog_kill_just_after_the_request_ended_costs_nobody(fake_workers)
         first = scheduler.submit(job())
         await settle()
         worker = fake_workers.spawned[0]
-        scheduler._on_message(worker, ("received", first.job.id))
+        scheduler._on_message(worker, Received(first.job.id))
 
         def kill_after_done():
             worker.killed = True
             worker.loop.call_soon(scheduler._on_message, worker,
-                                  ("done", first.job.id, "stop", {}, False))
+                                  Done(first.job.id, "stop", {}, False))
             worker.loop.call_soon(worker.on_exit, worker, -9)
         worker.kill = kill_after_done
         second = scheduler.submit(job())
         await until(lambda: worker.killed)
         await restarted(scheduler, fake_workers, 2)
         await settle()
-        assert (await first.messages.get())[0] == "done"
-        assert ("job", second.job) not in worker.sent
-        assert ("job", second.job) in fake_workers.spawned[1].sent
+        assert isinstance(await first.messages.get(), Done)
+        assert RunJob(second.job) not in worker.sent
+        assert RunJob(second.job) in fake_workers.spawned[1].sent
         assert scheduler._deaths == []
+    asyncio.run(main())
+
+
+def test_jobs_run_side_by_side_up_to_the_engines_sequences(fake_workers):
+    """The engine says it runs two at once: two jobs go out at once, the third when one
+    ends. When it dies, the job it had taken fails, the one it had not is sent again."""
+    async def main():
+        fake_workers.parallel = 2
+        scheduler = sched.Scheduler(None, max_queue=4)
+        await scheduler.start()
+        worker = fake_workers.spawned[0]
+        a, b, c = (scheduler.submit(job()) for _ in range(3))
+        await settle()
+        assert worker.sent == [RunJob(a.job), RunJob(b.job)] and scheduler.processing == 2
+        scheduler._on_message(worker, Done(a.job.id, "stop", {}, False))
+        await settle()
+        assert worker.sent[-1] == RunJob(c.job) and scheduler.queue_length == 0
+        scheduler._on_message(worker, Received(b.job.id))
+        worker.die()
+        await restarted(scheduler, fake_workers, 2)
+        await settle()
+        error = await b.messages.get()
+        assert isinstance(error, Failed) and error.status == 500
+        assert fake_workers.spawned[1].sent == [RunJob(c.job)]
     asyncio.run(main())

@@ -179,24 +179,22 @@ class AutoDrafter(Drafter):
             self.draft_token_s = float(draft_s)
 
     def accept(self, n_drafted: int, n_accept: int, verify_seconds: float,
-               grew_logits: bool = False, n_forced: int = 0, n_forced_after: int = 0) -> None:
+               grew_logits: bool = False) -> None:
         """Learn t(n) from every round and the draft model's acceptance from its rounds. A
         batch that grew the target's logits buffer pays a one-time cost (llama.cpp grows and
         clears it, faulting new pages; docs/auto.md): CostModel takes such a timing only as
-        a stand-in for a size it has not measured. Forced tokens (n_forced, the grammar's)
-        count in the batch size, not in a drafter's acceptance (n_forced before its tokens,
-        n_forced_after after them); when a forced token was rejected, the drafter's own
-        tokens were never judged."""
-        self.cost.observe(n_drafted + 1, verify_seconds, first=grew_logits)
-        n_own = n_drafted - n_forced - n_forced_after
-        if n_own <= 0 or n_accept < n_forced:
+        a stand-in for a size it has not measured. Tokens of others in the same decode (a
+        grammar's forced tokens, other requests': batch_tokens) count in its size, not in
+        an acceptance."""
+        # (the decode scored this block and batch_tokens others: that size took that time)
+        self.cost.observe(n_drafted + 1 + self.batch_tokens, verify_seconds, first=grew_logits)
+        if n_drafted <= 0:
             return
-        n_own_accept = min(n_accept - n_forced, n_own)
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
-            self.acceptance["model"].update(n_own, n_own_accept)
+            self.acceptance["model"].update(n_drafted, n_accept)
         used = {"lookup": self.lookup, "model": self.model}.get(self._used_source)
         if used is not None:  # the drafter whose tokens were verified hears the verdict
-            used.accept(n_own, n_own_accept, verify_seconds, grew_logits)
+            used.accept(n_drafted, n_accept, verify_seconds, grew_logits)
 
     def _choose(self, history: np.ndarray, n_lookup: int, k: int, run: int,
                 lookup_model: str = "lookup") -> _Choice:
@@ -204,7 +202,7 @@ class AutoDrafter(Drafter):
         acceptance model `lookup_model` ("suffix" for a match in past requests)."""
         if not n_lookup and self.model is None:  # nothing to draft with: no arithmetic
             return _Choice("none", 0, 0.0)
-        t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2))
+        t = self._block_costs()
         plain = _Choice("none", 0, 1.0 / max(t[0], 1e-9))
         if not self.cost.observed:  # the first round: a plain step measures t(1)
             return plain
@@ -226,6 +224,18 @@ class AutoDrafter(Drafter):
         best = max(options, key=lambda o: o.rate)
         return self._explore(best, n_lookup, k, catch_up_s if model_ok else math.inf,
                              float(t[0]))
+
+    def _block_costs(self) -> np.ndarray:
+        """float64[cap + 1]: predicted seconds a block of 1, 2, ... tokens costs; side by side
+        (batch_tokens > 0) what it adds to the others' tokens in the same decode: on a CPU
+        where t(n) is not affine, a block that lifts the batch past a kernel switch can be
+        nearly free, one that adds to a full batch is not."""
+        sizes = np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2)
+        if not self.batch_tokens:
+            return self.cost.predict(sizes)
+        others = self.batch_tokens
+        added = self.cost.predict(sizes + others) - self.cost.predict(others)
+        return np.maximum(added, 1e-9)
 
     def model_can_pay(self, t: np.ndarray) -> bool:
         """Whether the draft model's best case, every drafted token accepted, beats plain

@@ -1,0 +1,300 @@
+"""`lsd bench --concurrency N`: several clients at once, as agents and chat UIs send them.
+
+Each server column (lsd serve with --parallel N, the same with --parallel 1, llama-server
+-np N plain and with each speculative type) gets the same workload, one column after the
+other on this machine: N clients, each sending its share of mixed long and short chat
+requests one after another, streamed and greedy. Reported per column: aggregate tokens per
+second (every completion token over the wall time from the first request to the last answer),
+the median and worst latency of the short requests, and how many answers equal those lsd
+gives one request at a time (--parallel 1: same prompt bytes, greedy). Then a short request
+sent while a long answer streams, against the same request alone.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SHORT_TOKENS = 32  # a short request's answer (a title, a tag, a tool step)
+START_TIMEOUT = 600.0  # seconds a server may take to load
+LLAMA_SERVER_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
+                      "ngram-cache")
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request of the workload."""
+
+    messages: tuple
+    max_tokens: int
+
+
+@dataclass
+class Answer:
+    """What a client got: the text, completion tokens and times (time.perf_counter)."""
+
+    text: str = ""
+    tokens: int = 0
+    sent: float = 0.0
+    first: float | None = None
+    done: float = 0.0
+    error: str | None = None
+
+    @property
+    def latency(self) -> float:
+        return self.done - self.sent
+
+
+@dataclass
+class Column:
+    """One server configuration's results."""
+
+    name: str
+    answers: list[Answer] = field(default_factory=list)  # of its first run
+    walls: list[float] = field(default_factory=list)  # seconds per run
+    same_as_alone: int | None = None  # answers equal lsd's one-at-a-time ones
+
+    @property
+    def wall(self) -> float:
+        """The median run's wall seconds."""
+        return statistics.median(self.walls) if self.walls else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return sum(a.tokens for a in self.answers) / self.wall if self.wall else 0.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """A server subprocess on loopback, ready once /health says 200 (its models loaded)."""
+
+    def __init__(self, name: str, command: Sequence[str], port: int) -> None:
+        self.name, self.port = name, port
+        self.proc = subprocess.Popen(list(command), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self._healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{name} did not start: {' '.join(command)}")
+            time.sleep(0.5)  # (a load, not a test: polling the health endpoint)
+
+    def _healthy(self) -> bool:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+            conn.request("GET", "/health")
+            return conn.getresponse().status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def lsd_server(target: Path, draft: Path | None, parallel: int, ctx: int,
+               threads: int | None) -> Server:
+    port = free_port()
+    command = [sys.executable, "-m", "lsd_local", "serve", str(target), "--ctx", str(ctx),
+               "--port", str(port), "--parallel", str(parallel), "--fresh"]
+    command += ["--draft", str(draft)] if draft is not None else ["--draft", "none"]
+    command += ["--threads", str(threads)] if threads else []
+    return Server(f"lsd serve --parallel {parallel}", command, port)
+
+
+def llama_server(bin_dir: Path, target: Path, parallel: int, ctx: int, threads: int | None,
+                 spec_type: str | None) -> Server:
+    port = free_port()
+    command = [str(bin_dir / "llama-server"), "-m", str(target), "-np", str(parallel),
+               "-c", str(ctx * parallel), "--port", str(port), "--temp", "0",
+               "--no-webui", "-t", str(threads or 2)]
+    command += ["--spec-type", spec_type] if spec_type else []
+    name = f"llama-server -np {parallel}" + (f" {spec_type}" if spec_type else "")
+    return Server(name, command, port)
+
+
+def ask_once(port: int, ask: Ask) -> Answer:
+    """Stream one greedy chat completion; the answer's text, tokens and times."""
+    body = {"messages": list(ask.messages), "max_tokens": ask.max_tokens, "temperature": 0,
+            "stream": True, "stream_options": {"include_usage": True}}
+    answer = Answer(sent=time.perf_counter())
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=START_TIMEOUT)
+    try:
+        conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        if response.status != 200:
+            answer.error = f"HTTP {response.status}: {response.read()[:200]!r}"
+            return answer
+        _read_stream(response, answer)
+    except OSError as exc:
+        answer.error = str(exc)
+    finally:
+        answer.done = time.perf_counter()
+        conn.close()
+    return answer
+
+
+def _read_stream(response, answer: Answer) -> None:
+    parts, chunks = [], 0
+    for raw in response:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:") or line == "data: [DONE]":
+            continue
+        data = json.loads(line[5:])
+        for choice in data.get("choices") or ():
+            text = (choice.get("delta") or {}).get("content")
+            if text:
+                answer.first = answer.first or time.perf_counter()
+                parts.append(text)
+                chunks += 1
+        if data.get("usage"):
+            answer.tokens = data["usage"].get("completion_tokens", 0)
+    answer.text = "".join(parts)
+    answer.tokens = answer.tokens or chunks
+
+
+def run_clients(port: int, asks: list[Ask], clients: int) -> tuple[list[Answer], float]:
+    """`clients` threads, each sending every clients-th request in turn; (answers in the
+    order of `asks`, wall seconds from the first request to the last answer)."""
+    answers: list[Answer | None] = [None] * len(asks)
+
+    def client(first: int) -> None:
+        for i in range(first, len(asks), clients):
+            answers[i] = ask_once(port, asks[i])
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [a for a in answers if a is not None], time.perf_counter() - start
+
+
+def short_behind_long(port: int, long_ask: Ask, short_ask: Ask) -> tuple[float, float]:
+    """(the short request's latency alone, its latency sent once the long answer's first
+    text has arrived)."""
+    alone = ask_once(port, short_ask).latency
+    started = threading.Event()
+    result: list[float] = []
+
+    def watch_long() -> None:
+        answer = Answer(sent=time.perf_counter())
+        body = {"messages": list(long_ask.messages), "max_tokens": long_ask.max_tokens,
+                "temperature": 0, "stream": True}
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=START_TIMEOUT)
+        conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        for raw in response:
+            if b'"content"' in raw:
+                started.set()
+        answer.done = time.perf_counter()
+        conn.close()
+        started.set()
+    long_thread = threading.Thread(target=watch_long)
+    long_thread.start()
+    started.wait()
+    result.append(ask_once(port, short_ask).latency)
+    long_thread.join()
+    return alone, result[0]
+
+
+def workload(items: list, clients: int, max_tokens: int) -> list[Ask]:
+    """Mixed long and short requests from the prompt sets' items: every other one short."""
+    asks = []
+    for i, item in enumerate(items):
+        asks.append(Ask(tuple(item.messages), max_tokens if i % 2 == 0 else SHORT_TOKENS))
+    return asks[:max(clients * 2, 2)]
+
+
+def format_columns(columns: list[Column], behind: dict) -> str:
+    """The report: a table of the columns, then the short-behind-long latencies."""
+    base = next((c for c in columns if c.name.endswith("--parallel 1")), None)
+    lines = [f"{'server':36} {'agg tok/s':>9} {'vs lsd p1':>9} {'short p50 s':>11} "
+             f"{'short max s':>11} {'same text':>9} {'errors':>6}"]
+    for col in columns:
+        shorts = [a.latency for a in col.answers if a.tokens <= SHORT_TOKENS] or [0.0]
+        ratio = (col.tokens_per_second / base.tokens_per_second
+                 if base is not None and base.tokens_per_second else float("nan"))
+        same = "-" if col.same_as_alone is None else f"{col.same_as_alone}/{len(col.answers)}"
+        lines.append(f"{col.name:36} {col.tokens_per_second:9.1f} {ratio:9.2f} "
+                     f"{statistics.median(shorts):11.2f} {max(shorts):11.2f} {same:>9} "
+                     f"{sum(a.error is not None for a in col.answers):6d}")
+    for name, (alone, behind_long) in behind.items():
+        lines.append(f"{name}: a {SHORT_TOKENS}-token request alone {alone:.2f} s, sent while a "
+                     f"long answer streams {behind_long:.2f} s ({behind_long / alone:.1f}x)")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ConcurrencyPlan:
+    """What `lsd bench --concurrency` runs."""
+
+    target: Path
+    draft: Path | None
+    clients: int
+    asks: tuple  # Ask, in the order the clients take them
+    ctx: int
+    threads: int | None
+    repeat: int = 1
+    llama_bin: Path | None = None  # llama.cpp's build/bin: llama-server columns
+    spec_types: tuple[str, ...] = LLAMA_SERVER_TYPES
+
+
+def server_makers(plan: ConcurrencyPlan) -> list:
+    """(name, start) per column: lsd one at a time first (the reference), lsd side by side,
+    then llama-server plain and with each speculative type."""
+    makers = [(f"lsd serve --parallel {n}", lambda n=n: lsd_server(
+        plan.target, plan.draft, n, plan.ctx, plan.threads)) for n in (1, plan.clients)]
+    if plan.llama_bin is not None:
+        for spec in (None, *plan.spec_types):
+            name = f"llama-server -np {plan.clients}" + (f" {spec}" if spec else "")
+            makers.append((name, lambda spec=spec: llama_server(
+                plan.llama_bin, plan.target, plan.clients, plan.ctx, plan.threads, spec)))
+    return makers
+
+
+def run_concurrency(plan: ConcurrencyPlan, say=print) -> tuple[list[Column], dict]:
+    """Every column on the workload, `repeat` times in turn (A, B, A, B: these machines are
+    shared; the median run counts), and the short-behind-long check on the lsd columns."""
+    asks = list(plan.asks)
+    columns: dict[str, Column] = {}
+    behind: dict[str, tuple[float, float]] = {}
+    long_ask = next(a for a in asks if a.max_tokens > SHORT_TOKENS)
+    short_ask = Ask(asks[-1].messages, SHORT_TOKENS)
+    for run in range(plan.repeat):
+        for name, start in server_makers(plan):
+            say(f"run {run + 1}/{plan.repeat}: {name}")
+            server = start()
+            try:
+                ask_once(server.port, Ask(asks[0].messages, 4))  # warm-up, not timed
+                answers, wall = run_clients(server.port, asks, plan.clients)
+                if name.startswith("lsd") and run == 0:
+                    behind[name] = short_behind_long(server.port, long_ask, short_ask)
+            finally:
+                server.stop()
+            columns.setdefault(name, Column(name, answers)).walls.append(wall)
+    reference = columns[server_makers(plan)[0][0]].answers
+    for col in columns.values():
+        col.same_as_alone = sum(a.text == r.text and a.error is None
+                                for a, r in zip(col.answers, reference, strict=True))
+    return list(columns.values()), behind
