@@ -24,11 +24,10 @@ import numpy as np
 
 from lsd_local.backend import LoadOptions, Model
 from lsd_local.config import RUN_CAP
-from lsd_local.drafters.lookup import lookup_match, lookup_reference
-from lsd_local.kernels.warmup import load_kernels_now
-from lsd_local.verify._asd import asd_kernel, asd_reference
-from lsd_local.verify._fly import fly_kernel, fly_reference
-from lsd_local.verify._rows import (
+from lsd_local.kernels.asd import asd_kernel, asd_reference
+from lsd_local.kernels.fly import fly_kernel, fly_reference
+from lsd_local.kernels.lookup import lookup_match, lookup_reference
+from lsd_local.kernels.rows import (
     row_entropy,
     row_entropy_reference,
     row_top,
@@ -36,6 +35,7 @@ from lsd_local.verify._rows import (
     row_top_share,
     row_top_share_reference,
 )
+from lsd_local.kernels.warmup import load_kernels_now
 
 DEFAULT_MODEL = Path("~/.cache/lsd/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
 PROMPT = ("<|im_start|>user\nComplete this function.\n\ndef has_close_elements(numbers, "

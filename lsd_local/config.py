@@ -89,7 +89,7 @@ MAX_NGRAM = 12  # prompt lookup: longest n-gram matched
 MIN_NGRAM = 6  # prompt lookup: shortest n-gram matched
 RUN_CAP = 256  # prompt lookup: how far back a copy's run is measured (auto's copy model)
 DRAFTERS_KEPT = 4  # drafter settings whose learned statistics an Engine keeps (drafters/pool.py)
-# the suffix index over past requests (drafters/suffix.py, docs/drafting.md): tokens kept
+# the suffix index over past requests (kernels/suffix.py, docs/drafting.md): tokens kept
 # (4 bytes each in the ring, 8 in its hash chain, plus a table of as many 8-byte slots:
 # 1 Mi tokens = 20 MiB), and how much of each prompt's end is kept with its answer
 SUFFIX_TOKENS = 1 << 20

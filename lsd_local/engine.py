@@ -71,6 +71,7 @@ class Engine:
         # side by side (parallel > 1): the steps that advance every generation at once
         self._runner = SideBySide(target) if target.n_seq > 1 else None
         self._used_seqs: dict[int, None] = {}  # sequences by last use (save_learned)
+        self._calibration: tuple | None = None  # what auto's calibration measured here
         self._closed = False
 
     @classmethod
@@ -247,15 +248,19 @@ class Engine:
         the target cost here: a draft model that cannot pay is then never tried (once per
         process and model pair, then kept with what auto learned). `target`, `draft`: the
         generation's sequences."""
-        if draft is None or not getattr(drafter, "needs_calibration", False) \
-                or target.n_cached:  # (never at the cost of a conversation's cache)
+        if draft is None or not getattr(drafter, "needs_calibration", False):
+            return
+        if self._calibration is not None:  # (measured for another sequence's drafter)
+            drafter.use_calibration(self._calibration)
+            return
+        if target.n_cached:  # (never at the cost of a conversation's cache)
             return
         vocab = draft.vocab  # (its own token ids: it may have another vocabulary)
         filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
         n = min(len(prompt_ids), 64, target.n_ctx - 16, draft.n_ctx - 2)
         if n >= 1:  # (a context too small to measure in: auto tries the model to learn)
-            drafter.calibrate(target, draft, np.asarray(prompt_ids[:n], np.int32),
-                              np.full(n, filler, np.int32))
+            self._calibration = drafter.calibrate(
+                target, draft, np.asarray(prompt_ids[:n], np.int32), np.full(n, filler, np.int32))
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:

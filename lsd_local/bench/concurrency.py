@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SHORT_TOKENS = 32  # a short request's answer (a title, a tag, a tool step)
+LONG_TOKENS = 512  # the long answer a short request is sent beside
 START_TIMEOUT = 600.0  # seconds a server may take to load
 LLAMA_SERVER_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                       "ngram-cache")
@@ -241,7 +242,8 @@ def format_columns(columns: list[Column], behind: dict) -> str:
                      f"{sum(a.error is not None for a in col.answers):6d}")
     for name, (alone, behind_long) in behind.items():
         lines.append(f"{name}: a {SHORT_TOKENS}-token request alone {alone:.2f} s, sent while a "
-                     f"long answer streams {behind_long:.2f} s ({behind_long / alone:.1f}x)")
+                     f"{LONG_TOKENS}-token answer streams {behind_long:.2f} s "
+                     f"({behind_long / alone:.1f}x)")
     return "\n".join(lines)
 
 
@@ -279,7 +281,7 @@ def run_concurrency(plan: ConcurrencyPlan, say=print) -> tuple[list[Column], dic
     asks = list(plan.asks)
     columns: dict[str, Column] = {}
     behind: dict[str, tuple[float, float]] = {}
-    long_ask = next(a for a in asks if a.max_tokens > SHORT_TOKENS)
+    long_ask = Ask(next(a for a in asks if a.max_tokens > SHORT_TOKENS).messages, LONG_TOKENS)
     short_ask = Ask(asks[-1].messages, SHORT_TOKENS)
     for run in range(plan.repeat):
         for name, start in server_makers(plan):

@@ -3,8 +3,9 @@ a backend Model handed in by the engine."""
 
 from __future__ import annotations
 
+from ..kernels.lookup import lookup_match, lookup_reference
 from .base import Draft, Drafter
-from .lookup import LookupDrafter, lookup_match, lookup_reference
+from .lookup import LookupDrafter
 from .model import ModelDrafter
 from .multilevel import MultiLevelDrafter
 

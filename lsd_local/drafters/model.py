@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import P_MIN, P_MIN_TOP_K, SamplerSettings
 from ..errors import check
-from ..verify._rows import top_share
+from ..kernels.rows import top_share
 from ..verify.constrain import constrain_row
 from ..verify.sampling import draw, sampling_probs
 from .base import EMPTY_DRAFT, Draft, Drafter

@@ -1,4 +1,4 @@
-"""SuffixIndex: the suffix index as an object (drafters/suffix.py holds its kernels), and its
+"""SuffixIndex: the suffix index as an object (kernels/suffix.py holds its kernels), and its
 file: what it holds survives the process under lsd's cache dir, one file per vocabulary.
 
 The file holds user text (past prompts' ends and answers, as token ids): it is created mode
@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..config import RUN_CAP, SUFFIX_PROMPT_TAIL, SUFFIX_TOKENS, lsd_cache_dir
-from ..kernels.jit import kernels_ready
-from .suffix import HASH_N, MAX_CANDIDATES, SEP, index_add, index_find, masked_hashes
+from ..kernels.jit import kernel_or
+from ..kernels.suffix import HASH_N, MAX_CANDIDATES, SEP, index_add, index_find, masked_hashes
 
 MAGIC = b"lsd-suffix-1\n"  # then: the vocabulary key (ASCII, one line), int32 tokens
 
@@ -61,7 +61,7 @@ class SuffixIndex:
         doc = np.ascontiguousarray(tokens, np.int32)
         if len(doc) >= self.capacity:
             doc = doc[-(self.capacity - 1):]
-        add = index_add if kernels_ready() else index_add.py_func  # (same code, slower)
+        add = kernel_or(index_add, index_add.py_func)  # (the same code, slower)
         with self._lock:
             self.total = int(add(self.ring, self.chain, self.table, self.total, doc, HASH_N))
             self.changed = True
@@ -77,7 +77,7 @@ class SuffixIndex:
         run); nothing for a match shorter than min_n (at least HASH_N) tokens."""
         if k <= 0 or self.total == 0:
             return np.zeros(0, np.int32), 0
-        find = index_find if kernels_ready() else index_find.py_func
+        find = kernel_or(index_find, index_find.py_func)
         context = np.ascontiguousarray(context, np.int32)
         with self._lock:
             if len(self._out) < k:

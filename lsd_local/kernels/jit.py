@@ -26,6 +26,13 @@ def kernels_ready() -> bool:
     return _ready.is_set()
 
 
+def kernel_or(kernel, reference):
+    """The one way a call site chooses: `kernel` once the kernels are loaded, else
+    `reference`, a function with the same arguments and results (its numpy reference, or
+    the kernel's own code run as Python: numba's `kernel.py_func`)."""
+    return kernel if _ready.is_set() else reference
+
+
 def claim_warmup() -> bool:
     """True for the first caller in this process, who must warm up and then `mark_ready` or
     `mark_failed`; until then every call site uses the numpy references."""

@@ -29,12 +29,12 @@ import numba
 import numpy as np
 
 from ..config import RUN_CAP
-from ..drafters.lookup import lookup_match
-from ..drafters.suffix import HASH_N, MAX_CANDIDATES, index_add, index_find
-from ..verify._asd import asd_kernel
-from ..verify._fly import fly_kernel
-from ..verify._rows import row_entropy, row_top, row_top_share
+from .asd import asd_kernel
+from .fly import fly_kernel
 from .jit import claim_warmup, mark_failed, mark_ready, wait_ready
+from .lookup import lookup_match
+from .rows import row_entropy, row_top, row_top_share
+from .suffix import HASH_N, MAX_CANDIDATES, index_add, index_find
 
 LOAD_TIMEOUT = 600.0  # seconds load_kernels_now waits by default (a compile takes a few)
 

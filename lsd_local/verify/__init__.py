@@ -1,6 +1,6 @@
 """Verification rules: pure functions over a block of target logits and a draft. The rules
-are `strict`, `fly` and `asd` (here); their kernels and numpy references live in _strict.py,
-_fly.py and _asd.py.
+are `strict`, `fly` and `asd` (here); strict's numpy code lives in _strict.py, FLy's and
+ASD's numba kernels and numpy references in kernels/fly.py and kernels/asd.py.
 
 Every rule takes `logits: float32[K+1, V]` (row i predicts the token after draft[i-1], row 0
 the token after the pending committed token) and `draft: int32[K]`, and returns a Verdict.
@@ -26,9 +26,9 @@ from ..config import (
     check_fly,
 )
 from ..errors import check
-from ..kernels.jit import kernels_ready
-from ._asd import asd_kernel, asd_reference
-from ._fly import fly_kernel, fly_reference
+from ..kernels.asd import asd_reference, asd_run
+from ..kernels.fly import fly_reference, fly_run
+from ..kernels.jit import kernel_or
 from ._strict import strict_greedy, strict_reference
 from .sampling import sampling_probs, speculative_sample
 
@@ -91,14 +91,8 @@ def fly(logits: np.ndarray, draft: np.ndarray, *, theta: float = FLY_THETA,
     logits, draft = _as_block(logits, draft)
     window = default_window(len(draft)) if window is None else window
     check_fly(theta, window, entropy_top_k, entropy)
-    if not kernels_ready():
-        return Verdict(*fly_reference(logits, draft, float(theta), int(window),
-                                      int(entropy_top_k), entropy == "normalized"))
-    loose = np.zeros(len(draft), np.uint8)
-    n_accept, next_token = fly_kernel(logits, logits.argmax(axis=1), draft, float(theta),
-                                      int(window), int(entropy_top_k),
-                                      entropy == "normalized", loose)
-    return Verdict(int(n_accept), int(next_token), loose)
+    return Verdict(*kernel_or(fly_run, fly_reference)(
+        logits, draft, float(theta), int(window), int(entropy_top_k), entropy == "normalized"))
 
 
 def asd(logits: np.ndarray, draft: np.ndarray, *, spent: float = 0.0, gate: float = ASD_GATE,
@@ -109,13 +103,6 @@ def asd(logits: np.ndarray, draft: np.ndarray, *, spent: float = 0.0, gate: floa
     logits, draft = _as_block(logits, draft)
     check_asd(gate, max_exceptions, budget)
     check(0.0 <= spent <= budget, "spent", f"{spent} (must be within [0, budget={budget}])")
-    if not kernels_ready():
-        n_accept, next_token, added, loose = asd_reference(logits, draft, float(spent),
-                                                           float(gate), int(max_exceptions),
-                                                           float(budget))
-        return Verdict(n_accept, next_token, loose, added)
-    loose = np.zeros(len(draft), np.uint8)
-    n_accept, next_token, added = asd_kernel(logits, logits.argmax(axis=1), draft,
-                                             float(spent), float(gate), int(max_exceptions),
-                                             float(budget), loose)
+    n_accept, next_token, added, loose = kernel_or(asd_run, asd_reference)(
+        logits, draft, float(spent), float(gate), int(max_exceptions), float(budget))
     return Verdict(int(n_accept), int(next_token), loose, float(added))

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..config import RuleConfig, SamplerSettings
 from ..errors import GrammarError
-from ._rows import top_entries
+from ..kernels.rows import top_entries
 
 FIRST_CANDIDATES = 16  # one pass over the row finds these (cheaper than an argpartition)
 CANDIDATES = 256  # best-first checks before falling back to a full mask

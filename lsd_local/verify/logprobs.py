@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._rows import top_entries
+from ..kernels.rows import top_entries
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@
 Draft token d[j] is kept with probability min(1, p_t(d) / p_d(d)); at the first rejection the
 next token is drawn from the normalized residual max(0, p_t - p_d), after a full block from
 p_t of the last row. A drafter without probabilities (prompt lookup) has p_d = one-hot. The
-output distribution equals the target's. FLy may defer a rejection (see _fly.py) when the next
-W positions pass their own test; then the output is no longer exactly the target's.
+output distribution equals the target's. FLy may defer a rejection (see kernels/fly.py) when
+the next W positions pass their own test; then the output is no longer exactly the
+target's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import numpy as np
 
 from ..config import FLY_ENTROPY_TOP_K, SamplerSettings
-from ._rows import entropy, top_entries
+from ..kernels.rows import entropy, top_entries
 
 
 def sampling_probs(row: np.ndarray, s: SamplerSettings) -> np.ndarray:

@@ -194,3 +194,24 @@ def test_blocks_of_several_sequences_in_one_decode_match_each_alone(tiny_pair):
     finally:
         model.close()
         single.close()
+
+
+def test_auto_calibrates_once_for_every_sequence(tiny_pair, monkeypatch):
+    """Each sequence has its own auto drafter; the machine is the same, so the draft
+    model's cost is measured once and every drafter starts from that measurement."""
+    from lsd_local.drafters.auto.policy import AutoDrafter
+
+    measured = []
+    original = AutoDrafter.calibrate
+
+    def counting(self, *args):
+        measured.append(self)
+        return original(self, *args)
+    monkeypatch.setattr(AutoDrafter, "calibrate", counting)
+    with load_tiny(tiny_pair, "auto", draft=tiny_pair[1], parallel=3) as eng:
+        gens = [eng.generate(p, max_tokens=6) for p in PROMPTS[:3]]
+        interleaved(gens)
+        drafters = [gen._parts.drafter for gen in gens]
+        assert len(measured) == 1 and len({id(d) for d in drafters}) == 3
+        assert len({d.draft_token_s for d in drafters}) == 1
+        assert drafters[0].draft_token_s is not None

@@ -10,10 +10,10 @@ from fakes import EOS, FakeTarget, ScriptedDrafter, TableGrammar, V, fake_genera
 from lsd_local.config import RuleConfig, SamplerSettings
 from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.errors import GrammarError
+from lsd_local.kernels.rows import row_top, row_top_reference
 from lsd_local.loop import LoopSettings
 from lsd_local.text import TextAssembler
 from lsd_local.verify import asd, fly, strict
-from lsd_local.verify._rows import row_top, row_top_reference
 from lsd_local.verify.constrain import constrain_row, prepare_block
 from lsd_local.verify.verifier import Verifier
 

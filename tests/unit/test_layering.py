@@ -58,13 +58,15 @@ def outside(folder: str, allowed: tuple[str, ...]) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("folder,allowed", [
-    ("verify", ("lsd_local.verify",)),
+    ("kernels", ("lsd_local.kernels",)),
+    ("verify", ("lsd_local.verify", "lsd_local.kernels")),
     ("backend", ("lsd_local.backend", "llama_cpp")),
-    ("drafters", ("lsd_local.drafters", "lsd_local.verify")),
+    ("drafters", ("lsd_local.drafters", "lsd_local.verify", "lsd_local.kernels")),
 ])
 def test_lower_layers_import_nothing_above_them(folder, allowed):
-    """verify/ is pure; the backend knows nothing above it; drafters never import llama_cpp
-    or the backend (the draft model is a Model handed in), the loop or the engine."""
+    """kernels/ (the numba code) is the bottom; verify/ is pure; the backend knows nothing
+    above it; drafters never import llama_cpp or the backend (the draft model is a Model
+    handed in), the loop or the engine."""
     assert not outside(folder, allowed)
 
 
@@ -98,8 +100,8 @@ def test_the_library_never_imports_the_command_line():
 
 def test_the_import_reader_resolves_relative_imports():
     """So that the tests above see what a module really imports (and can fail)."""
-    assert "lsd_local.verify._rows.row_entropy" in imports(PACKAGE / "verify" / "_fly.py")
-    assert "lsd_local.kernels.jit.kernels_ready" in imports(PACKAGE / "verify" / "__init__.py")
+    assert "lsd_local.kernels.rows.row_entropy" in imports(PACKAGE / "kernels" / "fly.py")
+    assert "lsd_local.kernels.jit.kernel_or" in imports(PACKAGE / "verify" / "__init__.py")
     assert outside("drafters", ("lsd_local.drafters",))  # they do import verify/
 
 
@@ -125,3 +127,11 @@ def test_the_http_process_never_loads_llama_cpp():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "False"
+
+
+def test_one_way_to_choose_between_a_kernel_and_its_reference():
+    """Every call site chooses through kernels/jit.kernel_or: nothing else asks whether the
+    kernels are loaded."""
+    for mod, found in lsd_imports("").items():
+        if mod != "lsd_local.kernels.jit":
+            assert "lsd_local.kernels.jit.kernels_ready" not in found, mod

@@ -9,13 +9,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import stat
+import threading
 
 import numpy as np
 import pytest
 
 from lsd_local.drafters.lookup import LookupDrafter
-from lsd_local.drafters.suffix import SEP, find_reference
 from lsd_local.drafters.suffixstore import SuffixIndex
+from lsd_local.kernels import jit
+from lsd_local.kernels.suffix import SEP, find_reference
 
 
 def fill(index: SuffixIndex, rng: np.random.Generator, n_docs: int, vocab: int,
@@ -57,22 +59,30 @@ def test_kernel_equals_the_scanning_reference(capacity, vocab, n_docs):
     assert matched > 50  # the queries found something often enough to mean anything
 
 
+def kernels_loaded(monkeypatch, loaded: bool) -> None:
+    """What kernels/jit.kernel_or sees: the kernels loaded, or not yet (their Python)."""
+    ready = threading.Event()
+    if loaded:
+        ready.set()
+    monkeypatch.setattr(jit, "_ready", ready)
+
+
 def test_python_path_before_the_kernels_load_gives_the_same_answers(monkeypatch):
     rng = np.random.default_rng(1)
     fast, slow = SuffixIndex(400), SuffixIndex(400)
     docs = [rng.integers(0, 8, rng.integers(1, 40)).astype(np.int32) for _ in range(30)]
     for doc in docs:
         fast.add(doc)
-    monkeypatch.setattr("lsd_local.drafters.suffixstore.kernels_ready", lambda: False)
+    kernels_loaded(monkeypatch, False)
     for doc in docs:
         slow.add(doc)
     assert np.array_equal(fast.ring, slow.ring) and np.array_equal(fast.table, slow.table)
     for _ in range(100):
         context = rng.integers(0, 8, 20).astype(np.int32)
         got = slow.find(context, 8, 4)
-        monkeypatch.setattr("lsd_local.drafters.suffixstore.kernels_ready", lambda: True)
+        kernels_loaded(monkeypatch, True)
         want = fast.find(context, 8, 4)
-        monkeypatch.setattr("lsd_local.drafters.suffixstore.kernels_ready", lambda: False)
+        kernels_loaded(monkeypatch, False)
         assert np.array_equal(got[0], want[0]) and got[1] == want[1]
 
 

@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsd_local.errors import ParameterError
-from lsd_local.verify import asd, asd_reference, default_window, fly, fly_reference, strict
-from lsd_local.verify._rows import (
+from lsd_local.kernels.rows import (
     row_entropy,
     row_entropy_reference,
     row_top_share,
     row_top_share_reference,
 )
+from lsd_local.verify import asd, asd_reference, default_window, fly, fly_reference, strict
 from lsd_local.verify._strict import strict_greedy, strict_reference
 
 

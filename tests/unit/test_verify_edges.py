@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsd_local.config import RuleConfig, SamplerSettings
+from lsd_local.kernels.rows import row_entropy, row_entropy_reference
 from lsd_local.verify import asd, asd_reference, fly, fly_reference, strict, strict_reference
-from lsd_local.verify._rows import row_entropy, row_entropy_reference
 from lsd_local.verify.constrain import prepare_block
 from lsd_local.verify.sampling import sampling_probs, speculative_sample
 from lsd_local.verify.verifier import Verifier

@@ -254,17 +254,26 @@ class AutoDrafter(Drafter):
         return self.model is not None and self.draft_token_s is None
 
     def calibrate(self, target, draft_model, context: np.ndarray,
-                  draft_context: np.ndarray) -> None:
+                  draft_context: np.ndarray) -> tuple:
         """Measure the target's t(n) at CALIBRATION_SIZES after `context` and the draft
         model's step after `draft_context` (int32 tokens of each one's vocabulary; both
         backend Models handed in): the draft model's best case is then known before it is
-        ever tried. Both caches are left empty (the draft model's drafter is told)."""
+        ever tried. Both caches are left empty (the draft model's drafter is told). Returns
+        what it measured, for `use_calibration` of other drafters of the same models."""
         curve = measure_decode_times(target, context, CALIBRATION_SIZES, CALIBRATION_REPEATS)
-        for n, seconds in zip(curve.sizes, curve.seconds, strict=True):
-            self.cost.observe(n, seconds)
         step = measure_decode_times(draft_model, draft_context, (1,), CALIBRATION_REPEATS)
-        self.draft_token_s = step.seconds[0]
         self.model.reset()
+        calibration = (tuple(curve.sizes), tuple(curve.seconds), step.seconds[0])
+        self.use_calibration(calibration)
+        return calibration
+
+    def use_calibration(self, calibration: tuple) -> None:
+        """Take what `calibrate` measured (on these models, maybe by another drafter: side
+        by side, each sequence has its own, and the machine is the same)."""
+        sizes, seconds, draft_token_s = calibration
+        for n, t in zip(sizes, seconds, strict=True):
+            self.cost.observe(n, t)
+        self.draft_token_s = draft_token_s
 
     def _option(self, source: str, expected: np.ndarray, t: np.ndarray, draft_s: float,
                 catch_up: float = 0.0) -> _Choice:

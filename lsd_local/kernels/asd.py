@@ -67,3 +67,13 @@ def asd_reference(logits: np.ndarray, draft: np.ndarray, spent: float, gate: flo
     loose = np.zeros(k, np.uint8)
     loose[:n_accept] = ~match[:n_accept]
     return n_accept, int(target[n_accept]), added, loose
+
+
+def asd_run(logits: np.ndarray, draft: np.ndarray, spent: float, gate: float,
+            max_exceptions: int, budget: float) -> tuple[int, int, float, np.ndarray]:
+    """asd_kernel as asd_reference is called: logits float32[K+1, V], draft int32[K] ->
+    (n_accept, next_token, regret added, loose uint8[K])."""
+    loose = np.zeros(len(draft), np.uint8)
+    n_accept, next_token, added = asd_kernel(logits, logits.argmax(axis=1), draft, spent, gate,
+                                             max_exceptions, budget, loose)
+    return int(n_accept), int(next_token), float(added), loose

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ._rows import row_entropy, row_entropy_reference
+from .rows import row_entropy, row_entropy_reference
 
 
 @njit(cache=True, nogil=True)
@@ -66,3 +66,13 @@ def fly_reference(logits: np.ndarray, draft: np.ndarray, theta: float, window: i
     loose = np.zeros(k, np.uint8)
     loose[:n_accept] = ~match[:n_accept]
     return n_accept, int(target[n_accept]), loose
+
+
+def fly_run(logits: np.ndarray, draft: np.ndarray, theta: float, window: int, top_k: int,
+            normalized: bool) -> tuple[int, int, np.ndarray]:
+    """fly_kernel as fly_reference is called: logits float32[K+1, V], draft int32[K] ->
+    (n_accept, next_token, loose uint8[K])."""
+    loose = np.zeros(len(draft), np.uint8)
+    n_accept, next_token = fly_kernel(logits, logits.argmax(axis=1), draft, theta, window,
+                                      top_k, normalized, loose)
+    return int(n_accept), int(next_token), loose

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..kernels.jit import kernels_ready
+from .jit import kernel_or
 
 
 @njit(cache=True, nogil=True)
@@ -199,21 +199,21 @@ def row_top_share_reference(row: np.ndarray, top_k: int) -> tuple[int, float]:
 def top_entries(row: np.ndarray, m: int) -> np.ndarray:
     """row_top, or its reference until the kernels are loaded. row: float32[V] ->
     int64[min(m, V)], largest first."""
-    return row_top(row, m) if kernels_ready() else row_top_reference(row, m)
+    return kernel_or(row_top, row_top_reference)(row, m)
 
 
 def top_share(row: np.ndarray, top_k: int) -> tuple[int, float]:
     """row_top_share, or its reference until the kernels are loaded. row: float32[V]
     (C-contiguous) -> (argmax, its probability over the top_k largest logits)."""
-    if kernels_ready():
-        best, share = row_top_share(row, top_k)
-        return int(best), float(share)
-    return row_top_share_reference(row, top_k)
+    best, share = kernel_or(row_top_share, row_top_share_reference)(row, top_k)
+    return int(best), float(share)
 
 
 def entropy(row: np.ndarray, top_k: int, normalized: bool) -> float:
     """row_entropy at the row's own maximum, or its reference until the kernels are loaded.
     row: float32[V]."""
-    if kernels_ready():
-        return float(row_entropy(row, row[int(np.argmax(row))], top_k, normalized))
-    return row_entropy_reference(row, top_k, normalized)
+    return float(kernel_or(_entropy_at_max, row_entropy_reference)(row, top_k, normalized))
+
+
+def _entropy_at_max(row: np.ndarray, top_k: int, normalized: bool) -> float:
+    return row_entropy(row, row[int(np.argmax(row))], top_k, normalized)
