@@ -234,6 +234,29 @@ AGENT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
     "{%- if enable_thinking is defined and not enable_thinking %}"
     "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+# The same conversation with Qwen3-Coder's way of calling tools (XML: a function and its
+# parameters as tags), written here for the tests
+XML_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n<tools>' }}{%- for tool in tools %}"
+    "{{- '\\n<function>\\n<name>' + tool.function.name + '</name>' }}"
+    "{%- for key, p in (tool.function.parameters.properties or {}).items() %}"
+    "{{- '\\n<parameter>\\n<name>' + key + '</name>\\n<type>' + (p.type or 'any') + "
+    "'</type>\\n</parameter>' }}{%- endfor %}{{- '\\n</function>' }}{%- endfor %}"
+    "{{- '\\n</tools>\\nCall one with <tool_call>\\n<function=NAME>\\n<parameter=P>\\nvalue"
+    "\\n</parameter>\\n</function>\\n</tool_call><|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- for call in m.tool_calls or [] %}"
+    "{{- '\\n<tool_call>\\n<function=' + call.function.name + '>\\n' }}"
+    "{%- for key, value in call.function.arguments.items() %}"
+    "{{- '<parameter=' + key + '>\\n' + (value if value is string else value | tojson) + "
+    "'\\n</parameter>\\n' }}{%- endfor %}{{- '</function>\\n</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + "
+    "'\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 AGENT_WORDS = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_start|>",
                "<|im_end|>")
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>")  # control tokens, as in Qwen's vocabulary

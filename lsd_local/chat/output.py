@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from . import jsoncalls
 from .jsonscan import list_elements, scan_call, value_end
 from .tools import ToolFormat, hermes_block, section_calls
+from .xmlcalls import xml_block
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 REASONING_CLOSE = f"\n{THINK_CLOSE}\n\n"  # what a spent reasoning budget writes (generation.py)
@@ -264,6 +265,8 @@ class OutputParser:
         section, fmt = self._section, self.fmt
         if fmt.name == "hermes":
             return hermes_block(section)[2]
+        if fmt.name == "xml":
+            return xml_block(section, fmt.types())[1]
         if fmt.name == "mistral":
             return list_elements(section, len(fmt.opener))[1]
         return value_end(section, 0)

@@ -5,6 +5,9 @@ tools' parameter schemas, and reading the calls back out of the text.
 Formats:
 - "hermes": `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block per
   call (Qwen2.5/Qwen3, Hermes, and the many templates with `<tool_call>`);
+- "xml": `<tool_call>\n<function=NAME>\n<parameter=P>\nvalue\n</parameter>\n</function>\n
+  </tool_call>`, one block per call (Qwen3-Coder: templates with `<function=` and
+  `<parameter=`; chat/xmlcalls.py);
 - "mistral": `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (templates with
   `[TOOL_CALLS]`);
 - "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
@@ -19,10 +22,10 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import ParameterError
-from . import jsoncalls
+from . import jsoncalls, xmlcalls
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 
 FALLBACK_SYSTEM = (
@@ -39,6 +42,13 @@ class ToolFormat:
     name: str
     opener: str  # the text a call section starts with ("" : the answer's first "{")
     arguments_key: str = "arguments"
+    # xml: ((tool, parameter, JSON type or None), ...) from the request's tools: how a
+    # parameter's text is read back (chat/xmlcalls.py)
+    parameter_types: tuple = ()
+
+    def types(self) -> dict:
+        """{(tool, parameter): JSON type} (xml)."""
+        return {(tool, key): kind for tool, key, kind in self.parameter_types}
 
     @property
     def at_start_only(self) -> bool:
@@ -46,7 +56,8 @@ class ToolFormat:
         return self.opener == ""
 
 
-FORMATS = {"hermes": ToolFormat("hermes", "<tool_call>"),
+FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
+           "hermes": ToolFormat("hermes", "<tool_call>"),
            "mistral": ToolFormat("mistral", "[TOOL_CALLS]"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
@@ -55,6 +66,8 @@ FORMATS = {"hermes": ToolFormat("hermes", "<tool_call>"),
 def detect_format(template: str | None) -> ToolFormat:
     """The format a template's model writes calls in (generic: the template has no tools)."""
     source = template or ""
+    if "<function=" in source and "<parameter=" in source:
+        return FORMATS["xml"]
     if "<tool_call>" in source:
         return FORMATS["hermes"]
     if "[TOOL_CALLS]" in source:
@@ -158,9 +171,14 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
     body = re.sub(r"(?m)^root ::=", "tool-call ::=", to_gbnf(call_schema(tools,
                                                                          fmt.arguments_key)))
     body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
+    if fmt.name == "xml":
+        call, rules = xmlcalls.call_rules(tools, to_gbnf)
+        body = "\n".join([body, call, *rules])
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
+            "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
             "mistral": '("," tool-ws tool-call)*', "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
+            "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
             "mistral": f'"[TOOL_CALLS]" tool-ws "[" tool-ws tool-call {more} tool-ws "]"',
             "llama3": "tool-call"}[fmt.name]
     if json_form:
@@ -186,6 +204,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     if fmt.name == "hermes":
         start, json_end, end = hermes_block(section)
         return [scan_call(section[start:json_end])], end is not None
+    if fmt.name == "xml":
+        scan, end = xmlcalls.xml_block(section, fmt.types())
+        return [scan], end is not None
     if fmt.name == "mistral":
         elements, end = list_elements(section, len(fmt.opener))
         return [scan_call(section[a:b] if b else section[a:]) for a, b in elements], \
@@ -280,8 +301,11 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     checked = parse_tools(tools)
     mode, callable_tools = choose_tools(checked, tool_choice)
     named = isinstance(tool_choice, dict)  # "call this function": once, as OpenAI does
-    return ToolPlan(detect_format(template), mode, checked, callable_tools,
-                    bool(parallel) and not named)
+    fmt = detect_format(template)
+    if fmt.name == "xml":  # (how each parameter's text reads back)
+        fmt = replace(fmt, parameter_types=tuple(
+            (tool, key, kind) for (tool, key), kind in xmlcalls.parameter_types(checked).items()))
+    return ToolPlan(fmt, mode, checked, callable_tools, bool(parallel) and not named)
 
 
 def banned_opener(plan: ToolPlan | None, vocab) -> tuple[tuple[int, float], ...]:

@@ -1,0 +1,163 @@
+"""Tool calls in XML form, as Qwen3-Coder's template asks for them:
+
+    <tool_call>
+    <function=get_weather>
+    <parameter=city>
+    Oslo
+    </parameter>
+    </function>
+    </tool_call>
+
+A parameter's value is raw text: a string parameter takes it as it is, any other type reads
+it as JSON (so `42` is a number where the schema says integer, text where it says string).
+Reading a call back gives the same CallScan as a JSON call (its arguments as JSON text that
+only grows while the call streams); the grammar makes the call's structure, names and
+typed values valid against each tool's schema.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .jsonscan import CallScan
+
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+FUNCTION, FUNCTION_CLOSE = "<function=", "</function>"
+PARAMETER, PARAMETER_CLOSE = "<parameter=", "</parameter>"
+BLANKS = " \t\r\n"
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in BLANKS:
+        i += 1
+    return i
+
+
+def xml_block(section: str, types: dict) -> tuple[CallScan, int | None]:
+    """The call a section starting with `<tool_call>` holds so far, and where the block
+    ends after its `</tool_call>` (None while unknown). `types`: {(tool, parameter): JSON
+    type} from the tools' schemas ("string" values stay text)."""
+    i = _skip(section, len(OPEN))
+    if not section.startswith(FUNCTION, i):
+        return CallScan(None, "", False), _not_a_call_end(section, i)
+    close = section.find(">", i + len(FUNCTION))
+    if close < 0:
+        return CallScan(None, "", False), None
+    name = section[i + len(FUNCTION):close].strip()
+    pairs, i, closed = _parameters(section, close + 1, name, types)
+    arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+    if not closed:
+        return CallScan(name, arguments, False), None
+    arguments += "}"
+    i = _skip(section, i)
+    if section.startswith(CLOSE, i):
+        return CallScan(name, arguments, True), i + len(CLOSE)
+    if CLOSE.startswith(section[i:]):
+        return CallScan(name, arguments, True), None  # (the closer may be on its way)
+    return CallScan(name, arguments, True), i  # something else follows: the block ends
+
+
+def _not_a_call_end(section: str, i: int) -> int | None:
+    """A block that is no XML call ends at its closer (None while neither is known)."""
+    if i >= len(section) or FUNCTION.startswith(section[i:]):
+        return None
+    at = section.find(CLOSE, i)
+    return at + len(CLOSE) if at >= 0 else None
+
+
+def _parameters(section: str, i: int, name: str, types: dict) -> tuple[list, int, bool]:
+    """The complete parameters from i on: [(name, value)], where reading stopped, and
+    whether `</function>` was reached."""
+    pairs = []
+    while True:
+        i = _skip(section, i)
+        if section.startswith(FUNCTION_CLOSE, i):
+            return pairs, i + len(FUNCTION_CLOSE), True
+        if not section.startswith(PARAMETER, i):
+            return pairs, i, False
+        close = section.find(">", i + len(PARAMETER))
+        end = section.find(PARAMETER_CLOSE, close + 1) if close >= 0 else -1
+        if end < 0:
+            return pairs, i, False
+        key = section[i + len(PARAMETER):close].strip()
+        raw = section[close + 1:end]
+        raw = raw[1:] if raw.startswith("\n") else raw  # the template's line breaks
+        raw = raw[:-1] if raw.endswith("\n") else raw
+        pairs.append((key, typed_value(raw, types.get((name, key)))))
+        i = end + len(PARAMETER_CLOSE)
+
+
+def typed_value(raw: str, kind: str | None) -> object:
+    """A parameter's text as its schema's type takes it: text for strings, else JSON when
+    it reads as JSON (what it is not stays text; the grammar prevents that when it runs)."""
+    if kind == "string":
+        return raw
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def parameter_types(tools) -> dict:
+    """{(tool name, parameter): its schema's "type" (a string, or None)} for chat.tools.Tool
+    objects."""
+    out = {}
+    for tool in tools:
+        for key, schema in (tool.parameters.get("properties") or {}).items():
+            kind = schema.get("type") if isinstance(schema, dict) else None
+            out[(tool.name, key)] = kind if isinstance(kind, str) else None
+    return out
+
+
+# --- the grammar ---------------------------------------------------------------------------
+
+_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9_-]+|\s+|.')
+XML_TEXT = 'xml-text ::= ([^<] | "<" [^/] | "</" [^p])*'
+
+
+def _renamed(gbnf: str, prefix: str) -> str:
+    """A converted schema's rules with every rule name prefixed (several conversions then
+    live in one grammar); quoted text and character classes are left alone."""
+    names = set(re.findall(r"(?m)^([A-Za-z0-9_-]+) ::=", gbnf))
+    return "".join(f"{prefix}{t}" if t in names else t for t in _TOKEN.findall(gbnf))
+
+
+def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
+    """(the rule `xml-call` for one call to any of `tools`, the rules it needs)."""
+    rules, alternatives = [XML_TEXT], []
+    for t, tool in enumerate(tools):
+        props = tool.parameters.get("properties") or {}
+        required = set(tool.parameters.get("required") or ())
+        parts = []
+        for p, (key, schema) in enumerate(props.items()):
+            value = _string_value(schema)
+            if value is None:  # any other type: its JSON, as the schema admits it
+                prefix = f"x{t}-{p}-"
+                rules.append(_renamed(to_gbnf(schema if isinstance(schema, dict) else {}),
+                                      prefix))
+                value = f"{prefix}root"
+            # (a line break on each side of the value, exactly: what the reader strips)
+            item = (f'"{PARAMETER}{_escape(key)}>\\n" {value} "\\n{PARAMETER_CLOSE}" '
+                    'tool-ws')
+            parts.append(f"({item})" + ("" if key in required else "?"))
+        body = " ".join(parts)
+        alternatives.append(f'("{FUNCTION}{_escape(tool.name)}>" tool-ws {body} '
+                            f'"{FUNCTION_CLOSE}")')
+    return "xml-call ::= " + " | ".join(alternatives), rules
+
+
+def _string_value(schema: object) -> str | None:
+    """The grammar of a string parameter's raw text: one of its enum or its const when it
+    has them, else any text without a closing tag (a pattern or length is not enforced
+    here); None for a parameter that is not a string."""
+    if not isinstance(schema, dict) or schema.get("type") != "string":
+        return None
+    choices = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
+        return "(" + " | ".join(f'"{_escape(c)}"' for c in choices) + ")"
+    return "xml-text"
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

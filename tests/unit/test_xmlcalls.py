@@ -1,0 +1,63 @@
+"""Tool calls in XML form (Qwen3-Coder's), read back as they stream: the name once its tag
+is closed, the arguments as JSON text that only grows, typed by the tools' schemas."""
+
+from __future__ import annotations
+
+import json
+
+from lsd_local.chat.output import OutputParser
+from lsd_local.chat.tools import detect_format, tool_plan
+from lsd_local.chat.xmlcalls import typed_value, xml_block
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                     "metric": {"type": "boolean"}},
+    "required": ["city"]}}}]
+TEMPLATE = "{{ '<tool_call>\\n<function=' }}{{ '<parameter=' }}"
+CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\n42 Rue </b>\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n"
+        "</function>\n</tool_call>")
+
+
+def plan():
+    return tool_plan(TEMPLATE, TOOLS, "auto", True)
+
+
+def test_the_format_is_found_in_the_template_before_hermes():
+    assert detect_format(TEMPLATE).name == "xml"
+    assert detect_format("{{ '<tool_call>' }}").name == "hermes"
+
+
+def test_a_whole_call_reads_back_typed_by_the_schema():
+    scan, end = xml_block(CALL, plan().fmt.types())
+    assert scan.name == "get_weather" and scan.complete and end == len(CALL)
+    assert json.loads(scan.arguments) == {"city": "42 Rue </b>", "days": 3, "metric": True}
+    assert typed_value("3", "string") == "3" and typed_value("oops", "integer") == "oops"
+
+
+def test_every_prefix_gives_arguments_that_only_grow():
+    types = plan().fmt.types()
+    seen = ""
+    for n in range(len(CALL) + 1):
+        scan, end = xml_block(CALL[:n], types)
+        assert scan.arguments.startswith(seen), (n, scan.arguments, seen)
+        seen = scan.arguments
+        assert end is None or end == len(CALL)
+    assert json.loads(seen)["days"] == 3
+
+
+def test_streamed_calls_and_text_around_them():
+    parser = OutputParser(plan().fmt, False, True)
+    text = "Let me look.\n" + CALL + "\n" + CALL.replace("3", "5")
+    content, deltas = "", []
+    for i in range(0, len(text), 7):  # as rounds release it
+        parts = parser.feed([(text[i:i + 7], None)], i + 7 >= len(text))
+        content += "".join(t for t, _ in parts.content)
+        deltas += parts.tool_calls
+    assert content == "Let me look.\n"
+    calls = parser.tool_calls
+    assert [c.name for c in calls] == ["get_weather", "get_weather"]
+    assert [json.loads(c.arguments)["days"] for c in calls] == [3, 5]
+    for index, call in enumerate(calls):
+        streamed = "".join(d.arguments or "" for d in deltas if d.index == index)
+        assert streamed == call.arguments
