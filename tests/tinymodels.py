@@ -257,6 +257,25 @@ XML_TEMPLATE = (
     "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# DeepSeek's way (V3, the R1 distills): one section of calls, each naming its function
+# outside the JSON of its arguments; written here for the tests
+DEEPSEEK_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n' }}{%- for tool in tools %}"
+    "{{- (tool | tojson) + '\\n' }}{%- endfor %}"
+    "{{- 'Call them with <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME"
+    "\\n```json\\n{...}\\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜><|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- if m.tool_calls %}{{- '<｜tool▁calls▁begin｜>' }}{%- for call in m.tool_calls %}"
+    "{{- '<｜tool▁call▁begin｜>function<｜tool▁sep｜>' + call.function.name + '\\n```json\\n' + "
+    "(call.function.arguments | tojson) + '\\n```<｜tool▁call▁end｜>' }}{%- endfor %}"
+    "{{- '<｜tool▁calls▁end｜>' }}{%- endif %}{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_output>' + m.content + "
+    "'</tool_output><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 AGENT_WORDS = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_start|>",
                "<|im_end|>")
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>")  # control tokens, as in Qwen's vocabulary

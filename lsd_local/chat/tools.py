@@ -8,6 +8,9 @@ Formats:
 - "xml": `<tool_call>\n<function=NAME>\n<parameter=P>\nvalue\n</parameter>\n</function>\n
   </tool_call>`, one block per call (Qwen3-Coder: templates with `<function=` and
   `<parameter=`; chat/xmlcalls.py);
+- "deepseek": `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
+  {...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`, one section for every call (DeepSeek-V3
+  and the R1 distills' templates; chat/deepseekcalls.py);
 - "mistral": `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (templates with
   `[TOOL_CALLS]`);
 - "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
@@ -25,7 +28,7 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import ParameterError
-from . import jsoncalls, xmlcalls
+from . import deepseekcalls, jsoncalls, xmlcalls
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 
 FALLBACK_SYSTEM = (
@@ -58,6 +61,7 @@ class ToolFormat:
 
 FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "hermes": ToolFormat("hermes", "<tool_call>"),
+           "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
            "mistral": ToolFormat("mistral", "[TOOL_CALLS]"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
@@ -70,6 +74,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["xml"]
     if "<tool_call>" in source:
         return FORMATS["hermes"]
+    if deepseekcalls.OPEN in source:
+        return FORMATS["deepseek"]
     if "[TOOL_CALLS]" in source:
         return FORMATS["mistral"]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -171,14 +177,18 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
     body = re.sub(r"(?m)^root ::=", "tool-call ::=", to_gbnf(call_schema(tools,
                                                                          fmt.arguments_key)))
     body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
-    if fmt.name == "xml":
-        call, rules = xmlcalls.call_rules(tools, to_gbnf)
+    if fmt.name in ("xml", "deepseek"):
+        rules_of = xmlcalls.call_rules if fmt.name == "xml" else deepseekcalls.call_rules
+        call, rules = rules_of(tools, to_gbnf)
         body = "\n".join([body, call, *rules])
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
+            "deepseek": "(tool-ws ds-call)*",
             "mistral": '("," tool-ws tool-call)*', "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
+            "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
+                        f'"{deepseekcalls.CLOSE}"',
             "mistral": f'"[TOOL_CALLS]" tool-ws "[" tool-ws tool-call {more} tool-ws "]"',
             "llama3": "tool-call"}[fmt.name]
     if json_form:
@@ -207,6 +217,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     if fmt.name == "xml":
         scan, end = xmlcalls.xml_block(section, fmt.types())
         return [scan], end is not None
+    if fmt.name == "deepseek":
+        calls, end = deepseekcalls.deepseek_section(section)
+        return calls, end is not None
     if fmt.name == "mistral":
         elements, end = list_elements(section, len(fmt.opener))
         return [scan_call(section[a:b] if b else section[a:]) for a, b in elements], \

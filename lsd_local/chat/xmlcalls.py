@@ -18,8 +18,8 @@ typed values valid against each tool's schema.
 from __future__ import annotations
 
 import json
-import re
 
+from .gbnfparts import literal, renamed
 from .jsonscan import CallScan
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -112,15 +112,8 @@ def parameter_types(tools) -> dict:
 
 # --- the grammar ---------------------------------------------------------------------------
 
-_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|[A-Za-z0-9_-]+|\s+|.')
 XML_TEXT = 'xml-text ::= ([^<] | "<" [^/] | "</" [^p])*'
 
-
-def _renamed(gbnf: str, prefix: str) -> str:
-    """A converted schema's rules with every rule name prefixed (several conversions then
-    live in one grammar); quoted text and character classes are left alone."""
-    names = set(re.findall(r"(?m)^([A-Za-z0-9_-]+) ::=", gbnf))
-    return "".join(f"{prefix}{t}" if t in names else t for t in _TOKEN.findall(gbnf))
 
 
 def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
@@ -134,15 +127,15 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
             value = _string_value(schema)
             if value is None:  # any other type: its JSON, as the schema admits it
                 prefix = f"x{t}-{p}-"
-                rules.append(_renamed(to_gbnf(schema if isinstance(schema, dict) else {}),
+                rules.append(renamed(to_gbnf(schema if isinstance(schema, dict) else {}),
                                       prefix))
                 value = f"{prefix}root"
             # (a line break on each side of the value, exactly: what the reader strips)
-            item = (f'"{PARAMETER}{_escape(key)}>\\n" {value} "\\n{PARAMETER_CLOSE}" '
+            item = (f'"{PARAMETER}{literal(key)}>\\n" {value} "\\n{PARAMETER_CLOSE}" '
                     'tool-ws')
             parts.append(f"({item})" + ("" if key in required else "?"))
         body = " ".join(parts)
-        alternatives.append(f'("{FUNCTION}{_escape(tool.name)}>" tool-ws {body} '
+        alternatives.append(f'("{FUNCTION}{literal(tool.name)}>" tool-ws {body} '
                             f'"{FUNCTION_CLOSE}")')
     return "xml-call ::= " + " | ".join(alternatives), rules
 
@@ -155,9 +148,5 @@ def _string_value(schema: object) -> str | None:
         return None
     choices = [schema["const"]] if "const" in schema else schema.get("enum")
     if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
-        return "(" + " | ".join(f'"{_escape(c)}"' for c in choices) + ")"
+        return "(" + " | ".join(f'"{literal(c)}"' for c in choices) + ")"
     return "xml-text"
-
-
-def _escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

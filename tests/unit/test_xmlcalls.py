@@ -61,3 +61,34 @@ def test_streamed_calls_and_text_around_them():
     for index, call in enumerate(calls):
         streamed = "".join(d.arguments or "" for d in deltas if d.index == index)
         assert streamed == call.arguments
+
+
+DS_CALLS = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            '```json\n{"city": "Oslo", "days": 2}\n```<｜tool▁call▁end｜>\n'
+            "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+            '```json\n{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
+
+
+def test_deepseek_sections_read_back_every_call_as_it_streams():
+    from lsd_local.chat.deepseekcalls import deepseek_section
+
+    assert detect_format("{{ '<｜tool▁calls▁begin｜>' }}").name == "deepseek"
+    seen: list[str] = []
+    for n in range(len(DS_CALLS) + 1):
+        calls, end = deepseek_section(DS_CALLS[:n])
+        for i, scan in enumerate(calls):
+            if i < len(seen):
+                assert scan.arguments.startswith(seen[i]), (n, scan.arguments, seen[i])
+                seen[i] = scan.arguments
+            else:
+                seen.append(scan.arguments)
+        assert end is None or end == len(DS_CALLS)
+    calls, end = deepseek_section(DS_CALLS)
+    assert end == len(DS_CALLS) and [c.name for c in calls] == ["get_weather"] * 2
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo", "days": 2},
+                                                        {"city": "Rome"}]
+    parser = OutputParser(tool_plan("{{ '<｜tool▁calls▁begin｜>' }}", TOOLS, "auto", True).fmt,
+                          False, True)
+    parts = parser.feed([("Sure. " + DS_CALLS, None)], True)
+    assert "".join(t for t, _ in parts.content) == "Sure. "
+    assert [json.loads(c.arguments)["city"] for c in parser.tool_calls] == ["Oslo", "Rome"]
