@@ -231,7 +231,7 @@ class Engine:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
         if compiled is not None and dcfg.forced:  # the grammar's forced tokens, drafted free
             drafter = Forced(drafter, ForcedDraft(compiled.text, compiled.triggers,
-                                                  self.target.vocab))
+                                                  self.target.vocab), len(prompt_ids))
         parts = EngineParts(target, draft, drafter, self.state_cache, self._check_open,
                             self._claim.give_back)
         settings = replace(settings, grammar=compiled)
@@ -318,17 +318,20 @@ class Engine:
     def close(self) -> None:
         """Save what auto learned (remember=True), end an unfinished generation's hold on
         this engine (iterating it then raises), then free both models."""
-        try:
-            if not self._closed:
-                for active in self._claim.current():
-                    active.close()  # (its drafter's end() first, so that it is saved)
+        # (side by side, under the steps' lock: no decode of another thread is running
+        # when the models are freed, and none starts after)
+        with self._runner.lock if self._runner is not None else contextlib.nullcontext():
+            try:
+                if not self._closed:
+                    for active in self._claim.current():
+                        active.close()  # (its drafter's end() first, so that it is saved)
+                    self._closed = True
+                    self.save_learned()
+            finally:
                 self._closed = True
-                self.save_learned()
-        finally:
-            self._closed = True
-            self.target.close()
-            if self.draft_model is not None:
-                self.draft_model.close()
+                self.target.close()
+                if self.draft_model is not None:
+                    self.draft_model.close()
 
     def __enter__(self) -> Engine:
         return self

@@ -110,10 +110,10 @@ class Generation:
 
     def close(self) -> None:
         """End the request now, for good: the engine is free again."""
-        if self._life is not None:
+        if self._runner is not None:  # (under its lock: a step may be using this request;
+            self._runner.leave(self)  # its rounds' reader, maybe in another thread, stops)
+        elif self._life is not None:
             self._life.close()  # its `finally` ends the request
-        if self._runner is not None:
-            self._runner.leave(self)  # (under its lock: a step may be using this request)
         self._end()
 
     def __enter__(self) -> Generation:

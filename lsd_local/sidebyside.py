@@ -26,6 +26,8 @@ from .errors import EngineBusyError
 from .loop import PendingRound
 from .stats import RoundEvent
 
+MIN_PROMPT_CHUNK = 64  # prompt tokens a step reads at least while a prompt is being read
+
 
 class SlotClaim:
     """Which sequence each unfinished generation holds (at most one each), across threads.
@@ -77,8 +79,14 @@ class SideBySide:
     def __init__(self, model) -> None:
         self.lock = threading.RLock()
         self.model = model  # the target backend.Model (its slots are the generations')
-        self._members: list = []  # generation.Generation, in arrival order
+        # generation.Generation, in arrival order, held weakly: one dropped without being
+        # closed is collected (and closed) as any object is, never stepped on for nobody
+        self._refs: list[weakref.ref] = []
         self._last_block: dict[int, int] = {}  # id(generation) -> its last block's size
+
+    @property
+    def _members(self) -> list:
+        return [gen for ref in self._refs if (gen := ref()) is not None]
 
     @property
     def active(self) -> int:
@@ -87,13 +95,15 @@ class SideBySide:
     def join(self, gen) -> None:
         """A new generation takes part from the next step."""
         with self.lock:
-            self._members.append(gen)
+            self._refs.append(weakref.ref(gen))
+
+    def _remove(self, gen) -> None:
+        self._refs = [ref for ref in self._refs if ref() not in (gen, None)]
 
     def leave(self, gen) -> None:
         """The generation ends now (closed, or its reader left): its sequence is free."""
         with self.lock:
-            if gen in self._members:
-                self._members.remove(gen)
+            self._remove(gen)
             gen._close_life()
 
     def events(self, gen) -> Iterator[RoundEvent]:
@@ -128,8 +138,10 @@ class SideBySide:
                     drafter.batch_tokens = expected - self._last_block.get(id(gen), 1)
                 self._plan(gen, blocks)
             self._last_block = {id(b[0]): len(b[2]) for b in blocks if b[1] is not None}
-            budget = self.model.n_batch - sum(len(b[2]) for b in blocks)
-            for gen in list(self._members):  # prompts still being read fill the rest
+            # prompts still being read fill the rest, and always move on (a full batch of
+            # rounds must not hold a new request back: then they take a decode of their own)
+            budget = max(self.model.n_batch - sum(len(b[2]) for b in blocks), MIN_PROMPT_CHUNK)
+            for gen in self._members:
                 if gen.opened and gen.prefill_left and budget > 0:
                     n = min(gen.prefill_left, budget)
                     blocks.append((gen, None, gen.prompt_chunk(n), 0))
@@ -155,7 +167,10 @@ class SideBySide:
             blocks.append((gen, planned, planned.block, len(planned.block)))
         elif planned is not None:
             gen.outbox.append(planned)
-            self._done(gen)
+            try:
+                self._done(gen)
+            except Exception as exc:  # noqa: BLE001 - see above
+                self._fail(gen, exc)
 
     def _score(self, group: list) -> None:
         """One decode for a group of blocks, then each generation's verification."""
@@ -186,14 +201,13 @@ class SideBySide:
     def _done(self, gen) -> bool:
         """Leave when its last round is out; True when it has left."""
         if gen._last_round and gen in self._members:
-            self._members.remove(gen)
+            self._remove(gen)
             gen._close_life()
         return gen not in self._members
 
     def _fail(self, gen, exc: BaseException) -> None:
         gen.outbox.append(exc)
-        if gen in self._members:
-            self._members.remove(gen)
+        self._remove(gen)
         try:
             gen._close_life()
         except Exception as more:  # noqa: BLE001 - the first failure is the one to tell

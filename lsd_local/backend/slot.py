@@ -133,6 +133,7 @@ class Slot:
     def truncate(self, n: int) -> None:
         """Remove every cached position >= n (always asks llama.cpp, so that a cache left ahead
         of `n_cached` by an interrupted decode is cleaned too)."""
+        _check_open(self.model)
         if not ll.llama_memory_seq_rm(self.model.memory, self.seq_id, n, -1):
             raise IncompatibleModelsError(
                 f"{self.model.path.name} is a recurrent/hybrid model whose cache cannot drop "
@@ -177,6 +178,7 @@ def decode_blocks(model, blocks: list[tuple[Slot, np.ndarray, int]]) -> list[np.
     n_logit_rows) appends its tokens at that slot's n_cached and gets its last n_logit_rows
     rows back (float32[rows, n_vocab] views, valid until the model's next decode). The
     blocks' tokens together fit n_batch; the slots differ."""
+    _check_open(model)
     batch, n, n_rows = model.batch, 0, 0
     for slot, tokens, n_out in blocks:
         m = len(tokens)
@@ -209,3 +211,8 @@ def decode_blocks(model, blocks: list[tuple[Slot, np.ndarray, int]]) -> list[np.
         views.append(rows[at:at + n_out])
         at += n_out
     return views
+
+
+def _check_open(model) -> None:
+    if not model.ctx:  # its context and batch are freed: touching them would crash
+        raise RuntimeError(f"{model.path.name} is closed")

@@ -77,15 +77,22 @@ def _parameters(section: str, i: int, name: str, types: dict) -> tuple[list, int
         if not section.startswith(PARAMETER, i):
             return pairs, i, False
         close = section.find(">", i + len(PARAMETER))
-        end = section.find(PARAMETER_CLOSE, close + 1) if close >= 0 else -1
-        if end < 0:
+        if close < 0:
             return pairs, i, False
+        start = close + 2 if section.startswith("\n", close + 1) else close + 1
+        # the value ends at the first line break before the closing tag (what the grammar
+        # writes and never lets a value contain); a value written without one ends at the tag
+        end = section.find(VALUE_END, start - 1)
+        after = end + len(VALUE_END)
+        if end < 0:
+            end = after = section.find(PARAMETER_CLOSE, start)
+            if end < 0:
+                return pairs, i, False
+            after = end + len(PARAMETER_CLOSE)
         key = section[i + len(PARAMETER):close].strip()
-        raw = section[close + 1:end]
-        raw = raw[1:] if raw.startswith("\n") else raw  # the template's line breaks
-        raw = raw[:-1] if raw.endswith("\n") else raw
+        raw = section[start:max(end, start)]
         pairs.append((key, typed_value(raw, types.get((name, key)))))
-        i = end + len(PARAMETER_CLOSE)
+        i = after
 
 
 def typed_value(raw: str, kind: str | None) -> object:
@@ -112,13 +119,27 @@ def parameter_types(tools) -> dict:
 
 # --- the grammar ---------------------------------------------------------------------------
 
-XML_TEXT = 'xml-text ::= ([^<] | "<" [^/] | "</" [^p])*'
+VALUE_END = "\n" + PARAMETER_CLOSE
+
+
+def _text_rules() -> list[str]:
+    """`xml-text`: any text that does not contain VALUE_END (a string value: the closing
+    line is what ends it, and nothing before). An automaton over how much of VALUE_END the
+    text ends with; VALUE_END repeats no prefix of itself, so a break falls back to state 0,
+    or 1 on a line break."""
+    end = VALUE_END
+    rules = ['xml-text ::= xt0', 'xt0 ::= ([^\\n] xt0 | "\\n" xt1)?']
+    for i in range(1, len(end)):
+        char = end[i]
+        go_on = f'"{literal(char)}" xt{i + 1} | ' if i + 1 < len(end) else ""
+        rules.append(f'xt{i} ::= ({go_on}"\\n" xt1 | [^{literal(char)}\\n] xt0)?')
+    return rules
 
 
 
 def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
     """(the rule `xml-call` for one call to any of `tools`, the rules it needs)."""
-    rules, alternatives = [XML_TEXT], []
+    rules, alternatives = _text_rules(), []
     for t, tool in enumerate(tools):
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required") or ())

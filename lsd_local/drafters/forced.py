@@ -11,6 +11,7 @@ rejected draft token, never a wrong answer.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import re
 from dataclasses import replace
 
@@ -168,10 +169,11 @@ class Forced(Drafter):
 
     name = "forced"
 
-    def __init__(self, inner: Drafter | None, forced: ForcedDraft) -> None:
+    def __init__(self, inner: Drafter | None, forced: ForcedDraft, n_prompt: int) -> None:
         self.inner = inner
         self.forced = forced
-        self._seen = None  # history length the forced state has followed (None: not begun)
+        self._seen = n_prompt  # history length the forced state has followed (the answer's
+        # tokens are what it follows: it starts after the prompt)
         self._split = (0, 0)  # the last draft's forced head and tail
 
     def begin(self, family: str | None = None) -> None:
@@ -184,11 +186,11 @@ class Forced(Drafter):
         head = self.forced.propose(k)
         more = EMPTY_DRAFT
         if self.inner is not None and k > len(head):
-            self.inner.batch_tokens = self.batch_tokens + len(head)
             # (the grammar state is before the forced tokens: the block checks them)
-            more = self.inner.propose(np.concatenate([history, head]) if len(head)
-                                      else history, k - len(head), sampler, rng,
-                                      None if len(head) else grammar)
+            with _beside(self.inner, self.batch_tokens + len(head)):
+                more = self.inner.propose(np.concatenate([history, head]) if len(head)
+                                          else history, k - len(head), sampler, rng,
+                                          None if len(head) else grammar)
         tail = NO_TOKENS
         if len(more):
             tail = self.forced.propose_after(np.concatenate([head, more.tokens]),
@@ -199,10 +201,7 @@ class Forced(Drafter):
         return _joined(head, more, tail, self.inner)
 
     def _follow(self, history: np.ndarray) -> None:
-        """Move the forced state over the tokens committed since the last proposal (the
-        prompt is not the answer: the state starts after it)."""
-        if self._seen is None:
-            self._seen = len(history)
+        """Move the forced state over the tokens committed since the last proposal."""
         if len(history) > self._seen:
             self.forced.advance(history[self._seen:].tolist())
         self._seen = len(history)
@@ -211,15 +210,17 @@ class Forced(Drafter):
                grew_logits: bool = False) -> None:
         """The drafter hears its own tokens' verdict; when a forced token before them was
         rejected, they were never judged (it hears only what the decode cost)."""
+        head, tail = self._split if n_drafted else (0, 0)  # (no draft: propose was not asked)
+        self._split = (0, 0)
         if self.inner is None:
             return
-        head, tail = self._split
         n_own = n_drafted - head - tail
-        self.inner.batch_tokens = self.batch_tokens + head + tail
-        if n_own <= 0 or n_accept < head:
-            self.inner.accept(0, 0, verify_seconds, grew_logits)
-        else:
-            self.inner.accept(n_own, min(n_accept - head, n_own), verify_seconds, grew_logits)
+        with _beside(self.inner, self.batch_tokens + head + tail):
+            if n_own <= 0 or n_accept < head:
+                self.inner.accept(0, 0, verify_seconds, grew_logits)
+            else:
+                self.inner.accept(n_own, min(n_accept - head, n_own), verify_seconds,
+                                  grew_logits)
 
     def end(self, history: np.ndarray, n_prompt: int | None = None) -> None:
         if self.inner is not None:
@@ -228,6 +229,18 @@ class Forced(Drafter):
     def reset(self) -> None:
         if self.inner is not None:
             self.inner.reset()
+
+
+@contextlib.contextmanager
+def _beside(drafter: Drafter, others: int):
+    """The drafter counts `others` tokens in the decode for one call, then what it counted
+    before (it is the pool's, kept for later requests that have no grammar)."""
+    before = drafter.batch_tokens
+    drafter.batch_tokens = others
+    try:
+        yield
+    finally:
+        drafter.batch_tokens = before
 
 
 def _joined(head: np.ndarray, more: Draft, tail: np.ndarray, inner: Drafter | None) -> Draft:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from tinymodels import AGENT_ASK as ASK
 from tinymodels import AGENT_TOOLS as TOOLS
@@ -104,3 +105,33 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
         assert '<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "metric": true}' in text
     gen = format_agent.generate(messages, tools=TOOLS, max_tokens=8).run()  # it goes on
     assert gen.stats.prompt_tokens > 0
+
+
+@pytest.mark.parametrize("text,kept", [
+    ("a </p> b <pre>\n</pre>\n", None),  # tags, even closing ones, are text
+    ("<</parameter> x", None),
+    ("x\n</param y", None),
+    ("x\n</parameter> y", "x"),  # the closing line ends the value, nothing goes on
+])
+def test_a_string_value_holds_any_text_but_its_closing_line(tiny_agent, text, kept):
+    """The grammar of a string parameter's text, checked by llama.cpp's grammar engine: a
+    value followed by its closing line is whole; nothing may follow that line."""
+    from lsd_local.backend import Grammar, Model
+    from lsd_local.chat.xmlcalls import VALUE_END, _text_rules
+    from lsd_local.verify.constrain import allowed_prefix
+
+    model = Model.load(tiny_agent)
+    try:
+        gbnf = f'root ::= xml-text "{VALUE_END.encode("unicode_escape").decode()}"\n' + \
+            "\n".join(_text_rules())
+        grammar = Grammar.compile(model, gbnf, source="test")
+        whole = text + VALUE_END
+        spell = model.vocab.byte_tokens()  # one token per byte: the text exactly
+        tokens = np.asarray([spell[b] for b in whole.encode()], np.int32)
+        n = allowed_prefix(grammar, tokens)
+        got = b"".join(model.vocab.token_bytes(int(t)) for t in tokens[:n]).decode()
+        want = whole if kept is None else kept + VALUE_END
+        assert got == want, (got, want)  # all of it, or the value and its closing line
+        grammar.close()
+    finally:
+        model.close()

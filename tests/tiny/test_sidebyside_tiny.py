@@ -67,12 +67,16 @@ def test_threads_each_iterating_their_own_generation(tiny_pair, plain):
 def test_a_request_past_the_sequences_is_refused_until_one_is_free(tiny_pair):
     with load_tiny(tiny_pair, "lookup", parallel=2) as eng:
         first = eng.generate(PROMPTS[0], max_tokens=5)
-        eng.generate(PROMPTS[1], max_tokens=5)
+        second = eng.generate(PROMPTS[1], max_tokens=5)
         with pytest.raises(EngineBusyError, match="all 2 sequences"):
             eng.generate(PROMPTS[2], max_tokens=5)
         first.close()
         third = eng.generate(PROMPTS[2], max_tokens=5)
-        assert len(third.run().tokens) == 5
+        assert len(third.run().tokens) == 5 and len(second.run().tokens) == 5
+        del first, second, third
+        held = [eng.generate(p, max_tokens=5) for p in PROMPTS[:2]]
+        held.pop()  # dropped without being closed: collected, its sequence free again
+        assert len(eng.generate(PROMPTS[3], max_tokens=5).run().tokens) == 5
 
 
 def test_closing_one_leaves_the_others_exact(tiny_pair, plain):

@@ -164,7 +164,7 @@ def run_fake(forced_tokens, drafter_factory, k: int = 6, n: int = 24):
     forced = ListForced(forced_tokens(expected)) if forced_tokens else None
     drafter = drafter_factory(target)
     if forced is not None:  # (what Engine.generate does under a grammar)
-        drafter = Forced(drafter, forced)
+        drafter = Forced(drafter, forced, len(prompt))
     settings = LoopSettings(n, k, None, np.random.default_rng(0))
     gen = fake_generation(target, drafter, prompt, settings, Verifier(RuleConfig("strict"), None),
                           TextAssembler(lambda t: b"x", ()))
@@ -252,7 +252,7 @@ def test_loop_chains_grammar_tokens_after_the_drafters():
         forced = TailForced(head, expected[start + 6:start + 9])  # after the drafter's six
         drafter = SixDrafter(target)
         settings = LoopSettings(24, 12, None, np.random.default_rng(0))
-        gen = fake_generation(target, Forced(drafter, forced), prompt, settings,
+        gen = fake_generation(target, Forced(drafter, forced, len(prompt)), prompt, settings,
                               Verifier(RuleConfig("strict"), None),
                               TextAssembler(lambda t: b"x", ()))
         events = list(gen)

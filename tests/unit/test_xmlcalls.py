@@ -14,7 +14,8 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
                                      "metric": {"type": "boolean"}},
     "required": ["city"]}}}]
 TEMPLATE = "{{ '<tool_call>\\n<function=' }}{{ '<parameter=' }}"
-CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\n42 Rue </b>\n</parameter>\n"
+CALL = ("<tool_call>\n<function=get_weather>\n<parameter=city>\n42 Rue </p><pre>\n</pre>\n\n"
+        "</parameter>\n"
         "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n"
         "</function>\n</tool_call>")
 
@@ -31,7 +32,8 @@ def test_the_format_is_found_in_the_template_before_hermes():
 def test_a_whole_call_reads_back_typed_by_the_schema():
     scan, end = xml_block(CALL, plan().fmt.types())
     assert scan.name == "get_weather" and scan.complete and end == len(CALL)
-    assert json.loads(scan.arguments) == {"city": "42 Rue </b>", "days": 3, "metric": True}
+    assert json.loads(scan.arguments) == {"city": "42 Rue </p><pre>\n</pre>\n", "days": 3,
+                                          "metric": True}
     assert typed_value("3", "string") == "3" and typed_value("oops", "integer") == "oops"
 
 
@@ -92,3 +94,4 @@ def test_deepseek_sections_read_back_every_call_as_it_streams():
     parts = parser.feed([("Sure. " + DS_CALLS, None)], True)
     assert "".join(t for t, _ in parts.content) == "Sure. "
     assert [json.loads(c.arguments)["city"] for c in parser.tool_calls] == ["Oslo", "Rome"]
+
