@@ -309,3 +309,32 @@ def agent_token(vocab, text: str) -> int:
     ids = vocab.tokenize(text, add_special=False)
     assert len(ids) == 1, (text, ids)
     return ids[0]
+
+
+def valid_call(call) -> bool:
+    """An agent model's call (chat.output.ToolCall) names one of AGENT_TOOLS and its
+    arguments are what that tool's schema admits."""
+    import json
+
+    args = json.loads(call.arguments)
+    if call.name == "now":
+        return args == {}
+    return call.name == "get_weather" and args["city"] in ("Paris", "Rome") and \
+        isinstance(args["metric"], bool) and set(args) == {"city", "metric"}
+
+
+def stop_bias(eng, extra=None) -> dict:
+    """The end-of-text token made likely, so that an answer ends once its grammar allows
+    (a random model would ramble on), and whatever else a test biases."""
+    return {eng.target.vocab.eos_token: 30.0, **(extra or {})}
+
+
+def streamed_pieces(gen) -> list[tuple]:
+    """(id, name, arguments) per call, from a generation's streamed tool-call pieces."""
+    calls: dict = {}
+    for event in gen:
+        for piece in event.tool_calls:
+            if piece.name is not None:
+                calls[piece.index] = [piece.id, piece.name, ""]
+            calls[piece.index][2] += piece.arguments
+    return [tuple(calls[i]) for i in sorted(calls)]

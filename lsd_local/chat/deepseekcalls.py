@@ -13,19 +13,13 @@ streams); the grammar makes names and arguments valid against each tool's schema
 from __future__ import annotations
 
 from .gbnfparts import literal, renamed
-from .jsonscan import CallScan, value_end
+from .jsonscan import CallScan, skip_space, value_end
 
 OPEN, CLOSE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_OPEN, CALL_CLOSE = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"
 SEP = "<｜tool▁sep｜>"
 FENCE_OPEN, FENCE_CLOSE = "```json\n", "\n```"
-BLANKS = " \t\r\n"
 
-
-def _skip(text: str, i: int) -> int:
-    while i < len(text) and text[i] in BLANKS:
-        i += 1
-    return i
 
 
 def deepseek_section(section: str) -> tuple[list[CallScan], int | None]:
@@ -33,7 +27,7 @@ def deepseek_section(section: str) -> tuple[list[CallScan], int | None]:
     after its closer (None while unknown)."""
     calls, i = [], len(OPEN)
     while True:
-        i = _skip(section, i)
+        i = skip_space(section, i)
         if section.startswith(CLOSE, i):
             return calls, i + len(CLOSE)
         if not section.startswith(CALL_OPEN, i):
@@ -70,9 +64,9 @@ def _call(section: str, i: int) -> tuple[CallScan, int | None]:
     if end is None:
         return CallScan(name, section[start:].rstrip(), False), None
     arguments = section[start:end].strip()
-    j = _skip(section, end)
+    j = skip_space(section, end)
     if section.startswith("```", j):
-        j = _skip(section, j + 3)
+        j = skip_space(section, j + 3)
     if section.startswith(CALL_CLOSE, j):
         return CallScan(name, arguments, True), j + len(CALL_CLOSE)
     if CALL_CLOSE.startswith(section[j:]) or "```".startswith(section[j:]):

@@ -13,7 +13,7 @@ _DECODER = json.JSONDecoder()
 def value_end(text: str, start: int) -> int | None:
     """The index after the JSON value starting at text[start] (skipping whitespace), or None
     while it is not complete yet. Strings, escapes and nesting are followed exactly."""
-    i = _skip_space(text, start)
+    i = skip_space(text, start)
     if i >= len(text):
         return None
     if text[i] in "{[":
@@ -44,7 +44,8 @@ def value_end(text: str, start: int) -> int | None:
     return end if end < len(text) or text[i] in '"tfn' else None
 
 
-def _skip_space(text: str, i: int) -> int:
+def skip_space(text: str, i: int) -> int:
+    """The index of the first non-blank character at or after i (len(text) if none)."""
     while i < len(text) and text[i] in " \t\r\n":
         i += 1
     return i
@@ -63,13 +64,13 @@ def scan_call(text: str, arguments_keys: tuple[str, ...] = ("arguments", "parame
               ) -> CallScan:
     """Scan a call object's text (which starts at its "{", possibly unfinished) for its name
     and arguments. Keys other than the name and arguments are skipped."""
-    i = _skip_space(text, 0)
+    i = skip_space(text, 0)
     if i >= len(text) or text[i] != "{":
         return CallScan(None, "", False)
     i += 1
     name, arguments = None, ""
     while True:
-        i = _skip_space(text, i)
+        i = skip_space(text, i)
         if i >= len(text):
             return CallScan(name, arguments, False)
         if text[i] == "}":
@@ -81,10 +82,10 @@ def scan_call(text: str, arguments_keys: tuple[str, ...] = ("arguments", "parame
         if key_end is None or text[i] != '"':
             return CallScan(name, arguments, False)
         key = json.loads(text[i:key_end])
-        colon = _skip_space(text, key_end)
+        colon = skip_space(text, key_end)
         if colon >= len(text) or text[colon] != ":":
             return CallScan(name, arguments, False)
-        start = _skip_space(text, colon + 1)
+        start = skip_space(text, colon + 1)
         end = value_end(text, start)
         if key == "name" and end is not None:
             value = json.loads(text[start:end])
@@ -100,13 +101,13 @@ def list_elements(text: str, start: int) -> tuple[list[tuple[int, int | None]], 
     """The elements of the JSON array whose "[" is at or after text[start] (whitespace
     first): [(element start, element end or None while unfinished)], and the index after
     the "]" (None while the array is open)."""
-    i = _skip_space(text, start)
+    i = skip_space(text, start)
     if i >= len(text) or text[i] != "[":
         return [], None
     i += 1
     elements: list[tuple[int, int | None]] = []
     while True:
-        i = _skip_space(text, i)
+        i = skip_space(text, i)
         if i >= len(text):
             return elements, None
         if text[i] == "]":

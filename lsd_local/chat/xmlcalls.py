@@ -20,25 +20,19 @@ from __future__ import annotations
 import json
 
 from .gbnfparts import literal, renamed
-from .jsonscan import CallScan
+from .jsonscan import CallScan, skip_space
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_CLOSE = "<function=", "</function>"
 PARAMETER, PARAMETER_CLOSE = "<parameter=", "</parameter>"
-BLANKS = " \t\r\n"
 
-
-def _skip(text: str, i: int) -> int:
-    while i < len(text) and text[i] in BLANKS:
-        i += 1
-    return i
 
 
 def xml_block(section: str, types: dict) -> tuple[CallScan, int | None]:
     """The call a section starting with `<tool_call>` holds so far, and where the block
     ends after its `</tool_call>` (None while unknown). `types`: {(tool, parameter): JSON
     type} from the tools' schemas ("string" values stay text)."""
-    i = _skip(section, len(OPEN))
+    i = skip_space(section, len(OPEN))
     if not section.startswith(FUNCTION, i):
         return CallScan(None, "", False), _not_a_call_end(section, i)
     close = section.find(">", i + len(FUNCTION))
@@ -50,7 +44,7 @@ def xml_block(section: str, types: dict) -> tuple[CallScan, int | None]:
     if not closed:
         return CallScan(name, arguments, False), None
     arguments += "}"
-    i = _skip(section, i)
+    i = skip_space(section, i)
     if section.startswith(CLOSE, i):
         return CallScan(name, arguments, True), i + len(CLOSE)
     if CLOSE.startswith(section[i:]):
@@ -71,7 +65,7 @@ def _parameters(section: str, i: int, name: str, types: dict) -> tuple[list, int
     whether `</function>` was reached."""
     pairs = []
     while True:
-        i = _skip(section, i)
+        i = skip_space(section, i)
         if section.startswith(FUNCTION_CLOSE, i):
             return pairs, i + len(FUNCTION_CLOSE), True
         if not section.startswith(PARAMETER, i):

@@ -68,6 +68,12 @@ def _serve_options(func):
                      help="Also answer requests whose Host header is NAME (repeatable; "
                           "'.example.com' for a domain and its subdomains; '*' for any). "
                           "Default: addresses, localhost and this machine's name."),
+    ])(_limit_options(func))
+
+
+def _limit_options(func):
+    """What one request may take: tokens, time, a sequence of the context."""
+    return shared.with_options([
         click.option("--max-tokens-limit", type=click.IntRange(min=1),
                      default=SERVE_MAX_TOKENS_LIMIT, show_default=True,
                      help="Most tokens one answer may have, whatever a request asks."),

@@ -4,25 +4,16 @@ OpenAI does; tool turns rendered for the template; reasoning read apart from the
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 from tinymodels import AGENT_ASK as ASK
 from tinymodels import AGENT_TOOLS as TOOLS
-from tinymodels import TINY_CTX, agent_token
+from tinymodels import TINY_CTX, agent_token, stop_bias, streamed_pieces
+from tinymodels import valid_call as valid
 
 from lsd_local import Engine, ParameterError
 from lsd_local.chat.output import REASONING_CLOSE
-
-
-def valid(call) -> bool:
-    """A call names a tool and its arguments are what that tool's schema admits."""
-    args = json.loads(call.arguments)
-    if call.name == "now":
-        return args == {}
-    return call.name == "get_weather" and args["city"] in ("Paris", "Rome") and \
-        isinstance(args["metric"], bool) and set(args) == {"city", "metric"}
 
 
 @pytest.fixture(scope="module")
@@ -30,11 +21,6 @@ def agent(tiny_agent, tiny_pair):
     with Engine.load(tiny_agent, drafter="lookup", n_ctx=TINY_CTX) as eng:
         yield eng
 
-
-def stop_bias(eng, extra=None) -> dict:
-    """The end-of-text token made likely, so that an answer ends once its grammar allows
-    (a random model would ramble on), and whatever else a test biases."""
-    return {eng.target.vocab.eos_token: 30.0, **(extra or {})}
 
 
 @pytest.mark.parametrize("rule", ["strict", "fly", "asd"])
@@ -80,14 +66,8 @@ def test_none_forbids_calls(agent):
 def test_streamed_pieces_reassemble_to_the_calls(agent):
     gen = agent.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=150,
                          logit_bias=stop_bias(agent))
-    calls = {}
-    for event in gen:
-        for piece in event.tool_calls:
-            if piece.name is not None:
-                calls[piece.index] = [piece.id, piece.name, ""]
-            calls[piece.index][2] += piece.arguments
-    assert [tuple(calls[i]) for i in sorted(calls)] == [
-        (c.id, c.name, c.arguments) for c in gen.tool_calls]
+    calls = streamed_pieces(gen)
+    assert calls == [(c.id, c.name, c.arguments) for c in gen.tool_calls]
 
 
 def test_a_tool_round_trip_renders_for_the_template(agent):

@@ -5,25 +5,21 @@ each tool_choice, streamed as OpenAI streams them, and a tool turn renders back.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from tinymodels import AGENT_ASK as ASK
 from tinymodels import AGENT_TOOLS as TOOLS
-from tinymodels import DEEPSEEK_TEMPLATE, TINY_CTX, XML_TEMPLATE, agent_token
+from tinymodels import (
+    DEEPSEEK_TEMPLATE,
+    TINY_CTX,
+    XML_TEMPLATE,
+    agent_token,
+    stop_bias,
+    streamed_pieces,
+)
+from tinymodels import valid_call as valid
 
 from lsd_local import Engine, RuleConfig
-
-
-def valid(call) -> bool:
-    """A call names a tool and its arguments are what that tool's schema admits."""
-    args = json.loads(call.arguments)
-    if call.name == "now":
-        return args == {}
-    return call.name == "get_weather" and args["city"] in ("Paris", "Rome") and \
-        isinstance(args["metric"], bool) and set(args) == {"city", "metric"}
-
 
 # format -> (its template, what its calls are written with)
 FORMATS = {"xml": (XML_TEMPLATE, b"<function="),
@@ -40,9 +36,6 @@ def format_agent(request, tiny_agent):
         eng.format = request.param
         yield eng
 
-
-def stop_bias(eng, extra=None) -> dict:
-    return {eng.target.vocab.eos_token: 30.0, **(extra or {})}
 
 
 @pytest.mark.parametrize("rule", ["strict", "fly"])
@@ -82,14 +75,8 @@ def test_auto_call_after_the_opener(format_agent):
 def test_streamed_pieces_reassemble_to_the_calls(format_agent):
     gen = format_agent.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=200,
                              logit_bias=stop_bias(format_agent), seed=3)
-    calls = {}
-    for event in gen:
-        for piece in event.tool_calls:
-            if piece.name is not None:
-                calls[piece.index] = [piece.id, piece.name, ""]
-            calls[piece.index][2] += piece.arguments
-    assert calls and [tuple(calls[i]) for i in sorted(calls)] == [
-        (c.id, c.name, c.arguments) for c in gen.tool_calls]
+    calls = streamed_pieces(gen)
+    assert calls and calls == [(c.id, c.name, c.arguments) for c in gen.tool_calls]
 
 
 def test_a_tool_round_trip_renders_in_the_format(format_agent):
