@@ -32,7 +32,7 @@ from .errors import EngineBusyError, ParameterError, check
 from .generation import EngineParts, Generation
 from .grammars import compile_constraint, compile_tool_grammar
 from .limits import check_seed
-from .loop import LoopSettings
+from .loop import LoopSettings, RoundState
 from .models.loading import load_for_engine, load_notices
 from .request import Request, as_request
 from .sidebyside import SideBySide, SlotClaim
@@ -191,7 +191,6 @@ class Engine:
             request.frequency_penalty,
             logit_bias_pairs(request.logit_bias, vocab, banned_opener(plan, vocab)))
         settings = LoopSettings(request.max_tokens, dcfg.k_value, sampler,
-                                np.random.default_rng(check_seed(request.seed)), None,
                                 grammar_top(rcfg, sampler, self.target.n_vocab),
                                 penalties if penalties.active else None, request.logprobs)
         parser = None if text is None else OutputParser(
@@ -234,8 +233,8 @@ class Engine:
                                                   self.target.vocab), len(prompt_ids))
         parts = EngineParts(target, draft, drafter, self.state_cache, self._check_open,
                             self._claim.give_back)
-        settings = replace(settings, grammar=compiled)
-        gen = Generation(parts, prompt_ids, settings, Verifier(rcfg, settings.sampler),
+        state = RoundState(np.random.default_rng(check_seed(request.seed)), compiled)
+        gen = Generation(parts, prompt_ids, settings, state, Verifier(rcfg, settings.sampler),
                          TextAssembler(self.target.vocab.token_bytes, request.stop),
                          request_family(request.prompt), parser, request.budget,
                          self._runner)

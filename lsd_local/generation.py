@@ -24,7 +24,15 @@ import numpy as np
 
 from .chat.output import REASONING_CLOSE, OutputParser, Parts, ToolCall
 from .kernels.warmup import process_warmup
-from .loop import LoopSettings, PendingRound, TokenBuffer, draft_limit, finish_round, plan_round
+from .loop import (
+    LoopSettings,
+    PendingRound,
+    RoundState,
+    TokenBuffer,
+    draft_limit,
+    finish_round,
+    plan_round,
+)
 from .stats import GenerationStats, Origin, RoundEvent
 from .text import TextAssembler
 from .verify.constrain import allowed_prefix
@@ -50,12 +58,14 @@ class Generation:
     closes it."""
 
     def __init__(self, parts: EngineParts, prompt: list[int], settings: LoopSettings,
-                 verifier: Verifier, text: TextAssembler, family: str | None = None,
+                 state: RoundState, verifier: Verifier, text: TextAssembler,
+                 family: str | None = None,
                  parser: OutputParser | None = None, reasoning_budget: int | None = None,
                  runner=None) -> None:
         self._parts = parts
         self._prompt = np.asarray(prompt, np.int32)
-        self._settings = settings
+        self._settings = settings  # the rounds' parameters (frozen)
+        self._state = state  # what the rounds change: the RNG, the grammar's state
         self._verifier = verifier
         self._text = text
         self._family = family  # a name for the kind of request (auto learns per kind)
@@ -198,13 +208,14 @@ class Generation:
             return None if closed is None else self._round(closed, forced=True)
         if left is not None:  # a round commits k + 1 at most: none past the budget
             k = min(k, left - 1)
-        return plan_round(self._parts.drafter, self._history, settings, k)
+        return plan_round(self._parts.drafter, self._history, settings, self._state, k)
 
     def _finish_round(self, pending: PendingRound, logits: np.ndarray, grew: bool,
                       decode_seconds: float | None = None) -> RoundEvent:
         """The round's second half, from its block's logits (float32[K+1, V])."""
         return self._round(finish_round(self._parts.target, self._parts.drafter,
                                         self._verifier, self._history, self._settings,
+                                        self._state,
                                         pending, logits, grew, decode_seconds=decode_seconds))
 
     def _begin(self) -> None:
@@ -263,7 +274,8 @@ class Generation:
         forbids it): the budget is dropped and the model goes on until its own end."""
         tokens = self._parts.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
         history, target, settings = self._history, self._parts.target, self._settings
-        takes = settings.grammar is None or allowed_prefix(settings.grammar,
+        grammar = self._state.grammar
+        takes = grammar is None or allowed_prefix(grammar,
                                                            np.asarray(tokens)) == len(tokens)
         if history.n + len(tokens) + 1 > target.n_ctx or not takes or \
                 self.stats.generated_tokens + len(tokens) >= settings.max_tokens:
@@ -272,9 +284,9 @@ class Generation:
         target.decode(np.array([history.data[history.n - 1], *tokens[:-1]], np.int32),
                       history.n - 1, 0)
         history.extend(tokens)
-        if settings.grammar is not None:  # (checked above)
+        if grammar is not None:  # (checked above)
             for token in tokens:
-                settings.grammar.accept(token, checked=True)
+                grammar.accept(token, checked=True)
         return RoundEvent(tuple(tokens), (Origin.TARGET,) * len(tokens), "", (), 0, 0, 0,
                           0.0, 0.0, 0.0)
 
@@ -331,7 +343,7 @@ class Generation:
                 self._parts.drafter.end(self._history.view(), len(self._prompt))
         finally:
             try:
-                if self._settings.grammar is not None:
-                    self._settings.grammar.close()
+                if self._state.grammar is not None:
+                    self._state.grammar.close()
             finally:
                 self._parts.release(self)

@@ -48,16 +48,24 @@ class TokenBuffer:
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """Per-request settings of the rounds."""
+    """Per-request settings of the rounds (they never change while it runs)."""
 
     max_tokens: int
     k: int  # largest draft per round (0 = plain decoding)
     sampler: SamplerSettings | None  # None = greedy
-    rng: np.random.Generator
-    grammar: object | None = None  # backend Grammar: state after the committed tokens
     grammar_top: int = 1  # allowed tokens exact at the top of each row (constrain.py)
     penalties: PenaltySettings | None = None  # None: the rows are left as the target gave them
     logprobs: int | None = None  # None: not asked; n: each token's and n alternatives'
+
+
+@dataclass
+class RoundState:
+    """What a request's rounds change, owned by its Generation: the random numbers a
+    sampled draft and verification draw, and the grammar's state after the committed
+    tokens."""
+
+    rng: np.random.Generator
+    grammar: object | None = None  # backend Grammar; None: no constraint
 
 
 @dataclass(frozen=True)
@@ -75,24 +83,26 @@ class PendingRound:
 
 
 def step(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
-         req: LoopSettings, k: int, clock: Callable[[], float] = perf_counter) -> RoundEvent:
+         req: LoopSettings, state: RoundState, k: int,
+         clock: Callable[[], float] = perf_counter) -> RoundEvent:
     """One round with at most k draft tokens. `target` is a backend Model (or anything with
     its decode/truncate/n_cached/most_logit_rows/vocab.is_eog) whose cache holds
     history[:-1]; so does it afterwards. The event's text is left empty."""
-    pending = plan_round(drafter, history, req, k, clock)
+    pending = plan_round(drafter, history, req, state, k, clock)
     grew_logits = len(pending.block) > target.most_logit_rows  # a one-time buffer growth
     logits = target.decode(pending.block, pending.start, len(pending.block))
-    return finish_round(target, drafter, verifier, history, req, pending, logits, grew_logits,
-                        clock)
+    return finish_round(target, drafter, verifier, history, req, state, pending, logits,
+                        grew_logits, clock)
 
 
-def plan_round(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings, k: int,
+def plan_round(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
+               state: RoundState, k: int,
                clock: Callable[[], float] = perf_counter) -> PendingRound:
     """The first half of a round: draft, and the block to score (side by side, the blocks
     of several requests are scored in one decode: sidebyside.py)."""
     t0 = clock()
     draft = EMPTY_DRAFT if drafter is None or k <= 0 else \
-        drafter.propose(history.view(), k, req.sampler, req.rng, req.grammar)
+        drafter.propose(history.view(), k, req.sampler, state.rng, state.grammar)
     n = history.n
     block = np.empty(len(draft) + 1, np.int32)
     block[0] = history.data[n - 1]
@@ -102,7 +112,8 @@ def plan_round(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
 
 
 def finish_round(target, drafter: Drafter | None, verifier: Verifier, history: TokenBuffer,
-                 req: LoopSettings, pending: PendingRound, logits: np.ndarray,
+                 req: LoopSettings, state: RoundState, pending: PendingRound,
+                 logits: np.ndarray,
                  grew_logits: bool, clock: Callable[[], float] = perf_counter,
                  decode_seconds: float | None = None) -> RoundEvent:
     """The second half: verify the scored block (logits float32[K+1, V]), commit, truncate.
@@ -112,7 +123,7 @@ def finish_round(target, drafter: Drafter | None, verifier: Verifier, history: T
     decoded = t1 if decode_seconds is None else clock()
     if req.penalties is not None:  # each row with the counts it would see: history + draft
         penalize_block(logits, history.view(), pending.block[1:], req.penalties)
-    verdict, verified, constrain_s = _verify(verifier, req, logits, draft)
+    verdict, verified, constrain_s = _verify(verifier, req, state, logits, draft)
     t2 = clock()
     if drafter is not None:
         seconds = t2 - decoded + (decode_seconds or 0.0)
@@ -120,7 +131,7 @@ def finish_round(target, drafter: Drafter | None, verifier: Verifier, history: T
     tokens, origins, eog = _commit(verdict, verified, target.vocab.is_eog)
     logprobs = None if req.logprobs is None else \
         token_logprobs(logits[:len(tokens)], tokens, req.logprobs)  # the rows that chose them
-    _advance_grammar(req, tokens, eog)
+    _advance_grammar(state, tokens, eog)
     history.extend(tokens)
     if target.n_cached >= history.n:  # rows past the commit: a rejection, an EOG or grammar cut
         target.truncate(history.n - 1)
@@ -140,35 +151,36 @@ def draft_limit(req: LoopSettings, generated: int, n: int, n_ctx: int) -> int:
     return min(req.k, req.max_tokens - generated - 1, n_ctx - n - 1)
 
 
-def _grammar_block(req: LoopSettings, logits: np.ndarray, draft: Draft,
+def _grammar_block(req: LoopSettings, state: RoundState, logits: np.ndarray, draft: Draft,
                    stop_at_mismatch: bool) -> tuple[np.ndarray, Draft]:
     """Constrain the block to the grammar (in place) and cut the draft where the verifier must
     stop. A sampled draft's p_d rows stay: drafters sample inside the grammar (model.py), so p_d
     is the draft's constrained distribution, as speculative sampling needs."""
-    n_ready = prepare_block(req.grammar, logits, draft.tokens, req.grammar_top, stop_at_mismatch)
+    n_ready = prepare_block(state.grammar, logits, draft.tokens, req.grammar_top,
+                            stop_at_mismatch)
     probs = None if draft.probs is None else draft.probs[:n_ready]
     cut = Draft(draft.tokens[:n_ready], probs, draft.source)
     return logits[:n_ready + 1], cut
 
 
-def _verify(verifier: Verifier, req: LoopSettings, logits: np.ndarray,
+def _verify(verifier: Verifier, req: LoopSettings, state: RoundState, logits: np.ndarray,
             draft: Draft) -> tuple[Verdict, Draft, float]:
     """Verify one block (logits float32[K+1, V]), grammar first when there is one; returns
     the draft actually verified and the seconds spent on the grammar."""
-    if req.grammar is None:
-        return verifier.verify(logits, draft.tokens, draft.probs, req.rng), draft, 0.0
+    if state.grammar is None:
+        return verifier.verify(logits, draft.tokens, draft.probs, state.rng), draft, 0.0
     t0 = perf_counter()
     strict_greedy = req.sampler is None and verifier.config.rule == "strict"
-    logits, draft = _grammar_block(req, logits, draft, strict_greedy)
+    logits, draft = _grammar_block(req, state, logits, draft, strict_greedy)
     seconds = perf_counter() - t0
-    return verifier.verify(logits, draft.tokens, draft.probs, req.rng), draft, seconds
+    return verifier.verify(logits, draft.tokens, draft.probs, state.rng), draft, seconds
 
 
-def _advance_grammar(req: LoopSettings, tokens: list[int], eog: bool) -> None:
+def _advance_grammar(state: RoundState, tokens: list[int], eog: bool) -> None:
     """The grammar state follows committed tokens only (an end-of-generation token ends it)."""
-    if req.grammar is not None:
+    if state.grammar is not None:
         for token in tokens[:len(tokens) - 1 if eog else len(tokens)]:
-            req.grammar.accept(token)
+            state.grammar.accept(token)
 
 
 def _commit(verdict: Verdict, draft: Draft, is_eog) -> tuple[list[int], list[Origin], bool]:

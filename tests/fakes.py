@@ -127,11 +127,16 @@ class TableGrammar:
         self.closed = True
 
 
-def fake_generation(target, drafter, prompt, settings, verifier, text):
+def fake_generation(target, drafter, prompt, settings, verifier, text, state=None):
     """A real Generation (the request's life: prefill, rounds, text, finish) over a fake
-    target: an engine that is always open and takes nothing back."""
+    target: an engine that is always open and takes nothing back. `state`: its RNG and
+    grammar (default: seed 0, no grammar)."""
+    import numpy as np
+
     from lsd_local.generation import EngineParts, Generation
+    from lsd_local.loop import RoundState
 
     parts = EngineParts(target, None, drafter, None, check_open=lambda: None,
                         release=lambda gen: None)
-    return Generation(parts, list(prompt), settings, verifier, text)
+    state = state if state is not None else RoundState(np.random.default_rng(0))
+    return Generation(parts, list(prompt), settings, state, verifier, text)

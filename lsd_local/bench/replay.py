@@ -30,7 +30,7 @@ from ..config import RuleConfig
 from ..drafters.auto.estimators import CostCurve, measure_decode_times
 from ..drafters.base import Drafter
 from ..drafters.lookup import LookupDrafter
-from ..loop import LoopSettings, TokenBuffer, draft_limit, step
+from ..loop import LoopSettings, RoundState, TokenBuffer, draft_limit, step
 from ..verify.verifier import Verifier
 
 
@@ -133,14 +133,15 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
     target = ReplayTarget(dense, n_vocab, cost, growth_s_per_row)
     history = TokenBuffer(len(dense) + 1)
     history.set(target.sequence[:len(prompt)])
-    request = LoopSettings(len(answer), k_cap, None, np.random.default_rng(0))
+    request = LoopSettings(len(answer), k_cap, None)
+    state = RoundState(np.random.default_rng(0))
     verifier = Verifier(RuleConfig(), None)
     if drafter is not None:
         drafter.begin(family)
     lengths = []
     while history.n < len(dense):
         k = draft_limit(request, history.n - len(prompt), history.n, len(dense) + 1)
-        done = step(target, drafter, verifier, history, request, k, clock=target.clock)
+        done = step(target, drafter, verifier, history, request, state, k, clock=target.clock)
         lengths.append(done.n_drafted)
     if drafter is not None:
         drafter.end(history.view())

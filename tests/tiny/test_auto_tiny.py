@@ -64,7 +64,7 @@ def test_the_round_tells_any_drafter_when_its_batch_grew_the_targets_logits_buff
     drafter made later, under another configuration, does not take its first batch of a
     size the target already scored for a buffer growth."""
     from lsd_local.drafters.base import Draft, Drafter
-    from lsd_local.loop import LoopSettings, TokenBuffer, step
+    from lsd_local.loop import LoopSettings, RoundState, TokenBuffer, step
     from lsd_local.verify.verifier import Verifier
 
     class Fixed(Drafter):
@@ -82,11 +82,12 @@ def test_the_round_tells_any_drafter_when_its_batch_grew_the_targets_logits_buff
         history = TokenBuffer(target.n_ctx)
         history.set(eng.prompt_tokens("the cat is on the mat"))
         target.decode(history.view()[:-1], 0, 0)
-        settings = LoopSettings(100, 8, None, np.random.default_rng(0))
+        settings = LoopSettings(100, 8, None)
+        state = RoundState(np.random.default_rng(0))
         verifier = Verifier(eng.rule_config, None)
         first, later = Fixed(8), Fixed(5)
         for drafter in (first, first, later, Fixed(12)):
-            step(target, drafter, verifier, history, settings, 16)
+            step(target, drafter, verifier, history, settings, state, 16)
         assert first.told == [(9, True), (9, False)] and later.told == [(6, False)]
         assert target.most_logit_rows == 13
 

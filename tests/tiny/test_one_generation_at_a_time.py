@@ -48,7 +48,7 @@ def test_a_generation_never_iterated_holds_the_engine_until_closed(eng):
 @pytest.mark.parametrize("ending", ["close", "collected", "with", "finished", "left"])
 def test_however_it_ends_the_grammar_is_freed_and_the_engine_free(eng, ending):
     gen = eng.generate(CHAT, max_tokens=30, grammar="json")
-    grammar = gen._settings.grammar
+    grammar = gen._state.grammar
     assert grammar._sampler  # a live llama.cpp sampler
     if ending == "close":
         gen.close()

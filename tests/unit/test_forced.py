@@ -165,7 +165,7 @@ def run_fake(forced_tokens, drafter_factory, k: int = 6, n: int = 24):
     drafter = drafter_factory(target)
     if forced is not None:  # (what Engine.generate does under a grammar)
         drafter = Forced(drafter, forced, len(prompt))
-    settings = LoopSettings(n, k, None, np.random.default_rng(0))
+    settings = LoopSettings(n, k, None)
     gen = fake_generation(target, drafter, prompt, settings, Verifier(RuleConfig("strict"), None),
                           TextAssembler(lambda t: b"x", ()))
     events = list(gen)
@@ -251,7 +251,7 @@ def test_loop_chains_grammar_tokens_after_the_drafters():
         start = len(head)
         forced = TailForced(head, expected[start + 6:start + 9])  # after the drafter's six
         drafter = SixDrafter(target)
-        settings = LoopSettings(24, 12, None, np.random.default_rng(0))
+        settings = LoopSettings(24, 12, None)
         gen = fake_generation(target, Forced(drafter, forced, len(prompt)), prompt, settings,
                               Verifier(RuleConfig("strict"), None),
                               TextAssembler(lambda t: b"x", ()))

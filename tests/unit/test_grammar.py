@@ -11,7 +11,7 @@ from lsd_local.config import RuleConfig, SamplerSettings
 from lsd_local.drafters.base import Draft, Drafter
 from lsd_local.errors import GrammarError
 from lsd_local.kernels.rows import row_top, row_top_reference
-from lsd_local.loop import LoopSettings
+from lsd_local.loop import LoopSettings, RoundState
 from lsd_local.text import TextAssembler
 from lsd_local.verify import asd, fly, strict
 from lsd_local.verify.constrain import constrain_row, prepare_block
@@ -204,10 +204,11 @@ def run_constrained(target, drafter, table, rule="strict", k=4, sampler=None, se
     prompt = [3, 5]
     grammar = TableGrammar(table)
     top = sampler.top_k if sampler else (3 if rule == "fly" and entropy == "topk" else 1)
-    req = LoopSettings(max_tokens, k, sampler, np.random.default_rng(seed), grammar, top)
+    req = LoopSettings(max_tokens, k, sampler, top)
     verifier = Verifier(RuleConfig(rule=rule, entropy=entropy, **rule_params), sampler)
     gen = fake_generation(target, drafter, prompt, req, verifier,
-                          TextAssembler(lambda t: bytes([65 + t]), ()))
+                          TextAssembler(lambda t: bytes([65 + t]), ()),
+                          RoundState(np.random.default_rng(seed), grammar))
     events = list(gen)
     assert grammar.closed  # the request frees its grammar when it ends
     return gen.tokens, events
@@ -256,11 +257,11 @@ def test_grammar_block_cuts_draft_probabilities_with_the_draft():
 
     table = np.ones((1, 4), bool)
     table[0, 2] = False
-    req = LoopSettings(10, 3, SamplerSettings(temperature=0.8), np.random.default_rng(0),
-                  TableGrammar(table), 0)
+    req = LoopSettings(10, 3, SamplerSettings(temperature=0.8), 0)
+    state = RoundState(np.random.default_rng(0), TableGrammar(table))
     probs = np.full((3, 4), 0.25)
     draft = Draft(np.array([1, 2, 3], np.int32), probs)
-    logits, cut = _grammar_block(req, np.zeros((4, 4), np.float32), draft, False)
+    logits, cut = _grammar_block(req, state, np.zeros((4, 4), np.float32), draft, False)
     assert cut.tokens.tolist() == [1] and cut.probs.shape == (1, 4)
     assert logits.shape == (2, 4) and np.all(logits[:, 2] == -np.inf)
 

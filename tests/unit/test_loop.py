@@ -7,7 +7,7 @@ import pytest
 from fakes import EOS, FakeTarget, ScriptedDrafter, fake_generation
 
 from lsd_local.config import RuleConfig
-from lsd_local.loop import LoopSettings
+from lsd_local.loop import LoopSettings, RoundState
 from lsd_local.stats import Origin
 from lsd_local.text import TextAssembler
 from lsd_local.verify.verifier import Verifier
@@ -15,7 +15,7 @@ from lsd_local.verify.verifier import Verifier
 
 def run(target, drafter, prompt, k=4, max_tokens=40, rule="strict", stop=()):
     text = TextAssembler(lambda t: bytes([65 + t]), stop)
-    req = LoopSettings(max_tokens, k, None, np.random.default_rng(0))
+    req = LoopSettings(max_tokens, k, None)
     gen = fake_generation(target, drafter, prompt, req, Verifier(RuleConfig(rule=rule), None),
                           text)
     events = []
@@ -117,7 +117,8 @@ def test_a_failing_drafter_end_still_ends_the_request():
     target = FakeTarget()
     released = []
     parts = EngineParts(target, None, Failing(target), None, lambda: None, released.append)
-    gen = Generation(parts, [3, 5], LoopSettings(6, 4, None, np.random.default_rng(0)),
+    gen = Generation(parts, [3, 5], LoopSettings(6, 4, None),
+                     RoundState(np.random.default_rng(0)),
                      Verifier(RuleConfig(), None), TextAssembler(lambda t: b"x"))
     before = process_warmup()._in_flight
     with pytest.raises(RuntimeError, match="end failed"):
