@@ -276,6 +276,25 @@ DEEPSEEK_TEMPLATE = (
     "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# Command R7B's way: an action block with a JSON list of calls (id, tool_name, parameters);
+# written here for the tests
+COMMANDR_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n' }}{%- for tool in tools %}"
+    "{{- (tool | tojson) + '\\n' }}{%- endfor %}"
+    "{{- 'Act with <|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": ..., "
+    "\"parameters\": {...}}]<|END_ACTION|><|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- if m.tool_calls %}{{- '<|START_ACTION|>[' }}{%- for call in m.tool_calls %}"
+    "{{- '{\"tool_call_id\": \"' + loop.index0 | string + '\", \"tool_name\": \"' + "
+    "call.function.name + '\", \"parameters\": ' + (call.function.arguments | tojson) + '}' }}"
+    "{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}"
+    "{{- ']<|END_ACTION|>' }}{%- endif %}{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<|START_TOOL_RESULT|>' + "
+    "m.content + '<|END_TOOL_RESULT|><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 AGENT_WORDS = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_start|>",
                "<|im_end|>")
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>")  # control tokens, as in Qwen's vocabulary

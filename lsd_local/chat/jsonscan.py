@@ -60,8 +60,8 @@ class CallScan:
     complete: bool  # the object is closed
 
 
-def scan_call(text: str, arguments_keys: tuple[str, ...] = ("arguments", "parameters")
-              ) -> CallScan:
+def scan_call(text: str, arguments_keys: tuple[str, ...] = ("arguments", "parameters"),
+              name_keys: tuple[str, ...] = ("name",)) -> CallScan:
     """Scan a call object's text (which starts at its "{", possibly unfinished) for its name
     and arguments. Keys other than the name and arguments are skipped."""
     i = skip_space(text, 0)
@@ -87,7 +87,7 @@ def scan_call(text: str, arguments_keys: tuple[str, ...] = ("arguments", "parame
             return CallScan(name, arguments, False)
         start = skip_space(text, colon + 1)
         end = value_end(text, start)
-        if key == "name" and end is not None:
+        if key in name_keys and end is not None:
             value = json.loads(text[start:end])
             name = value if isinstance(value, str) else None
         elif key in arguments_keys:

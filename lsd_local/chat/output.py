@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from . import jsoncalls
+from .commandrcalls import commandr_section
 from .deepseekcalls import deepseek_section
 from .jsonscan import list_elements, scan_call, value_end
 from .tools import ToolFormat, hermes_block, section_calls
@@ -270,6 +271,8 @@ class OutputParser:
             return xml_block(section, fmt.types())[1]
         if fmt.name == "deepseek":
             return deepseek_section(section)[1]
+        if fmt.name == "commandr":
+            return commandr_section(section)[1]
         if fmt.name == "mistral":
             return list_elements(section, len(fmt.opener))[1]
         return value_end(section, 0)

@@ -11,6 +11,9 @@ Formats:
 - "deepseek": `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
   {...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`, one section for every call (DeepSeek-V3
   and the R1 distills' templates; chat/deepseekcalls.py);
+- "commandr": `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters":
+  {...}}, ...]<|END_ACTION|>` (Command R7B: templates with `<|START_ACTION|>`;
+  chat/commandrcalls.py);
 - "mistral": `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (templates with
   `[TOOL_CALLS]`);
 - "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
@@ -28,7 +31,7 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import ParameterError
-from . import deepseekcalls, jsoncalls, xmlcalls
+from . import commandrcalls, deepseekcalls, jsoncalls, xmlcalls
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 
 FALLBACK_SYSTEM = (
@@ -62,6 +65,7 @@ class ToolFormat:
 FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "hermes": ToolFormat("hermes", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
+           "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
            "mistral": ToolFormat("mistral", "[TOOL_CALLS]"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
@@ -76,6 +80,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["hermes"]
     if deepseekcalls.OPEN in source:
         return FORMATS["deepseek"]
+    if commandrcalls.OPEN in source:
+        return FORMATS["commandr"]
     if "[TOOL_CALLS]" in source:
         return FORMATS["mistral"]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -177,18 +183,21 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
     body = re.sub(r"(?m)^root ::=", "tool-call ::=", to_gbnf(call_schema(tools,
                                                                          fmt.arguments_key)))
     body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
-    if fmt.name in ("xml", "deepseek"):
-        rules_of = xmlcalls.call_rules if fmt.name == "xml" else deepseekcalls.call_rules
+    rules_of = {"xml": xmlcalls.call_rules, "deepseek": deepseekcalls.call_rules,
+                "commandr": commandrcalls.call_rules}.get(fmt.name)
+    if rules_of is not None:  # (formats whose calls are not the JSON tool-call)
         call, rules = rules_of(tools, to_gbnf)
         body = "\n".join([body, call, *rules])
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
-            "deepseek": "(tool-ws ds-call)*",
+            "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
             "mistral": '("," tool-ws tool-call)*', "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
             "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
                         f'"{deepseekcalls.CLOSE}"',
+            "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
+                        f'"]" tool-ws "{commandrcalls.CLOSE}"',
             "mistral": f'"[TOOL_CALLS]" tool-ws "[" tool-ws tool-call {more} tool-ws "]"',
             "llama3": "tool-call"}[fmt.name]
     if json_form:
@@ -219,6 +228,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         return [scan], end is not None
     if fmt.name == "deepseek":
         calls, end = deepseekcalls.deepseek_section(section)
+        return calls, end is not None
+    if fmt.name == "commandr":
+        calls, end = commandrcalls.commandr_section(section)
         return calls, end is not None
     if fmt.name == "mistral":
         elements, end = list_elements(section, len(fmt.opener))

@@ -1,7 +1,8 @@
 """Tool-call formats other than Hermes on real llama.cpp: the tiny agent model with a
-Qwen3-Coder-style template (calls as XML tags) and a DeepSeek-style one (a section of calls,
-each naming its function outside its JSON arguments). Calls are valid by construction in
-each tool_choice, streamed as OpenAI streams them, and a tool turn renders back."""
+Qwen3-Coder-style template (calls as XML tags), a DeepSeek-style one (a section of calls,
+each naming its function outside its JSON arguments) and a Command-R7B-style one (an action
+block with a JSON list of calls). Calls are valid by construction in each tool_choice,
+streamed as OpenAI streams them, and a tool turn renders back."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from tinymodels import AGENT_ASK as ASK
 from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import (
+    COMMANDR_TEMPLATE,
     DEEPSEEK_TEMPLATE,
     TINY_CTX,
     XML_TEMPLATE,
@@ -23,7 +25,8 @@ from lsd_local import Engine, RuleConfig
 
 # format -> (its template, what its calls are written with)
 FORMATS = {"xml": (XML_TEMPLATE, b"<function="),
-           "deepseek": (DEEPSEEK_TEMPLATE, "<｜tool▁call▁begin｜>function".encode())}
+           "deepseek": (DEEPSEEK_TEMPLATE, "<｜tool▁call▁begin｜>function".encode()),
+           "commandr": (COMMANDR_TEMPLATE, b'"tool_name"')}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -88,8 +91,11 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     if format_agent.format == "xml":
         assert "<function=get_weather>\n<parameter=city>\nParis\n</parameter>" in text
         assert "<parameter=metric>\ntrue\n</parameter>" in text
-    else:
+    elif format_agent.format == "deepseek":
         assert '<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "metric": true}' in text
+    else:
+        assert ('<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", '
+                '"parameters": {"city": "Paris", "metric": true}}]<|END_ACTION|>') in text
     gen = format_agent.generate(messages, tools=TOOLS, max_tokens=8).run()  # it goes on
     assert gen.stats.prompt_tokens > 0
 

@@ -95,3 +95,31 @@ def test_deepseek_sections_read_back_every_call_as_it_streams():
     assert "".join(t for t, _ in parts.content) == "Sure. "
     assert [json.loads(c.arguments)["city"] for c in parser.tool_calls] == ["Oslo", "Rome"]
 
+
+
+def test_command_r_action_blocks_read_back_every_call():
+    from lsd_local.chat.commandrcalls import commandr_section
+
+    template = "{{ '<|START_ACTION|>' }}"
+    block = ('<|START_ACTION|>[\n  {"tool_call_id": "0", "tool_name": "get_weather", '
+             '"parameters": {"city": "Oslo"}},\n  {"tool_call_id": "1", "tool_name": '
+             '"get_weather", "parameters": {"city": "Rome", "days": 2}}\n]<|END_ACTION|>')
+    assert detect_format(template).name == "commandr"
+    seen: list[str] = []
+    for n in range(len(block) + 1):
+        calls, end = commandr_section(block[:n])
+        for i, scan in enumerate(calls):
+            if i < len(seen):
+                assert scan.arguments.startswith(seen[i]) or not seen[i], (n, i)
+                seen[i] = scan.arguments or seen[i]
+            else:
+                seen.append(scan.arguments)
+        assert end is None or end == len(block)
+    calls, end = commandr_section(block)
+    assert end == len(block) and [c.name for c in calls] == ["get_weather"] * 2
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo"},
+                                                        {"city": "Rome", "days": 2}]
+    parser = OutputParser(tool_plan(template, TOOLS, "auto", True).fmt, False, True)
+    parts = parser.feed([("On it. " + block, None)], True)
+    assert "".join(t for t, _ in parts.content) == "On it. "
+    assert [json.loads(c.arguments)["city"] for c in parser.tool_calls] == ["Oslo", "Rome"]
