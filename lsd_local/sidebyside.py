@@ -88,9 +88,8 @@ class SideBySide:
     def _members(self) -> list:
         return [gen for ref in self._refs if (gen := ref()) is not None]
 
-    @property
-    def active(self) -> int:
-        return len(self._members)
+    def _has(self, gen) -> bool:
+        return any(ref() is gen for ref in self._refs)
 
     def join(self, gen) -> None:
         """A new generation takes part from the next step."""
@@ -111,11 +110,11 @@ class SideBySide:
         try:
             while True:
                 with self.lock:
-                    if not gen.outbox and gen in self._members:
+                    if not gen.outbox and self._has(gen):
                         self.step()
                     items = list(gen.outbox)
                     gen.outbox.clear()
-                    live = gen in self._members
+                    live = self._has(gen)
                 for item in items:
                     if isinstance(item, BaseException):
                         raise item
@@ -200,10 +199,10 @@ class SideBySide:
 
     def _done(self, gen) -> bool:
         """Leave when its last round is out; True when it has left."""
-        if gen._last_round and gen in self._members:
+        if gen._last_round and self._has(gen):
             self._remove(gen)
             gen._close_life()
-        return gen not in self._members
+        return not self._has(gen)
 
     def _fail(self, gen, exc: BaseException) -> None:
         gen.outbox.append(exc)

@@ -195,28 +195,26 @@ def short_behind_long(port: int, long_ask: Ask, short_ask: Ask) -> tuple[float, 
     text has arrived)."""
     alone = ask_once(port, short_ask).latency
     started = threading.Event()
-    result: list[float] = []
 
-    def watch_long() -> None:
-        answer = Answer(sent=time.perf_counter())
+    def stream_long() -> None:
         body = {"messages": list(long_ask.messages), "max_tokens": long_ask.max_tokens,
                 "temperature": 0, "stream": True}
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=START_TIMEOUT)
-        conn.request("POST", "/v1/chat/completions", json.dumps(body),
-                     {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        for raw in response:
-            if b'"content"' in raw:
-                started.set()
-        answer.done = time.perf_counter()
-        conn.close()
-        started.set()
-    long_thread = threading.Thread(target=watch_long)
+        try:
+            conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                         {"Content-Type": "application/json"})
+            for raw in conn.getresponse():
+                if b'"content"' in raw:
+                    started.set()
+        finally:
+            conn.close()
+            started.set()  # (an answer without text, or an error: do not wait for ever)
+    long_thread = threading.Thread(target=stream_long)
     long_thread.start()
     started.wait()
-    result.append(ask_once(port, short_ask).latency)
+    behind = ask_once(port, short_ask).latency
     long_thread.join()
-    return alone, result[0]
+    return alone, behind
 
 
 def workload(items: list, clients: int, max_tokens: int) -> list[Ask]:
