@@ -12,8 +12,9 @@ from dataclasses import replace
 import numpy as np
 
 from .backend import Grammar, Model
-from .chat.output import OutputParser
-from .chat.templates import opens_thinking, prompt_and_tokens, prompt_text, prompt_tokens
+from .chat.harmony import final_grammar
+from .chat.harmonyoutput import HarmonyParser, output_parser
+from .chat.templates import prompt_and_tokens, prompt_text, prompt_tokens
 from .chat.tools import banned_opener, tool_plan
 from .config import (
     STATE_CACHE_MAX_BYTES,
@@ -193,10 +194,8 @@ class Engine:
         settings = LoopSettings(request.max_tokens, dcfg.k_value, sampler,
                                 grammar_top(rcfg, sampler, self.target.n_vocab),
                                 penalties if penalties.active else None, request.logprobs)
-        parser = None if text is None else OutputParser(
-            plan.fmt if plan is not None and plan.mode != "none" else None,
-            opens_thinking(text), request.reasoning,
-            plan.json_names if plan is not None else ())
+        parser = None if text is None else output_parser(
+            self.chat_template, plan, text, request.reasoning)
         return self._claim.take(
             lambda seq: self._generation(seq, request, prompt_ids, settings, plan, parser,
                                          (dcfg, rcfg)),
@@ -222,9 +221,13 @@ class Engine:
         if plan is not None and plan.mode != "none" and (request.grammar or request.json_schema):
             raise ParameterError("invalid grammar: give tools or a grammar, not both",
                                  param="tools")
-        compiled = (compile_tool_grammar(self.target, plan) if plan is not None
-                    else self.compile_grammar(request.grammar, request.json_schema))
-        if compiled is not None and parser is not None and parser.in_reasoning:
+        compiled = (compile_tool_grammar(self.target, plan) if plan is not None and
+                    plan.mode != "none" else
+                    compile_constraint(self.target, request.grammar, request.json_schema,
+                                       final_grammar if isinstance(parser, HarmonyParser)
+                                       else None))
+        if compiled is not None and parser is not None and parser.in_reasoning and \
+                not isinstance(parser, HarmonyParser):
             compiled.begin_in_reasoning()  # (the prompt opened <think>: no call in there)
         if compiled is not None and settings.logprobs is not None:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
@@ -235,7 +238,8 @@ class Engine:
                             self._claim.give_back)
         state = RoundState(np.random.default_rng(check_seed(request.seed)), compiled)
         gen = Generation(parts, prompt_ids, settings, state, Verifier(rcfg, settings.sampler),
-                         TextAssembler(self.target.vocab.token_bytes, request.stop),
+                         TextAssembler(self.target.vocab.showing(parser.markers if parser
+                                                                 else ()), request.stop),
                          request_family(request.prompt), parser, request.budget,
                          self._runner)
         if self._runner is not None:

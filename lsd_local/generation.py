@@ -22,7 +22,7 @@ from time import perf_counter
 
 import numpy as np
 
-from .chat.output import REASONING_CLOSE, OutputParser, Parts, ToolCall
+from .chat.output import OutputParser, Parts, ToolCall
 from .kernels.warmup import process_warmup
 from .loop import (
     LoopSettings,
@@ -208,6 +208,9 @@ class Generation:
             return None if closed is None else self._round(closed, forced=True)
         if left is not None:  # a round commits k + 1 at most: none past the budget
             k = min(k, left - 1)
+        elif self._reasoning_budget is not None and self._parser is not None and \
+                self._parser.may_open_reasoning:
+            k = 0  # (a token a round until a block opens: none uncounted past its opener)
         return plan_round(self._parts.drafter, self._history, settings, self._state, k)
 
     def _finish_round(self, pending: PendingRound, logits: np.ndarray, grew: bool,
@@ -268,15 +271,16 @@ class Generation:
         return self._reasoning_budget - self.stats.reasoning_tokens
 
     def _close_reasoning(self) -> RoundEvent | None:
-        """The budget is spent: write the block's end for the model (REASONING_CLOSE, into
-        the target's cache as if generated) and let it answer from there. None where lsd
-        cannot write it (past max_tokens or the context, or where the request's grammar
-        forbids it): the budget is dropped and the model goes on until its own end."""
-        tokens = self._parts.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
+        """The budget is spent: write the block's end for the model (its format's
+        `reasoning_close`, into the target's cache as if generated) and let it answer from
+        there. None where lsd cannot write it (past max_tokens or the context, or where the
+        request's grammar forbids it): the budget is dropped and the model goes on until its
+        own end."""
+        tokens = self._parts.target.vocab.tokenize(self._parser.reasoning_close,
+                                                  add_special=False)
         history, target, settings = self._history, self._parts.target, self._settings
         grammar = self._state.grammar
-        takes = grammar is None or allowed_prefix(grammar,
-                                                           np.asarray(tokens)) == len(tokens)
+        takes = grammar is None or allowed_prefix(grammar, np.asarray(tokens)) == len(tokens)
         if history.n + len(tokens) + 1 > target.n_ctx or not takes or \
                 self.stats.generated_tokens + len(tokens) >= settings.max_tokens:
             self._reasoning_budget = None

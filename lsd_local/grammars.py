@@ -73,10 +73,11 @@ def load_schema(spec: dict | str | os.PathLike) -> tuple[dict, str]:
 
 
 def compile_constraint(model, grammar: str | os.PathLike | None = None,
-                       json_schema: dict | str | os.PathLike | None = None):
+                       json_schema: dict | str | os.PathLike | None = None, around=None):
     """The grammar state (a backend Grammar) for a request on `model` (a backend Model; None
     without a constraint); GrammarError with the line and column when the grammar or schema
-    is invalid, ParameterError when both are given."""
+    is invalid, ParameterError when both are given. `around(gbnf)`: the whole answer's
+    grammar around a schema's (a format whose answer is more than its JSON: harmony)."""
     # imported here: lsd serve's HTTP process reads grammar names from this module and must
     # not load llama.cpp
     from .backend import Grammar, schema_to_gbnf
@@ -86,7 +87,8 @@ def compile_constraint(model, grammar: str | os.PathLike | None = None,
                              param="grammar")
     if json_schema is not None:
         schema, label = load_schema(json_schema)
-        return Grammar.compile(model, schema_to_gbnf(schema, label), source=label)
+        text = schema_to_gbnf(schema, label)
+        return Grammar.compile(model, around(text) if around else text, source=label)
     if grammar is not None:
         text, label = grammar_text(grammar)
         return Grammar.compile(model, text, source=label)

@@ -86,3 +86,15 @@ def qwen_pair() -> tuple[Path, Path]:
 def tiny_agent(tiny_dir) -> Path:
     """The tiny target with a Hermes/Qwen-style template and its markers as tokens."""
     return tinymodels.make_agent_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_harmony(tiny_dir) -> Path:
+    """The tiny target with a gpt-oss-style (harmony) template and its markers as tokens."""
+    return tinymodels.make_harmony_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_commandr(tiny_dir) -> Path:
+    """The tiny target with a Command R7B-style template and its markers as control tokens."""
+    return tinymodels.make_commandr_model(tiny_dir)

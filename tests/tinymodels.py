@@ -44,7 +44,8 @@ def vocab(words: tuple[str, ...]) -> tuple[list[str], list[float], list[int]]:
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     types += [gguf.TokenType.BYTE] * 256 + [
         gguf.TokenType.CONTROL if w in CONTROL_WORDS else
-        gguf.TokenType.USER_DEFINED if w in AGENT_WORDS else gguf.TokenType.NORMAL
+        gguf.TokenType.USER_DEFINED if w in AGENT_WORDS or w in HARMONY_WORDS else
+        gguf.TokenType.NORMAL
         for w in words]  # markers are matched whole, as Qwen's <tool_call> is
     scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
     return tokens, scores, [int(t) for t in types]
@@ -285,6 +286,8 @@ COMMANDR_TEMPLATE = (
     "\"parameters\": {...}}]<|END_ACTION|><|im_end|>\\n' }}{%- endif %}"
     "{%- for m in messages %}"
     "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- if m.reasoning_content %}{{- '<|START_THINKING|>' + m.reasoning_content + "
+    "'<|END_THINKING|>' }}{%- endif %}"
     "{%- if m.tool_calls %}{{- '<|START_ACTION|>[' }}{%- for call in m.tool_calls %}"
     "{{- '{\"tool_call_id\": \"' + loop.index0 | string + '\", \"tool_name\": \"' + "
     "call.function.name + '\", \"parameters\": ' + (call.function.arguments | tojson) + '}' }}"
@@ -297,7 +300,16 @@ COMMANDR_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 AGENT_WORDS = ("<tool_call>", "</tool_call>", "<think>", "</think>", "<|im_start|>",
                "<|im_end|>")
-CONTROL_WORDS = ("<|im_start|>", "<|im_end|>")  # control tokens, as in Qwen's vocabulary
+# gpt-oss's markers. llama.cpp makes <|end|> user-defined and drops it from the end-of-
+# generation tokens when <|return|> and <|call|> are there, as in gpt-oss's own file
+HARMONY_WORDS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>",
+                 "<|return|>", "<|call|>")
+# Command R7B's markers: control tokens, which show as nothing unless lsd shows them
+COMMANDR_WORDS = ("<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
+                  "<|END_THINKING|>")
+# control tokens, as in Qwen's vocabulary, gpt-oss's and Command R7B's
+CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+                 *COMMANDR_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -308,6 +320,48 @@ def make_agent_model(directory: Path) -> Path:
     weights = random_weights(spec, 259 + len(spec.words))
     path = write_gguf(directory / "agent.gguf", spec, weights, AGENT_TEMPLATE)
     return path
+
+
+# gpt-oss's way (harmony): a developer message with the tools, every message a header and a
+# body, calls as commentary to functions.NAME; written here for the tests
+HARMONY_TEMPLATE = (
+    "<|start|>system<|message|>Reasoning: {{ reasoning_effort | default('medium') }}<|end|>"
+    "{%- if tools %}{{- '<|start|>developer<|message|># Tools\\nnamespace functions {' }}"
+    "{%- for tool in tools %}{{- '\\n// ' + tool.function.description + '\\ntype ' + "
+    "tool.function.name + ' = (_: ' + (tool.function.parameters | tojson) + ') => any;' }}"
+    "{%- endfor %}{{- '\\n}<|end|>' }}{%- endif %}"
+    "{%- set ns = namespace(called='') %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}"
+    "{%- if m.thinking %}{{- '<|start|>assistant<|channel|>analysis<|message|>' + m.thinking "
+    "+ '<|end|>' }}{%- endif %}"
+    "{%- if m.tool_calls %}{%- for call in m.tool_calls %}{%- set ns.called = "
+    "call.function.name %}{{- '<|start|>assistant<|channel|>commentary to=functions.' + "
+    "call.function.name + ' <|constrain|>json<|message|>' + (call.function.arguments | tojson)"
+    " + '<|call|>' }}{%- endfor %}"
+    "{%- else %}{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|end|>' }}"
+    "{%- endif %}"
+    "{%- elif m.role == 'tool' %}{{- '<|start|>functions.' + ns.called + ' to=assistant"
+    "<|channel|>commentary<|message|>' + m.content + '<|end|>' }}"
+    "{%- else %}{{- '<|start|>' + m.role + '<|message|>' + m.content + '<|end|>' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}")
+
+
+def make_commandr_model(directory: Path) -> Path:
+    """make_pair's target with the Command R7B-style template and its markers as control
+    tokens, as Cohere's vocabulary has them."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + COMMANDR_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / "commandr.gguf", spec, weights, COMMANDR_TEMPLATE)
+
+
+def make_harmony_model(directory: Path) -> Path:
+    """make_pair's target with the harmony template and gpt-oss's markers as tokens of
+    their own (as llama.cpp loads gpt-oss: <|return|> and <|call|> end a generation)."""
+    spec = TinySpec(words=tuple(WORDS) + HARMONY_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / "harmony.gguf", spec, weights, HARMONY_TEMPLATE)
 
 
 # Two tools and a question for the agent model (tests of the library and of the server)
@@ -357,3 +411,34 @@ def streamed_pieces(gen) -> list[tuple]:
                 calls[piece.index] = [piece.id, piece.name, ""]
             calls[piece.index][2] += piece.arguments
     return [tuple(calls[i]) for i in sorted(calls)]
+
+
+def accept_text(grammar, vocab, text: str, probe: tuple[str, int] | None = None,
+                tokenize=None) -> None:
+    """Feed text's tokens to a grammar as a generation would, each checked first; with
+    `probe` (prefix, token): once exactly the prefix is fed, the token must be refused.
+    `tokenize(text)`: its tokens (default: the vocabulary's tokenizer)."""
+    fed = ""
+    tokens = tokenize(text) if tokenize else vocab.tokenize(text, add_special=False)
+    for token in tokens:
+        if probe is not None and fed == probe[0]:
+            assert not grammar.allows(probe[1]), fed
+            probe = None
+        assert grammar.allows(token), (text, fed, token)
+        grammar.accept(token, checked=True)
+        fed += vocab.token_bytes(token).decode("utf-8", "replace")
+    assert probe is None, "the probe's prefix never ended on a token boundary"
+
+
+def spelled(vocab, text: str, words: tuple[str, ...]) -> list[int]:
+    """`text` as tokens that spell it exactly: each of `words` as its own token, the rest one
+    byte at a time (the SentencePiece tokenizer would put a space after every word token)."""
+    import re
+
+    spell, tokens = vocab.byte_tokens(), []
+    for piece in re.split("(" + "|".join(map(re.escape, words)) + ")", text):
+        if piece in words:
+            tokens.append(agent_token(vocab, piece))
+        else:
+            tokens += [spell[b] for b in piece.encode()]
+    return tokens

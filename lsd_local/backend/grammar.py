@@ -128,7 +128,8 @@ class Grammar:
         grammar.root = root
         if triggers or trigger_tokens:
             grammar._guard = TriggerGuard(tuple(triggers), tuple(trigger_tokens),
-                                          model.vocab.token_bytes, grammar._accepts_text)
+                                          model.vocab.token_bytes_special,
+                                          grammar._accepts_text)
         return grammar
 
     def _accepts_text(self, text: str) -> bool:

@@ -20,6 +20,7 @@ class Vocab:
         self.handle = vocab_p  # for llama.cpp calls that take the vocabulary (grammars)
         self.n_tokens: int = ll.llama_vocab_n_tokens(vocab_p)
         self._piece_cache: dict[int, bytes] = {}
+        self._special_cache: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
         self._byte_tokens: dict[int, int] | None = None
@@ -39,10 +40,28 @@ class Vocab:
         return piece
 
     def token_bytes_special(self, token: int) -> bytes:
-        """Like token_bytes, but control tokens render as their text ('<|im_start|>'), so that
-        another tokenizer can read the same conversation (cross-vocabulary drafting)."""
-        n = ll.llama_token_to_piece(self.handle, token, self._piece_buf, 256, 0, True)
-        return self._piece_buf.raw[:max(n, 0)]
+        """Like token_bytes, but control tokens render as their text ('<|im_start|>'), as
+        llama.cpp's grammars see them, and so that another tokenizer can read the same
+        conversation (cross-vocabulary drafting)."""
+        piece = self._special_cache.get(token)
+        if piece is None:
+            n = ll.llama_token_to_piece(self.handle, token, self._piece_buf, 256, 0, True)
+            piece = self._special_cache[token] = self._piece_buf.raw[:max(n, 0)]
+        return piece
+
+    def showing(self, markers: tuple[str, ...]):
+        """token id -> bytes (token_bytes), except that a control token which spells one of
+        `markers` whole shows as its text (what an output parser must read: llama.cpp's
+        "preserved tokens"; an end-of-generation token still shows nothing)."""
+        shown = set()
+        for marker in markers:
+            ids = self.tokenize(marker, add_special=False)
+            if len(ids) == 1 and self.is_control(ids[0]) and not self.is_eog(ids[0]):
+                shown.add(ids[0])
+        if not shown:
+            return self.token_bytes
+        return lambda token: self.token_bytes_special(token) if token in shown \
+            else self.token_bytes(token)
 
     def tokenize_bytes(self, data: bytes, add_special: bool = False,
                        parse_special: bool = True) -> list[int]:

@@ -19,3 +19,17 @@ def renamed(gbnf: str, prefix: str) -> str:
 def literal(text: str) -> str:
     """`text` as a GBNF string literal's inside (quotes, backslashes, line breaks escaped)."""
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def until_rules(name: str, end: str) -> list[str]:
+    """Rules of `name`: any text that does not contain `end` (what comes before a closing
+    marker). An automaton over how much of `end` the text ends with; `end` must repeat no
+    prefix of itself (no border: "\\n</parameter>", "<|end|>"), so that a broken match falls
+    back to state 0, or to 1 on `end`'s first character."""
+    first = literal(end[0])
+    rules = [f"{name} ::= {name}0", f'{name}0 ::= ([^{first}] {name}0 | "{first}" {name}1)?']
+    for i in range(1, len(end)):
+        char = literal(end[i])
+        go_on = f'"{char}" {name}{i + 1} | ' if i + 1 < len(end) else ""
+        rules.append(f'{name}{i} ::= ({go_on}"{first}" {name}1 | [^{char}{first}] {name}0)?')
+    return rules

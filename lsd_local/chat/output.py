@@ -11,15 +11,42 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from . import jsoncalls
+from . import commandrcalls, deepseekcalls, jsoncalls
 from .commandrcalls import commandr_section
 from .deepseekcalls import deepseek_section
 from .jsonscan import list_elements, scan_call, value_end
 from .tools import ToolFormat, hermes_block, section_calls
 from .xmlcalls import xml_block
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
-REASONING_CLOSE = f"\n{THINK_CLOSE}\n\n"  # what a spent reasoning budget writes (generation.py)
+
+@dataclass(frozen=True)
+class Thinking:
+    """How a family marks its reasoning block."""
+
+    open: str
+    close: str
+    budget_close: str  # what a spent reasoning budget writes (generation.py)
+
+    def opened_by(self, prompt_text: str) -> bool:
+        """Whether a rendered prompt leaves the block open (a template that starts the
+        model's reasoning itself: its answer begins inside the block)."""
+        return prompt_text.rfind(self.open) > prompt_text.rfind(self.close)
+
+
+THINK = Thinking("<think>", "</think>", "\n</think>\n\n")  # DeepSeek-R1, Qwen3, QwQ, ...
+COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINKING|>")
+REASONING_CLOSE = THINK.budget_close
+# The markers each tool format's calls are read by (what must show as text, chat/markers)
+FORMAT_MARKERS = {"hermes": ("<tool_call>", "</tool_call>"), "xml": ("<tool_call>", "</tool_call>"),
+                  "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
+                               deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
+                  "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
+                  "mistral": ("[TOOL_CALLS]",)}
+
+
+def thinking_of(template: str | None) -> Thinking:
+    """The reasoning markers of a template's family (Command R7B's, else `<think>`)."""
+    return COMMANDR_THINK if template and COMMANDR_THINK.open in template else THINK
 
 
 @dataclass(frozen=True)
@@ -66,11 +93,14 @@ class OutputParser:
     """Feed it each round's released (text, origin) spans; it returns Parts. `fmt`: the tool
     format to read calls in (None: no tools); `thinking`: the prompt opened a reasoning
     block; `reasoning`: split `<think>` blocks out (else they stay content); `json_names`:
-    the tools a call in JSON form may name (chat/jsoncalls.py; empty: none is read)."""
+    the tools a call in JSON form may name (chat/jsoncalls.py; empty: none is read);
+    `think`: the family's reasoning markers."""
 
     def __init__(self, fmt: ToolFormat | None = None, thinking: bool = False,
-                 reasoning: bool = True, json_names: tuple[str, ...] = ()) -> None:
+                 reasoning: bool = True, json_names: tuple[str, ...] = (),
+                 think: Thinking = THINK) -> None:
         self.fmt = fmt
+        self.think = think
         self.reasoning = reasoning
         self.json_names = json_names
         self.state = "reasoning" if (thinking and reasoning) else "start"
@@ -83,7 +113,24 @@ class OutputParser:
         self._names: list[str] = []
         self._section_ids: list[str] = []  # ids of the current section's calls
         self._content_seen = False  # content other than whitespace was given out
-        self.in_reasoning = self.state == "reasoning"
+        self.in_reasoning = self._reasoning_now()
+
+    @property
+    def reasoning_close(self) -> str:
+        """What a spent reasoning budget writes for the model."""
+        return self.think.budget_close
+
+    @property
+    def may_open_reasoning(self) -> bool:
+        """Whether the next text may open a reasoning block (the answer's start)."""
+        return self.reasoning and self.state == "start"
+
+    @property
+    def markers(self) -> tuple[str, ...]:
+        """The markers this parser reads: a vocabulary's control tokens that spell one must
+        show as text (llama.cpp's "preserved tokens"), or they would show as nothing."""
+        calls = FORMAT_MARKERS.get(self.fmt.name, ()) if self.fmt is not None else ()
+        return (self.think.open, self.think.close, *calls)
 
     # --- results ----------------------------------------------------------------------
 
@@ -104,8 +151,12 @@ class OutputParser:
             getattr(self, f"_{self.state}")(parts, final)
             if (self.state, self._pending_text()) == before:
                 break
-        self.in_reasoning = self.state == "reasoning"
+        self.in_reasoning = self._reasoning_now()
         return parts
+
+    def _reasoning_now(self) -> bool:
+        """Whether the text now being read is reasoning."""
+        return self.state == "reasoning"
 
     def _pending_text(self) -> str:
         return "".join(text for text, _ in self._pending)
@@ -130,24 +181,26 @@ class OutputParser:
         """Before any text: a reasoning block may open."""
         text = self._pending_text()
         stripped = text.lstrip()
-        if self.reasoning and stripped.startswith(THINK_OPEN):
-            self._take(len(text) - len(stripped) + len(THINK_OPEN))
+        opener = self.think.open
+        if self.reasoning and stripped.startswith(opener):
+            self._take(len(text) - len(stripped) + len(opener))
             self.state = "reasoning"
             self._reasoned = True
-        elif self.reasoning and THINK_OPEN.startswith(stripped) and not final:
+        elif self.reasoning and opener.startswith(stripped) and not final:
             return  # maybe the beginning of "<think>"
         else:
             self.state = "content"
 
     def _reasoning(self, parts: Parts, final: bool) -> None:
         text = self._pending_text()
-        at = text.find(THINK_CLOSE)
+        close = self.think.close
+        at = text.find(close)
         if at >= 0:
             parts.reasoning += self._take(at)
-            self._take(len(THINK_CLOSE))
+            self._take(len(close))
             self.state = "after_reasoning"
             return
-        keep = 0 if final else _partial_suffix(text, THINK_CLOSE)
+        keep = 0 if final else _partial_suffix(text, close)
         parts.reasoning += self._take(len(text) - keep)
 
     def _after_reasoning(self, parts: Parts, final: bool) -> None:

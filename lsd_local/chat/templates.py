@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from ..errors import ContextOverflowError, LsdError, ParameterError
+from .harmony import is_harmony, template_messages
 from .literal import Shield
 from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
 
@@ -143,6 +144,8 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
     """Render `messages` (OpenAI chat messages) into the model's prompt text; `tools`: OpenAI
     function specifications; `template_kwargs`: what else the template reads."""
     clean = normalize_messages(messages)
+    if is_harmony(template):
+        clean = template_messages(clean)
     if tools and not renders_tools(template):
         clean, tools = with_fallback_tools(clean, tools), None
     import jinja2
@@ -205,11 +208,6 @@ def prompt_text(template: str | None, prompt: str | Sequence[dict], vocab,
     bos = _special(vocab, vocab.bos_token)
     return text[len(bos):] if vocab.add_bos and bos and text.startswith(bos) else text
 
-
-def opens_thinking(prompt_text: str) -> bool:
-    """Whether the rendered prompt leaves a `<think>` block open (a template that starts the
-    model's reasoning itself: its answer begins inside the block)."""
-    return prompt_text.rfind("<think>") > prompt_text.rfind("</think>")
 
 
 def prompt_and_tokens(template: str | None, vocab, n_ctx: int, prompt: str | Sequence[dict],

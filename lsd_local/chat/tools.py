@@ -18,6 +18,8 @@ Formats:
   `[TOOL_CALLS]`);
 - "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
   (Llama 3.1/3.2/3.3 templates: `<|start_header_id|>` with `ipython`);
+- "harmony": gpt-oss's channels, a call being a message to `functions.NAME` whose body is
+  its arguments' JSON (templates with `<|channel|>`; chat/harmony.py);
 - "generic": for a template that cannot render tools: the tools go into the system message
   (FALLBACK_SYSTEM, below) and a call is `{"tool_calls": [{"name": ..., "arguments":
   {...}}]}` as the whole answer.
@@ -31,7 +33,7 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import ParameterError
-from . import commandrcalls, deepseekcalls, jsoncalls, xmlcalls
+from . import commandrcalls, deepseekcalls, harmony, jsoncalls, xmlcalls
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 
 FALLBACK_SYSTEM = (
@@ -67,6 +69,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
            "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
            "mistral": ToolFormat("mistral", "[TOOL_CALLS]"),
+           "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
 
@@ -74,6 +77,8 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
 def detect_format(template: str | None) -> ToolFormat:
     """The format a template's model writes calls in (generic: the template has no tools)."""
     source = template or ""
+    if harmony.is_harmony(source):
+        return FORMATS["harmony"]
     if "<function=" in source and "<parameter=" in source:
         return FORMATS["xml"]
     if "<tool_call>" in source:
@@ -305,7 +310,7 @@ class ToolPlan:
     def json_names(self) -> tuple[str, ...]:
         """The tools a call in JSON form may name (chat/jsoncalls.py): with "auto", in a
         format that has a template form of its own (an opener)."""
-        if self.mode != "auto" or self.fmt.at_start_only:
+        if self.mode != "auto" or self.fmt.at_start_only or self.fmt.name == "harmony":
             return ()
         return tuple(tool.name for tool in self.callable)
 
@@ -314,6 +319,9 @@ class ToolPlan:
         token) that makes every call valid, or None ("none": no call at all)."""
         if self.mode == "none":
             return None
+        if self.fmt.name == "harmony":  # (one call, the answer's last message)
+            text = harmony.call_grammar(self.callable, self.mode == "required", to_gbnf)
+            return text, (harmony.TRIGGERS if self.mode == "auto" else ())
         text = call_grammar(self.fmt, self.callable, self.parallel, to_gbnf,
                             json_form=bool(self.json_names))
         return text, (lazy_triggers(self.fmt, self.json_names) if self.mode == "auto" else ())

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 
-from .gbnfparts import literal, renamed
+from .gbnfparts import literal, renamed, until_rules
 from .jsonscan import CallScan, skip_space
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_CLOSE = "<function=", "</function>"
 PARAMETER, PARAMETER_CLOSE = "<parameter=", "</parameter>"
-
 
 
 def xml_block(section: str, types: dict) -> tuple[CallScan, int | None]:
@@ -118,17 +117,8 @@ VALUE_END = "\n" + PARAMETER_CLOSE
 
 def _text_rules() -> list[str]:
     """`xml-text`: any text that does not contain VALUE_END (a string value: the closing
-    line is what ends it, and nothing before). An automaton over how much of VALUE_END the
-    text ends with; VALUE_END repeats no prefix of itself, so a break falls back to state 0,
-    or 1 on a line break."""
-    end = VALUE_END
-    rules = ['xml-text ::= xt0', 'xt0 ::= ([^\\n] xt0 | "\\n" xt1)?']
-    for i in range(1, len(end)):
-        char = end[i]
-        go_on = f'"{literal(char)}" xt{i + 1} | ' if i + 1 < len(end) else ""
-        rules.append(f'xt{i} ::= ({go_on}"\\n" xt1 | [^{literal(char)}\\n] xt0)?')
-    return rules
-
+    line is what ends it, and nothing before)."""
+    return until_rules("xml-text", VALUE_END)
 
 
 def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:

@@ -66,7 +66,7 @@ class ForcedDraft:
         if len(self._proposed):
             self._adjust_cap(tokens)
         self._written_added.update(t for t in tokens if self._vocab.is_added(t))
-        text = "".join(self._decoder.decode(self._vocab.token_bytes(t)) for t in tokens)
+        text = "".join(self._decoder.decode(self._vocab.token_bytes_special(t)) for t in tokens)
         if not text:
             return
         self._learn(text)
@@ -98,7 +98,7 @@ class ForcedDraft:
         k = min(k, self.cap)
         if k <= 0 or self.state is None or self.state.dead or self._awaiting:
             return NO_TOKENS
-        data = b"".join(self._vocab.token_bytes(int(t)) for t in drafted)
+        data = b"".join(self._vocab.token_bytes_special(int(t)) for t in drafted)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:  # (a character cut in two: not now)

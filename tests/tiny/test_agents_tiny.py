@@ -9,7 +9,7 @@ import math
 import pytest
 from tinymodels import AGENT_ASK as ASK
 from tinymodels import AGENT_TOOLS as TOOLS
-from tinymodels import TINY_CTX, agent_token, stop_bias, streamed_pieces
+from tinymodels import TINY_CTX, accept_text, agent_token, stop_bias, streamed_pieces
 from tinymodels import valid_call as valid
 
 from lsd_local import Engine, ParameterError
@@ -130,20 +130,6 @@ def test_a_block_the_prompt_opened_is_reasoning(tiny_agent):
         gen = eng.generate(ASK, grammar='root ::= [a-z]{3,6} "</think>" [a-z]{3,6}',
                            max_tokens=40).run()
     assert gen.reasoning and gen.text and "</think>" not in gen.reasoning + gen.text
-
-
-def accept_text(grammar, vocab, text: str, probe: tuple[str, int] | None = None) -> None:
-    """Feed text's tokens to a grammar as a generation would, each checked first; with
-    `probe` (prefix, token): once exactly the prefix is fed, the token must be refused."""
-    fed = ""
-    for token in vocab.tokenize(text, add_special=False):
-        if probe is not None and fed == probe[0]:
-            assert not grammar.allows(probe[1]), fed
-            probe = None
-        assert grammar.allows(token), (text, fed, token)
-        grammar.accept(token, checked=True)
-        fed += vocab.token_bytes(token).decode("utf-8", "replace")
-    assert probe is None, "the probe's prefix never ended on a token boundary"
 
 
 @pytest.mark.parametrize("opening", ["Let me look.\n```json\n", "```\n", "\n"])

@@ -6,6 +6,8 @@ streamed as OpenAI streams them, and a tool turn renders back."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from tinymodels import AGENT_ASK as ASK
@@ -128,3 +130,43 @@ def test_a_string_value_holds_any_text_but_its_closing_line(tiny_agent, text, ke
         grammar.close()
     finally:
         model.close()
+
+
+# --- markers that are control tokens (Command R7B's vocabulary) ------------------------------
+
+@pytest.fixture(scope="module")
+def commandr(tiny_commandr):
+    with Engine.load(tiny_commandr, drafter="lookup", n_ctx=TINY_CTX) as eng:
+        yield eng
+
+
+def test_calls_marked_by_control_tokens_are_read(commandr):
+    """<|START_ACTION|> is a control token, which shows as nothing: lsd shows the markers its
+    parser reads as text (llama.cpp's preserved tokens), so the calls are found, and the
+    markers are in neither the content nor the calls."""
+    vocab = commandr.target.vocab
+    start = agent_token(vocab, "<|START_ACTION|>")
+    assert vocab.is_control(start) and vocab.token_bytes(start) == b""
+    for seed, parallel in ((0, False), (1, True)):
+        gen = commandr.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=200,
+                                parallel_tool_calls=parallel, logit_bias=stop_bias(commandr),
+                                seed=seed).run()
+        assert gen.tokens[0] == start and gen.finish_reason == "tool_calls"
+        assert gen.tool_calls and all(valid(c) for c in gen.tool_calls) and gen.text == ""
+
+
+def test_command_r_thinking_is_reasoning_and_its_budget_closes_it(commandr):
+    vocab = commandr.target.vocab
+    end = agent_token(vocab, "<|END_THINKING|>")
+    gbnf = 'root ::= "<|START_THINKING|>" [a-z ]{3,12} "<|END_THINKING|>" [a-z ]{3,12}'
+    gen = commandr.generate(ASK, grammar=gbnf, max_tokens=60, temperature=1.0, seed=2,
+                            logit_bias=stop_bias(commandr)).run()
+    assert gen.tokens[0] == agent_token(vocab, "<|START_THINKING|>") and end in gen.tokens
+    thought = gen.tokens[1:gen.tokens.index(end)]
+    assert gen.reasoning == b"".join(vocab.token_bytes(t) for t in thought).decode()
+    assert gen.text and "THINKING" not in gen.text + gen.reasoning
+    endless = 'root ::= "<|START_THINKING|>" [a-z ]* "<|END_THINKING|>" [a-z ]{3,12}'
+    gen = commandr.generate(ASK, grammar=endless, max_tokens=40, reasoning_budget=4,
+                            logit_bias={end: -math.inf}).run()
+    assert gen.tokens[5] == end and gen.stats.reasoning_tokens == 4  # four, then the close
+    assert gen.text and len(gen.reasoning) >= 4

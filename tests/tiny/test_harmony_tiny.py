@@ -1,0 +1,158 @@
+"""gpt-oss's harmony format on real llama.cpp: the tiny agent model with a harmony template
+written for the tests and gpt-oss's markers as tokens (llama.cpp shows <|channel|> and its
+kin as text, ends a generation at <|call|> and <|return|>). Calls are valid by
+construction, streamed as OpenAI streams them; analysis is reasoning, under a budget too;
+a JSON schema holds the final channel only."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from tinymodels import AGENT_ASK as ASK
+from tinymodels import AGENT_TOOLS as TOOLS
+from tinymodels import (
+    HARMONY_TEMPLATE,
+    HARMONY_WORDS,
+    TINY_CTX,
+    accept_text,
+    agent_token,
+    spelled,
+    stop_bias,
+    streamed_pieces,
+)
+from tinymodels import valid_call as valid
+
+from lsd_local import Engine, RuleConfig
+from lsd_local.chat.harmony import REASONING_CLOSE
+
+
+@pytest.fixture(scope="module")
+def harmony(tiny_harmony):
+    with Engine.load(tiny_harmony, drafter="lookup", n_ctx=TINY_CTX) as eng:
+        yield eng
+
+
+def written(eng, gen) -> str:
+    return b"".join(eng.target.vocab.token_bytes(t) for t in gen.tokens).decode("utf-8",
+                                                                               "replace")
+
+
+def ends(eng) -> dict:
+    """An answer that ends soon: the end of generation likely once the grammar allows it,
+    and <|end|> likely inside an analysis message (the random model would ramble on)."""
+    return stop_bias(eng, {agent_token(eng.target.vocab, "<|end|>"): 6.0})
+
+
+@pytest.mark.parametrize("rule", ["strict", "fly"])
+def test_required_calls_are_valid_and_written_in_harmony(harmony, rule):
+    recipients = set()
+    for seed in range(6):
+        gen = harmony.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=200,
+                               temperature=1.0, seed=seed, logit_bias=ends(harmony),
+                               rule=RuleConfig(rule)).run()
+        assert len(gen.tool_calls) == 1 and valid(gen.tool_calls[0]), written(harmony, gen)
+        assert gen.finish_reason == "tool_calls" and gen.text == ""
+        text = written(harmony, gen)
+        assert f"to=functions.{gen.tool_calls[0].name}" in text and "<|message|>" in text
+        if "<|channel|>analysis<|message|>" in text.split("to=functions")[0]:
+            recipients.add("after analysis")
+            assert gen.reasoning  # the analysis before the call is reasoning
+    assert recipients  # (some seeds reason first: both shapes were read)
+
+
+def test_streamed_pieces_reassemble_to_the_call(harmony):
+    gen = harmony.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=200,
+                           temperature=1.0, seed=4, logit_bias=ends(harmony))
+    calls = streamed_pieces(gen)
+    assert calls and calls == [(c.id, c.name, c.arguments) for c in gen.tool_calls]
+
+
+def test_auto_is_free_until_a_recipient_and_then_holds_the_arguments(harmony):
+    """tool_choice "auto" on real llama.cpp: an analysis and a preamble are free text; a
+    message to functions.get_weather, in the channel's header or in the role's, starts the
+    grammar, and then "Oslo" is refused by the city enum."""
+    from lsd_local.chat.tools import tool_plan
+    from lsd_local.grammars import compile_tool_grammar
+
+    vocab = harmony.target.vocab
+    letter_o = 3 + ord("O")  # the byte token <0x4F>
+    free = ("<|channel|>analysis<|message|>The user wants {weather}.<|end|><|start|>assistant"
+            "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant")
+    for header in ("<|channel|>commentary to=functions.get_weather <|constrain|>json",
+                   " to=functions.get_weather<|channel|>commentary json"):
+        grammar = compile_tool_grammar(harmony.target, tool_plan(HARMONY_TEMPLATE, TOOLS,
+                                                                  "auto", True))
+        call = f'{free}{header}<|message|>{{"city": "'
+        try:
+            accept_text(grammar, vocab, call + 'Rome", "metric": true}',
+                        probe=(call, letter_o),
+                        tokenize=lambda text: spelled(vocab, text, HARMONY_WORDS))
+            assert grammar.allows(agent_token(vocab, "<|call|>"))  # the call may end
+        finally:
+            grammar.close()
+
+
+def test_no_tools_reads_analysis_apart_from_the_answer(harmony):
+    """The model's answer held to the harmony shape by a grammar: the analysis body is the
+    reasoning, the final body the content, the markers neither."""
+    gbnf = ('root ::= "<|channel|>analysis<|message|>" [a-z ]{3,12} "<|end|><|start|>assistant'
+            '<|channel|>final<|message|>" [a-z ]{3,12}')
+    for seed in range(3):
+        gen = harmony.generate(ASK, grammar=gbnf, max_tokens=80, temperature=1.0, seed=seed,
+                               logit_bias=stop_bias(harmony)).run()
+        text = written(harmony, gen)
+        analysis, final = text.split("<|end|><|start|>assistant<|channel|>final<|message|>")
+        assert gen.reasoning == analysis.removeprefix("<|channel|>analysis<|message|>")
+        assert gen.text == final and gen.stats.reasoning_tokens > 0
+
+
+@pytest.mark.parametrize("budget", [0, 6])
+def test_a_reasoning_budget_closes_the_analysis_after_n_tokens(tiny_harmony, budget):
+    """A prompt that opens the analysis message, the model kept from ending it itself (<|end|>
+    banned): after `budget` tokens lsd writes the final channel's header, and the model
+    answers. Strict lookup writes what plain decoding writes."""
+    opened = HARMONY_TEMPLATE.replace("{{- '<|start|>assistant' }}{%- endif %}",
+                                      "{{- '<|start|>assistant<|channel|>analysis<|message|>' }}"
+                                      "{%- endif %}")
+    answers = []
+    for drafter in ("none", "lookup"):
+        with Engine.load(tiny_harmony, drafter=drafter, n_ctx=TINY_CTX,
+                         chat_template=opened) as eng:
+            end = agent_token(eng.target.vocab, "<|end|>")
+            gen = eng.generate(ASK, max_tokens=budget + 30, reasoning_budget=budget,
+                               logit_bias={end: -math.inf}).run()
+            close = eng.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
+            assert gen.tokens[budget:budget + len(close)] == close
+            assert gen.stats.reasoning_tokens == budget
+            assert len(gen.tokens) > budget + len(close) and gen.text  # then an answer
+            answers.append(gen.tokens)
+    assert answers[0] == answers[1]
+
+
+def test_a_json_schema_holds_the_final_channel(harmony):
+    schema = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+              "required": ["city"], "additionalProperties": False}
+    for seed in range(3):
+        gen = harmony.generate(ASK, json_schema=schema, max_tokens=200, temperature=1.0,
+                               seed=seed, logit_bias=ends(harmony)).run()
+        assert json.loads(gen.text)["city"] in ("Paris", "Rome"), written(harmony, gen)
+        assert "<|channel|>final" in written(harmony, gen)
+
+
+def test_a_tool_round_trip_renders_in_harmony(harmony):
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Paris", "metric": true}'}}
+    messages = ASK + [{"role": "assistant", "content": None, "reasoning_content": "Look it up.",
+                       "tool_calls": [call]},
+                      {"role": "tool", "tool_call_id": "call_1", "content": "18 C, sunny"}]
+    text = harmony.prompt_text(messages, tools=TOOLS, reasoning_effort="low")
+    assert "Reasoning: low" in text
+    assert "<|channel|>analysis<|message|>Look it up.<|end|>" in text  # (reasoning_content)
+    assert ('<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>'
+            '{"city": "Paris", "metric": true}<|call|>') in text
+    assert "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>" \
+        "18 C, sunny<|end|><|start|>assistant" in text
+    gen = harmony.generate(messages, tools=TOOLS, max_tokens=8).run()  # it goes on
+    assert gen.stats.prompt_tokens > 0
