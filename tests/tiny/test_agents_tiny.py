@@ -299,3 +299,17 @@ def test_a_call_in_a_block_the_prompt_opened_does_not_start_the_grammar(bpe_like
         assert grammar.allows(token_of(vocab, b'"'))
     finally:
         grammar.close()
+
+
+def test_a_schema_holds_with_tool_choice_none(agent):
+    """No call may be made, so the request's JSON schema is the answer's grammar (it was
+    dropped once: only the absent tool grammar was compiled)."""
+    import json
+
+    schema = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+              "required": ["city"], "additionalProperties": False}
+    for seed in range(3):
+        gen = agent.generate(ASK, tools=TOOLS, tool_choice="none", json_schema=schema,
+                             max_tokens=60, temperature=1.0, seed=seed,
+                             logit_bias=stop_bias(agent)).run()
+        assert json.loads(gen.text)["city"] in ("Paris", "Rome") and not gen.tool_calls
