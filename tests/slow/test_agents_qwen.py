@@ -141,3 +141,28 @@ def test_a_json_example_is_not_a_call(server):
         model="x", messages=ask, tools=TOOLS, tool_choice="auto", temperature=0,
         max_tokens=80).choices[0]
     assert not choice.message.tool_calls and "```" in choice.message.content, choice
+
+
+def test_langchain_tool_binding_gets_the_call(server):
+    """A popular agent framework's tool binding (LangChain's ChatOpenAI.bind_tools, when it
+    is installed: it is not one of lsd's dependencies): the call comes back as the
+    framework's tool_calls, invoked and streamed."""
+    langchain_openai = pytest.importorskip("langchain_openai")
+    from langchain_core.tools import tool
+
+    @tool
+    def get_weather(city: str, unit: str = "celsius") -> str:
+        """Current weather of a city. unit: celsius or fahrenheit."""
+        return f"-3 degrees {unit}, snowing in {city}"
+
+    llm = langchain_openai.ChatOpenAI(base_url=server.base_url, api_key="none", model="x",
+                                      temperature=0, max_tokens=200, max_retries=0)
+    bound = llm.bind_tools([get_weather])
+    answer = bound.invoke(OSLO[0]["content"])
+    assert [c["name"] for c in answer.tool_calls] == ["get_weather"]
+    assert answer.tool_calls[0]["args"]["city"] == "Oslo"
+    streamed = None
+    for chunk in bound.stream(OSLO[0]["content"]):
+        streamed = chunk if streamed is None else streamed + chunk
+    assert [(c["name"], c["args"]) for c in streamed.tool_calls] == \
+        [(c["name"], c["args"]) for c in answer.tool_calls]
