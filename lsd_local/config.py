@@ -79,7 +79,8 @@ ASD_BUDGET = 6.0  # ASD per-request regret budget B
 # --- drafters (docs/benchmarks.md and docs/auto.md) -----------------------------------------
 DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
 DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 32, "none": 0}  # fixed K per drafter
-LOOKUP_CAP = 32  # longest lookup draft auto considers
+# longest lookup draft auto considers (63 was tried: slower here, docs/auto.md "Block sizes")
+LOOKUP_CAP = 32
 MODEL_CAP = 8  # longest draft-model draft auto considers
 AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
               "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round
