@@ -91,9 +91,19 @@ class Generation:
         for good: this iterator dies with the loop, and closing it closes the request.
         Iterating again then yields nothing more."""
         if self._life is None:
-            if self._closed:  # closed before its first round: nothing more, unless the
-                self._parts.check_open()  # engine is gone (then say so)
-                return
+            if self._closed:
+                # side by side, others' reading may have run it to its end (or to a failure)
+                # before its own reader came: what it made is waiting
+                items = list(self.outbox)
+                self.outbox.clear()
+                for item in items:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+                if items:
+                    return
+                self._parts.check_open()  # closed before its first round: nothing more,
+                return  # unless the engine is gone (then say so)
             self._life = self._run() if self._runner is None else self._runner.events(self)
         yield from self._life
 

@@ -172,7 +172,9 @@ class SideBySide:
                 self._fail(gen, exc)
 
     def _score(self, group: list) -> None:
-        """One decode for a group of blocks, then each generation's verification."""
+        """One decode for a group of blocks, then each generation's verification. A decode
+        llama.cpp refuses is retried block by block: only the block that fails alone fails
+        its generation."""
         grew = sum(b[3] for b in group) > self.model.most_logit_rows
         total = sum(len(b[2]) for b in group)
         start = perf_counter()
@@ -180,8 +182,11 @@ class SideBySide:
             views = decode_blocks(self.model, [(gen._parts.target, tokens, n_out)
                                                for gen, _, tokens, n_out in group])
         except Exception as exc:  # noqa: BLE001 - (llama.cpp refused the batch)
-            for gen, *_ in group:
-                self._fail(gen, exc)
+            if len(group) > 1:  # (one block may be what it refused: each goes on alone)
+                for block in group:
+                    self._score([block])
+            else:
+                self._fail(group[0][0], exc)
             return
         seconds = perf_counter() - start
         for (gen, planned, tokens, _), logits in zip(group, views, strict=True):

@@ -220,3 +220,52 @@ def test_auto_calibrates_once_for_every_sequence(tiny_pair, monkeypatch):
         assert drafters[0].draft_token_s is not None
         interleaved(gens)
         assert len(measured) == 1 and len({id(d) for d in drafters}) == 3
+
+
+@pytest.mark.parametrize("mode", ["together", "always"])
+def test_a_refused_decode_is_retried_block_by_block(tiny_pair, plain, monkeypatch, mode):
+    """llama.cpp refuses a decode (a full KV cache, say) that holds one sequence's block.
+    "together": it takes that block alone, and every answer is what it is alone; "always":
+    it refuses that block alone too, and only that generation fails."""
+    import lsd_local.sidebyside as sidebyside
+
+    real, refused_seq = sidebyside.decode_blocks, []
+
+    def refusing(model, blocks):
+        seqs = {slot.seq_id for slot, _, _ in blocks}
+        if refused_seq[0] in seqs and (len(blocks) > 1 or mode == "always"):
+            raise RuntimeError("llama_decode failed with code 1")
+        return real(model, blocks)
+
+    monkeypatch.setattr(sidebyside, "decode_blocks", refusing)
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=3) as eng:
+        gens = [eng.generate(p, max_tokens=n) for p, n in zip(PROMPTS[:3], LENGTHS[:3],
+                                                                 strict=True)]
+        refused_seq.append(gens[1]._parts.target.seq_id)
+        rounds, failed = {i: iter(g) for i, g in enumerate(gens)}, {}
+        while rounds:  # (interleaved, each failure kept)
+            for i, it in list(rounds.items()):
+                try:
+                    if next(it, None) is None:
+                        del rounds[i]
+                except RuntimeError as exc:
+                    failed[i] = str(exc)
+                    del rounds[i]
+    assert list(failed) == ([1] if mode == "always" else []), failed
+    for i, (gen, prompt, n) in enumerate(zip(gens, PROMPTS[:3], LENGTHS[:3], strict=True)):
+        assert gen.finished
+        if i not in failed:
+            assert gen.tokens == alone(plain, prompt, n), prompt
+
+
+def test_one_read_after_another_gets_every_round(tiny_pair, plain):
+    """Generations read one after another: the later ones ran (or failed) while the first
+    was read, and their readers still get every round, in order (they got none before)."""
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=3) as eng:
+        gens = [eng.generate(p, max_tokens=n) for p, n in zip(PROMPTS[:3], LENGTHS[:3],
+                                                                 strict=True)]
+        for gen, prompt, n in zip(gens, PROMPTS[:3], LENGTHS[:3], strict=True):
+            events = list(gen)
+            assert [t for e in events for t in e.tokens] == gen.tokens == alone(plain,
+                                                                               prompt, n)
+            assert "".join(e.text for e in events) == gen.text and events[-1].finish_reason
