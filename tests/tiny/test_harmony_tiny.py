@@ -156,3 +156,53 @@ def test_a_tool_round_trip_renders_in_harmony(harmony):
         "18 C, sunny<|end|><|start|>assistant" in text
     gen = harmony.generate(messages, tools=TOOLS, max_tokens=8).run()  # it goes on
     assert gen.stats.prompt_tokens > 0
+
+
+def test_lsd_serve_speaks_harmony_to_an_openai_client(tiny_harmony):
+    """Through lsd serve and the openai client: a call (whole and streamed, the same), the
+    analysis as reasoning_content deltas, and response_format held in the final channel.
+    Greedy: with sampling, drafts from the server's cache would use the seeded randomness
+    differently from one request to the next."""
+    import serving
+    from tinymodels import WORDS
+
+    def streamed(stream) -> tuple[list, str, str]:
+        calls, reasoning, content = {}, "", ""
+        for chunk in stream:
+            delta = chunk.choices[0].delta if chunk.choices else None
+            if delta is None:
+                continue
+            reasoning += getattr(delta, "reasoning_content", None) or ""
+            content += delta.content or ""
+            for piece in delta.tool_calls or ():
+                if piece.id:
+                    calls[piece.index] = [piece.function.name, ""]
+                calls[piece.index][1] += piece.function.arguments or ""
+        return list(calls.values()), reasoning, content
+
+    with serving.Server(tiny_harmony, "--ctx", str(TINY_CTX), "--drafter", "lookup") as srv:
+        client = srv.client()
+        ask = {"model": "x", "messages": ASK, "max_tokens": 200,
+               "extra_body": {"logit_bias": {"2": 30}}}
+        whole = client.chat.completions.create(**ask, tools=TOOLS, tool_choice="required")
+        choice = whole.choices[0]
+        assert choice.finish_reason == "tool_calls" and len(choice.message.tool_calls) == 1
+        call = choice.message.tool_calls[0]
+        calls, _, _ = streamed(client.chat.completions.create(
+            **ask, tools=TOOLS, tool_choice="required", stream=True))
+        assert calls == [[call.function.name, call.function.arguments]]
+        shaped = {**ask, "extra_body": {"grammar": (
+            'root ::= "<|channel|>analysis<|message|>" [a-z ]{3,12} "<|end|><|start|>'
+            'assistant<|channel|>final<|message|>" [a-z ]{3,12}')}}
+        whole = client.chat.completions.create(**shaped).choices[0].message
+        _, reasoning, content = streamed(client.chat.completions.create(**shaped,
+                                                                        stream=True))
+        assert reasoning and (reasoning, content) == (whole.reasoning_content, whole.content)
+        schema = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                  "required": ["city"], "additionalProperties": False}
+        end = str(259 + [*WORDS, *HARMONY_WORDS].index("<|end|>"))  # (ends an analysis)
+        answer = client.chat.completions.create(
+            **{**ask, "extra_body": {"logit_bias": {"2": 30, end: 6}}},
+            response_format={"type": "json_schema",
+                             "json_schema": {"name": "c", "schema": schema}})
+        assert json.loads(answer.choices[0].message.content)["city"] in ("Paris", "Rome")
