@@ -23,10 +23,9 @@ MAX_HEADER = 256  # characters: a longer "header" is text a model wrote without 
 
 def _may_be_header(text: str) -> bool:
     """Whether `text` (the start of a message, no `<|message|>` yet) may still be a header."""
-    if len(text) > MAX_HEADER or "\n" in text.strip():
+    if len(text) > MAX_HEADER or "\n" in text:
         return False
-    return any(t.startswith(s) or s.startswith(t) for s in HEADER_STARTS
-               for t in (text, text.lstrip()))
+    return any(text.startswith(s) or s.startswith(text) for s in HEADER_STARTS)
 
 
 class HarmonyParser(OutputParser):
@@ -62,12 +61,24 @@ class HarmonyParser(OutputParser):
     def _header(self, parts: Parts, final: bool) -> None:
         text = self._pending_text()
         at = text.find(MESSAGE)
-        if at >= 0:
+        if not _may_be_header(text[:at] if at >= 0 else text) or (at < 0 and final):
+            self._headerless(parts, text, final)
+        elif at >= 0:
             channel, recipient = read_header(text[:at])
             self._take(at + len(MESSAGE))
             self._open(parts, channel, recipient)
-        elif final or not _may_be_header(text):
-            self._kind, self.state = "content", "body"  # text without a header: the answer
+
+    def _headerless(self, parts: Parts, text: str, final: bool) -> None:
+        """Text a model wrote without a header is content, up to the next message (a
+        `<|start|>` after its first character, or an `<|end|>`): every call takes some."""
+        ends = [i for i in (text.find(END), text.find(START, 1)) if i >= 0]
+        if ends:
+            parts.content += self._take(min(ends))
+            if self._pending_text().startswith(END):
+                self._take(len(END))
+            return
+        keep = 0 if final else max(_partial_suffix(text, END), _partial_suffix(text, START))
+        parts.content += self._take(len(text) - keep)
 
     def _open(self, parts: Parts, channel: str, recipient: str | None) -> None:
         self.state, self._call_body = "body", ""

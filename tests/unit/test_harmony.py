@@ -52,6 +52,11 @@ CASES = [
     ("<|channel|>analysis<|message|>A<|start|>assistant<|channel|>final<|message|>B", "B",
      "A", []),
     ("<|channel|>commentary to=functions.now<|message|>", "", "", [("now", "{}")]),
+    # text before a header, and a header cut off by the end (max_tokens): content
+    ("Hi <|start|>assistant<|channel|>final<|message|>A", "Hi A", "", []),
+    ("<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant", "<|start|>assistant",
+     "Hm.", []),
+    ("<|start|>x\ny z", "<|start|>x\ny z", "", []),  # (no header holds a line break)
 ]
 
 
