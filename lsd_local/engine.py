@@ -4,6 +4,7 @@ time (generation.py owns each request from start to close)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
 from collections.abc import Sequence
@@ -221,14 +222,18 @@ class Engine:
         if plan is not None and plan.mode != "none" and (request.grammar or request.json_schema):
             raise ParameterError("invalid grammar: give tools or a grammar, not both",
                                  param="tools")
+        harmony = parser if isinstance(parser, HarmonyParser) else None
+        if harmony is not None and plan is not None:
+            plan = replace(plan, opened=harmony.opened_analysis)
         compiled = (compile_tool_grammar(self.target, plan) if plan is not None and
                     plan.mode != "none" else
                     compile_constraint(self.target, request.grammar, request.json_schema,
-                                       final_grammar if isinstance(parser, HarmonyParser)
-                                       else None))
-        if compiled is not None and parser is not None and parser.in_reasoning and \
-                not isinstance(parser, HarmonyParser):
-            compiled.begin_in_reasoning()  # (the prompt opened <think>: no call in there)
+                                       None if harmony is None else functools.partial(
+                                           final_grammar, opened=harmony.opened_analysis)))
+        if compiled is not None and parser is not None and harmony is None:
+            compiled.reasoning_markers(parser.think.open, parser.think.close)
+            if parser.in_reasoning:  # (the prompt opened <think>: no call in there)
+                compiled.begin_in_reasoning()
         if compiled is not None and settings.logprobs is not None:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
         if compiled is not None and dcfg.forced:  # the grammar's forced tokens, drafted free

@@ -23,6 +23,7 @@ from time import perf_counter
 import numpy as np
 
 from .chat.output import OutputParser, Parts, ToolCall
+from .drafters.crossvocab import marked_tokens
 from .kernels.warmup import process_warmup
 from .loop import (
     LoopSettings,
@@ -286,8 +287,8 @@ class Generation:
         there. None where lsd cannot write it (past max_tokens or the context, or where the
         request's grammar forbids it): the budget is dropped and the model goes on until its
         own end."""
-        tokens = self._parts.target.vocab.tokenize(self._parser.reasoning_close,
-                                                  add_special=False)
+        tokens = marked_tokens(self._parts.target.vocab, self._parser.reasoning_close,
+                               self._parser.markers)
         history, target, settings = self._history, self._parts.target, self._settings
         grammar = self._state.grammar
         takes = grammar is None or allowed_prefix(grammar, np.asarray(tokens)) == len(tokens)

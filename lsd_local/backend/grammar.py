@@ -153,10 +153,16 @@ class Grammar:
             eager.close()
 
     def begin_in_reasoning(self) -> None:
-        """The prompt opened a `<think>` block: a lazy grammar's trigger is not to start
+        """The prompt opened a reasoning block: a lazy grammar's trigger is not to start
         before the block's end (the guard reads the generated text as inside it)."""
         if self._guard is not None:
             self._guard.inside_reasoning()
+
+    def reasoning_markers(self, opener: str, closer: str) -> None:
+        """The model family's reasoning markers (`<think>` unless told): no trigger starts a
+        lazy grammar inside such a block."""
+        if self._guard is not None:
+            self._guard.think = (utf8_bytes(opener), utf8_bytes(closer))
 
     def allows(self, token: int) -> bool:
         """Whether the grammar lets `token` come next (end-of-generation: only when complete;

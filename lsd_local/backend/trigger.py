@@ -33,15 +33,16 @@ class TriggerGuard:
         self._validate = validate
         self.buffer = b""
         self.waiting = True
-        self._opened = b""  # THINK_OPEN when the prompt opened the block (not generated text)
+        self._opened = b""  # the opener when the prompt opened the block (not generated text)
+        self.think = (THINK_OPEN, THINK_CLOSE)  # the family's reasoning markers
 
     def inside_reasoning(self) -> None:
-        """The generation starts inside a `<think>` block its prompt opened."""
-        self._opened = THINK_OPEN
+        """The generation starts inside a reasoning block its prompt opened."""
+        self._opened = self.think[0]
 
     def clone(self) -> TriggerGuard:
         twin = TriggerGuard((), (), self._piece, self._validate)
-        twin._patterns, twin._tokens = self._patterns, self._tokens
+        twin._patterns, twin._tokens, twin.think = self._patterns, self._tokens, self.think
         twin.buffer, twin.waiting, twin._opened = self.buffer, self.waiting, self._opened
         return twin
 
@@ -69,7 +70,7 @@ class TriggerGuard:
         if start is None:
             return True
         before = self._opened + text[:start]
-        if before.rfind(THINK_OPEN) > before.rfind(THINK_CLOSE):
+        if before.rfind(self.think[0]) > before.rfind(self.think[1]):
             return False
         return self._validate(text[start:].decode("utf-8", "replace"))
 

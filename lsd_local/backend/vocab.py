@@ -34,10 +34,15 @@ class Vocab:
         """The raw bytes a token stands for (control tokens render as empty)."""
         piece = self._piece_cache.get(token)
         if piece is None:
-            n = ll.llama_token_to_piece(self.handle, token, self._piece_buf, 256, 0, False)
-            piece = self._piece_buf.raw[:max(n, 0)]
-            self._piece_cache[token] = piece
+            piece = self._piece_cache[token] = self._piece(token, False)
         return piece
+
+    def _piece(self, token: int, special: bool) -> bytes:
+        """llama.cpp's piece of a token, in a buffer of its own (ctypes lets go of the GIL:
+        generations side by side may ask from several threads at once)."""
+        buf = ctypes.create_string_buffer(256)
+        n = ll.llama_token_to_piece(self.handle, token, buf, 256, 0, special)
+        return buf.raw[:max(n, 0)]
 
     def token_bytes_special(self, token: int) -> bytes:
         """Like token_bytes, but control tokens render as their text ('<|im_start|>'), as
@@ -45,8 +50,7 @@ class Vocab:
         conversation (cross-vocabulary drafting)."""
         piece = self._special_cache.get(token)
         if piece is None:
-            n = ll.llama_token_to_piece(self.handle, token, self._piece_buf, 256, 0, True)
-            piece = self._special_cache[token] = self._piece_buf.raw[:max(n, 0)]
+            piece = self._special_cache[token] = self._piece(token, True)
         return piece
 
     def showing(self, markers: tuple[str, ...]):

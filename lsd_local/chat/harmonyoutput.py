@@ -10,6 +10,8 @@ from .harmony import (
     MARKERS,
     MESSAGE,
     REASONING_CLOSE,
+    REASONING_CLOSE_OPEN,
+    REASONING_CLOSE_TO_CALL,
     START,
     is_harmony,
     read_header,
@@ -30,11 +32,17 @@ def _may_be_header(text: str) -> bool:
 
 class HarmonyParser(OutputParser):
     """OutputParser for the harmony format (same feed/tool_calls/in_reasoning). `names`: the
-    tools a call may name (empty: no calls are read, a message to a recipient is content)."""
+    tools a call may name (empty: no calls are read, a message to a recipient is content);
+    `required`: the answer must be a call; `opened`: the header of a message the prompt
+    left open."""
 
     @property
     def reasoning_close(self) -> str:
-        return REASONING_CLOSE
+        if not self.names:
+            return REASONING_CLOSE
+        if self.required:
+            return REASONING_CLOSE_TO_CALL
+        return REASONING_CLOSE_OPEN if self._analyses <= 1 else REASONING_CLOSE
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -42,18 +50,33 @@ class HarmonyParser(OutputParser):
 
     @property
     def may_open_reasoning(self) -> bool:
-        return self.reasoning and self.state == "header"
+        """A header, or a body that another message may follow (not the final one)."""
+        return self.reasoning and (self.state == "header" or (
+            self._kind == "content" and self._channel != "final"))
 
     def __init__(self, names: tuple[str, ...] = (), reasoning: bool = True,
-                 opened: str | None = None) -> None:
+                 opened: str | None = None, required: bool = False) -> None:
         super().__init__(None, False, reasoning)
-        self.names = names
+        self.names, self.required = names, required
         self.state = "header"
         self._kind = "content"  # the body being read: "content", "reasoning" or "call"
+        self._channel = "final"  # the channel of the body being read
+        self._analyses = 0  # analysis messages opened
         self._call_body = ""  # a call's body so far
+        self._opening = Parts()  # what opening the prompt's message gave (see feed)
         if opened is not None:  # (the prompt ends inside a message: its body goes on)
-            self._open(Parts(), *read_header(opened))
+            self._open(self._opening, *read_header(opened))
         self.in_reasoning = self._reasoning_now()
+        # the prompt left an analysis message open: the answer starts inside its body
+        self.opened_analysis = opened is not None and self._channel == "analysis" and \
+            self._kind != "call"
+
+    def feed(self, spans, final: bool = False) -> Parts:
+        parts = super().feed(spans, final)
+        if self._opening.tool_calls:  # (a call the prompt opened: its id and name first)
+            parts.tool_calls[:0] = self._opening.tool_calls
+            self._opening = Parts()
+        return parts
 
     def _reasoning_now(self) -> bool:
         return self.state == "body" and self._kind == "reasoning"
@@ -81,7 +104,7 @@ class HarmonyParser(OutputParser):
         parts.content += self._take(len(text) - keep)
 
     def _open(self, parts: Parts, channel: str, recipient: str | None) -> None:
-        self.state, self._call_body = "body", ""
+        self.state, self._call_body, self._channel = "body", "", channel
         name = recipient[len(CALL_PREFIX):] if recipient and \
             recipient.startswith(CALL_PREFIX) else None
         if name is not None and name in self.names:
@@ -90,18 +113,19 @@ class HarmonyParser(OutputParser):
         else:
             self._kind = "reasoning" if channel == "analysis" and self.reasoning and \
                 recipient is None else "content"
+            self._analyses += self._kind == "reasoning"
 
     def _body(self, parts: Parts, final: bool) -> None:
+        if self._kind == "call":
+            self._call_text(parts, final)
+            return
         text = self._pending_text()
         ends = [i for i in (text.find(END), text.find(START)) if i >= 0]
         at = min(ends) if ends else -1
         keep = 0 if final or at >= 0 else max(_partial_suffix(text, END),
                                               _partial_suffix(text, START))
         taken = self._take(at if at >= 0 else len(text) - keep)
-        if self._kind == "call":
-            self._call_body += Parts.text(taken)
-            self._stream_arguments(parts, done=at >= 0 or final)
-        elif self._kind == "reasoning":
+        if self._kind == "reasoning":
             parts.reasoning += taken
         else:
             parts.content += taken
@@ -109,6 +133,24 @@ class HarmonyParser(OutputParser):
             if text.startswith(END, at):
                 self._take(len(END))
             self.state = "header"
+
+    def _call_text(self, parts: Parts, final: bool) -> None:
+        """A call's body is its arguments' JSON: it ends where the JSON does (a string in it
+        may hold `<|end|>`), or with the answer. What follows is read as the next message."""
+        taken = self._take(len(self._pending_text()))
+        self._call_body += Parts.text(taken)
+        lead = len(self._call_body) - len(self._call_body.lstrip())
+        end = value_end(self._call_body, lead)
+        if end is None and not final:
+            self._stream_arguments(parts, done=False)
+            return
+        rest = self._call_body[end:] if end is not None else ""
+        self._call_body = self._call_body[:end] if end is not None else self._call_body
+        self._stream_arguments(parts, done=True)
+        rest = rest.lstrip()
+        rest = rest[len(END):] if rest.startswith(END) else rest
+        self._pending = [(rest, taken[-1][1])] if rest else []
+        self.state = "header"
 
     def _stream_arguments(self, parts: Parts, done: bool) -> None:
         """A call's arguments, streamed as its body grows: its JSON up to where the value
@@ -141,7 +183,7 @@ def output_parser(template: str | None, plan, prompt_text: str,
     calls = plan is not None and plan.mode != "none"
     if is_harmony(template):
         return HarmonyParser(tuple(t.name for t in plan.callable) if calls else (), reasoning,
-                             opened_header(prompt_text))
+                             opened_header(prompt_text), calls and plan.mode == "required")
     think = thinking_of(template)
     return OutputParser(plan.fmt if calls else None, think.opened_by(prompt_text), reasoning,
                         plan.json_names if plan is not None else (), think)

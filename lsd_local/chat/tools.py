@@ -301,6 +301,7 @@ class ToolPlan:
     tools: tuple[Tool, ...]  # every tool (the template shows them all)
     callable: tuple[Tool, ...]  # the ones a call may name
     parallel: bool  # more than one call per answer
+    opened: bool = False  # harmony: the prompt left an analysis message open
 
     @property
     def specs(self) -> list[dict]:
@@ -320,7 +321,8 @@ class ToolPlan:
         if self.mode == "none":
             return None
         if self.fmt.name == "harmony":  # (one call, the answer's last message)
-            text = harmony.call_grammar(self.callable, self.mode == "required", to_gbnf)
+            text = harmony.call_grammar(self.callable, self.mode == "required", to_gbnf,
+                                        self.opened)
             return text, (harmony.TRIGGERS if self.mode == "auto" else ())
         text = call_grammar(self.fmt, self.callable, self.parallel, to_gbnf,
                             json_form=bool(self.json_names))

@@ -13,9 +13,12 @@ evaluated again. Strict output is still the target's greedy output: drafts are o
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from ..config import SamplerSettings
+from ..utf8 import utf8_bytes
 from ..verify.constrain import allowed_prefix
 from .base import EMPTY_DRAFT, Draft, Drafter
 
@@ -194,3 +197,25 @@ class CrossVocabDrafter(Drafter):
             if tokens is not None and tokens[:m] == committed and len(tokens) > m:
                 return tokens[m:-1] if cut_word else tokens[m:]
         return []
+
+
+def marked_tokens(vocab, text: str, markers: tuple[str, ...]) -> list[int]:
+    """Tokens that spell `text` exactly (what lsd writes for a model: a reasoning block's
+    close), each of `markers` as its own token where the vocabulary has one. SentencePiece
+    tokenizers put a space before the text after such a token, which a grammar expecting
+    `<|start|>assistant` refuses; where a piece cannot be spelled exactly any other way, it
+    is spelled a byte at a time. The tokenizer's own reading if even that fails."""
+    codec, spell = TextCodec(vocab), None
+    pattern = "(" + "|".join(re.escape(m) for m in sorted(markers, key=len, reverse=True)) + ")"
+    tokens: list[int] = []
+    for piece in re.split(pattern, text) if markers else [text]:
+        data = utf8_bytes(piece)
+        ids = vocab.tokenize_bytes(data, False, True) if piece in markers else None
+        exact = ids if ids is not None and len(ids) == 1 else codec.exact(data)
+        if exact is None:
+            spell = spell if spell is not None else vocab.byte_tokens()
+            if not all(b in spell for b in data):
+                return vocab.tokenize(text, add_special=False)
+            exact = [spell[b] for b in data]
+        tokens += exact
+    return tokens

@@ -185,10 +185,11 @@ def test_a_reasoning_budget_of_n_tokens_yields_at_most_n_then_an_answer(tiny_age
             close = agent_token(eng.target.vocab, "</think>")
             gen = eng.generate(ASK, max_tokens=budget + 30, reasoning_budget=budget,
                                logit_bias={close: -math.inf}).run()
-            written = eng.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
-            # the model's own reasoning tokens: all of the budget, then what lsd wrote
-            assert gen.tokens.index(close) == budget + written.index(close)
-            assert gen.tokens[budget:budget + len(written)] == written
+            # the model's own reasoning tokens: all of the budget, then what lsd wrote,
+            # exactly (the </think> token itself)
+            after = b"".join(eng.target.vocab.token_bytes_special(t)
+                             for t in gen.tokens[budget:]).decode("utf-8", "replace")
+            assert close not in gen.tokens[:budget] and after.startswith(REASONING_CLOSE)
             assert gen.stats.reasoning_tokens == budget
             assert gen.text.strip() and "</think>" not in gen.text + gen.reasoning
             assert gen.tokens.count(close) == 1
@@ -281,9 +282,12 @@ def test_a_budget_lsd_cannot_close_is_dropped_not_an_error(tiny_agent):
         assert len(short.tokens) <= 4 and short.finish_reason == "length"
 
 
-def test_a_call_in_a_block_the_prompt_opened_does_not_start_the_grammar(bpe_like_agent):
-    """A template that opens <think> itself (DeepSeek-R1 distills): the generated text holds
-    no <think>, yet a call written before </think> is reasoning, not a call."""
+@pytest.mark.parametrize("markers", [None, ("<|START_THINKING|>", "<|END_THINKING|>")])
+def test_a_call_in_a_block_the_prompt_opened_does_not_start_the_grammar(bpe_like_agent,
+                                                                        markers):
+    """A template that opens <think> itself (DeepSeek-R1 distills), or Command R7B's
+    thinking: the generated text holds no opener, yet a call written before the block's
+    close is reasoning, not a call."""
     from lsd_local.chat.tools import tool_plan
     from lsd_local.grammars import compile_tool_grammar
 
@@ -291,11 +295,14 @@ def test_a_call_in_a_block_the_prompt_opened_does_not_start_the_grammar(bpe_like
     vocab = eng.target.vocab
     grammar = compile_tool_grammar(eng.target, tool_plan(eng.chat_template, TOOLS, "auto",
                                                          False))
+    close = "</think>" if markers is None else markers[1]
     try:
+        if markers is not None:
+            grammar.reasoning_markers(*markers)
         grammar.begin_in_reasoning()
         accept_text(grammar, vocab, 'I could call:\n```json\n{"name": "now')
         assert not grammar.allows(token_of(vocab, b'"'))
-        accept_text(grammar, vocab, 'X</think>\n```json\n{"name": "now')
+        accept_text(grammar, vocab, f'X{close}\n```json\n{{"name": "now')
         assert grammar.allows(token_of(vocab, b'"'))
     finally:
         grammar.close()

@@ -79,9 +79,14 @@ def test_auto_is_free_until_a_recipient_and_then_holds_the_arguments(harmony):
     vocab = harmony.target.vocab
     letter_o = 3 + ord("O")  # the byte token <0x4F>
     free = ("<|channel|>analysis<|message|>The user wants {weather}.<|end|><|start|>assistant"
-            "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant")
-    for header in ("<|channel|>commentary to=functions.get_weather <|constrain|>json",
-                   " to=functions.get_weather<|channel|>commentary json"):
+            "<|channel|>commentary to=assistant<|channel|>commentary<|message|>Checking."
+            "<|end|><|start|>assistant")  # (a stray recipient that is no function: free)
+    for first, header in ((False, "<|channel|>commentary to=functions.get_weather "
+                                  "<|constrain|>json"),
+                          (False, " to=functions.get_weather<|channel|>commentary json"),
+                          (True, " to=functions.get_weather<|channel|>commentary json")):
+        if first:  # the first message's role header (the prompt wrote <|start|>assistant)
+            free = ""
         grammar = compile_tool_grammar(harmony.target, tool_plan(HARMONY_TEMPLATE, TOOLS,
                                                                   "auto", True))
         call = f'{free}{header}<|message|>{{"city": "'
@@ -108,14 +113,17 @@ def test_no_tools_reads_analysis_apart_from_the_answer(harmony):
         assert gen.text == final and gen.stats.reasoning_tokens > 0
 
 
+OPENED = HARMONY_TEMPLATE.replace("{{- '<|start|>assistant' }}{%- endif %}",
+                                  "{{- '<|start|>assistant<|channel|>analysis<|message|>' }}"
+                                  "{%- endif %}")
+
+
 @pytest.mark.parametrize("budget", [0, 6])
 def test_a_reasoning_budget_closes_the_analysis_after_n_tokens(tiny_harmony, budget):
     """A prompt that opens the analysis message, the model kept from ending it itself (<|end|>
     banned): after `budget` tokens lsd writes the final channel's header, and the model
     answers. Strict lookup writes what plain decoding writes."""
-    opened = HARMONY_TEMPLATE.replace("{{- '<|start|>assistant' }}{%- endif %}",
-                                      "{{- '<|start|>assistant<|channel|>analysis<|message|>' }}"
-                                      "{%- endif %}")
+    opened = OPENED
     answers = []
     for drafter in ("none", "lookup"):
         with Engine.load(tiny_harmony, drafter=drafter, n_ctx=TINY_CTX,
@@ -123,10 +131,12 @@ def test_a_reasoning_budget_closes_the_analysis_after_n_tokens(tiny_harmony, bud
             end = agent_token(eng.target.vocab, "<|end|>")
             gen = eng.generate(ASK, max_tokens=budget + 30, reasoning_budget=budget,
                                logit_bias={end: -math.inf}).run()
-            close = eng.target.vocab.tokenize(REASONING_CLOSE, add_special=False)
-            assert gen.tokens[budget:budget + len(close)] == close
+            after = b"".join(eng.target.vocab.token_bytes_special(t)
+                             for t in gen.tokens[budget:]).decode("utf-8", "replace")
+            assert end not in gen.tokens[:budget] and after.startswith(REASONING_CLOSE)
+            assert gen.tokens[budget] == end  # (the marker as its own token)
             assert gen.stats.reasoning_tokens == budget
-            assert len(gen.tokens) > budget + len(close) and gen.text  # then an answer
+            assert len(after) > len(REASONING_CLOSE) and gen.text  # then an answer
             answers.append(gen.tokens)
     assert answers[0] == answers[1]
 
@@ -206,3 +216,22 @@ def test_lsd_serve_speaks_harmony_to_an_openai_client(tiny_harmony):
             response_format={"type": "json_schema",
                              "json_schema": {"name": "c", "schema": schema}})
         assert json.loads(answer.choices[0].message.content)["city"] in ("Paris", "Rome")
+
+
+def test_an_opened_analysis_ends_before_a_schema_or_a_required_call(tiny_harmony):
+    """A prompt that opened the analysis: the schema's grammar and the required call's let
+    the model end it first (they started with a header, written inside the analysis), and
+    a budget closes it into the call's header under "required"."""
+    with Engine.load(tiny_harmony, drafter="lookup", n_ctx=TINY_CTX,
+                     chat_template=OPENED) as eng:
+        schema = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}},
+                  "required": ["city"], "additionalProperties": False}
+        gen = eng.generate(ASK, json_schema=schema, max_tokens=200, temperature=1.0, seed=0,
+                           logit_bias=ends(eng)).run()
+        assert json.loads(gen.text)["city"] in ("Paris", "Rome") and gen.reasoning is not None
+        end = agent_token(eng.target.vocab, "<|end|>")
+        gen = eng.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=120,
+                           reasoning_budget=4, logit_bias={**stop_bias(eng), end: -math.inf}
+                           ).run()
+        assert gen.stats.reasoning_tokens == 4 and len(gen.tool_calls) == 1
+        assert valid(gen.tool_calls[0]), written(eng, gen)

@@ -57,6 +57,12 @@ CASES = [
     ("<|channel|>analysis<|message|>Hm.<|end|><|start|>assistant", "<|start|>assistant",
      "Hm.", []),
     ("<|start|>x\ny z", "<|start|>x\ny z", "", []),  # (no header holds a line break)
+    # a string argument may hold the markers: the call ends with its JSON
+    ('<|channel|>commentary to=functions.now<|message|>{"a": "x<|end|>y<|start|>z"}', "", "",
+     [("now", '{"a": "x<|end|>y<|start|>z"}')]),
+    # the stray header gpt-oss writes before a channel: the last channel counts
+    ("<|channel|>commentary to=assistant<|channel|>analysis<|message|>I think.<|end|>"
+     "<|start|>assistant<|channel|>final<|message|>Hi", "Hi", "I think.", []),
 ]
 
 
@@ -127,9 +133,48 @@ def test_a_harmony_template_gets_its_parser_and_format():
 
 
 def test_reasoning_content_reaches_the_template_as_thinking():
+    call = {"id": "c", "type": "function", "function": {"name": "now", "arguments": "{}"}}
     messages = [{"role": "assistant", "content": "", "reasoning_content": "Hm."},
                 {"role": "assistant", "content": "", "thinking": "kept"},
-                {"role": "user", "content": "x"}]
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "Checking.", "reasoning_content": "Hm.",
+                 "tool_calls": [call]}]
     out = template_messages(messages)
     assert out[0]["thinking"] == "Hm." and out[1]["thinking"] == "kept"
     assert "thinking" not in out[2]
+    # (gpt-oss's template refuses content and thinking beside calls: llama.cpp drops it)
+    assert "content" not in out[3] and out[3]["thinking"] == "Hm." and out[3]["tool_calls"]
+
+
+def test_a_budget_closes_the_analysis_where_a_call_may_follow():
+    """No tools: into the final channel. tool_choice "auto": the next message is the
+    model's to choose, once; "required": the call's header."""
+    from lsd_local.chat import harmony
+
+    assert HarmonyParser(()).reasoning_close == harmony.REASONING_CLOSE
+    auto = HarmonyParser(NAMES)
+    auto.feed([("<|channel|>analysis<|message|>a", None)])
+    assert auto.reasoning_close == harmony.REASONING_CLOSE_OPEN
+    auto.feed([("<|end|><|start|>assistant<|channel|>analysis<|message|>b", None)])
+    assert auto.reasoning_close == harmony.REASONING_CLOSE
+    assert HarmonyParser(NAMES, required=True).reasoning_close.endswith(
+        "<|channel|>commentary to=functions.")
+
+
+def test_no_draft_crosses_into_an_analysis_uncounted():
+    """Under a budget, rounds draft nothing while another message may open (a header, a
+    preamble), not in the final channel."""
+    parser = HarmonyParser(NAMES)
+    assert parser.may_open_reasoning
+    parser.feed([("<|channel|>commentary<|message|>Let me", None)])
+    assert parser.may_open_reasoning
+    parser.feed([(" see.<|end|><|start|>assistant<|channel|>final<|message|>It", None)])
+    assert not parser.may_open_reasoning
+
+
+def test_a_call_the_prompt_opened_streams_its_name_first():
+    parser = HarmonyParser(NAMES, opened="<|start|>assistant<|channel|>commentary to="
+                                         "functions.now json")
+    parts = parser.feed([('{"a"', None)])
+    assert parts.tool_calls[0].name == "now" and parts.tool_calls[0].id
+    assert not parser.opened_analysis
