@@ -95,13 +95,8 @@ class Generation:
             if self._closed:
                 # side by side, others' reading may have run it to its end (or to a failure)
                 # before its own reader came: what it made is waiting
-                items = list(self.outbox)
-                self.outbox.clear()
-                for item in items:
-                    if isinstance(item, BaseException):
-                        raise item
-                    yield item
-                if items:
+                if self.outbox:
+                    yield from _in_order(self._take_outbox())
                     return
                 self._parts.check_open()  # closed before its first round: nothing more,
                 return  # unless the engine is gone (then say so)
@@ -116,11 +111,11 @@ class Generation:
     def take_events(self) -> list[RoundEvent]:
         """Side by side: the rounds that `Engine.step` made since the last call (raises what
         ended the generation, if something did)."""
+        return list(_in_order(self._take_outbox()))
+
+    def _take_outbox(self) -> list:
         items = list(self.outbox)
         self.outbox.clear()
-        for item in items:
-            if isinstance(item, BaseException):
-                raise item
         return items
 
     def run(self) -> Generation:
@@ -362,3 +357,12 @@ class Generation:
                     self._state.grammar.close()
             finally:
                 self._parts.release(self)
+
+
+def _in_order(items: list) -> Iterator[RoundEvent]:
+    """Rounds waiting in an outbox, in order; an exception among them (what ended the
+    generation) is raised where it stands."""
+    for item in items:
+        if isinstance(item, BaseException):
+            raise item
+        yield item
