@@ -22,7 +22,6 @@ class Vocab:
         self._piece_cache: dict[int, bytes] = {}
         self._special_cache: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
-        self._piece_buf = ctypes.create_string_buffer(256)
         self._byte_tokens: dict[int, int] | None = None
 
     def tokenize(self, text: str, add_special: bool = True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .harmony import (
     CALL_PREFIX,
+    CHANNEL,
     END,
     MARKERS,
     MESSAGE,
@@ -19,7 +20,7 @@ from .harmony import (
 from .jsonscan import CallScan, value_end
 from .output import OutputParser, Parts, _partial_suffix, thinking_of
 
-HEADER_STARTS = (START, "<|channel|>", " to=")
+HEADER_STARTS = (START, CHANNEL, " to=")
 MAX_HEADER = 256  # characters: a longer "header" is text a model wrote without one
 
 
@@ -28,6 +29,11 @@ def _may_be_header(text: str) -> bool:
     if len(text) > MAX_HEADER or "\n" in text:
         return False
     return any(text.startswith(s) or s.startswith(text) for s in HEADER_STARTS)
+
+
+def _held_back(text: str) -> int:
+    """How much of text's end may be the start of a message's end or of the next one."""
+    return max(_partial_suffix(text, END), _partial_suffix(text, START))
 
 
 class HarmonyParser(OutputParser):
@@ -100,13 +106,12 @@ class HarmonyParser(OutputParser):
             if self._pending_text().startswith(END):
                 self._take(len(END))
             return
-        keep = 0 if final else max(_partial_suffix(text, END), _partial_suffix(text, START))
+        keep = 0 if final else _held_back(text)
         parts.content += self._take(len(text) - keep)
 
     def _open(self, parts: Parts, channel: str, recipient: str | None) -> None:
         self.state, self._call_body, self._channel = "body", "", channel
-        name = recipient[len(CALL_PREFIX):] if recipient and \
-            recipient.startswith(CALL_PREFIX) else None
+        name = recipient[len(CALL_PREFIX):] if recipient else None  # (read_header's)
         if name is not None and name in self.names:
             self._kind = "call"
             self._stream_call(parts, len(self._announced), CallScan(name, "", False))
@@ -122,8 +127,7 @@ class HarmonyParser(OutputParser):
         text = self._pending_text()
         ends = [i for i in (text.find(END), text.find(START)) if i >= 0]
         at = min(ends) if ends else -1
-        keep = 0 if final or at >= 0 else max(_partial_suffix(text, END),
-                                              _partial_suffix(text, START))
+        keep = 0 if final or at >= 0 else _held_back(text)
         taken = self._take(at if at >= 0 else len(text) - keep)
         if self._kind == "reasoning":
             parts.reasoning += taken

@@ -11,7 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from . import commandrcalls, deepseekcalls, jsoncalls
+from . import commandrcalls, deepseekcalls, jsoncalls, xmlcalls
 from .commandrcalls import commandr_section
 from .deepseekcalls import deepseek_section
 from .jsonscan import list_elements, scan_call, value_end
@@ -37,7 +37,7 @@ THINK = Thinking("<think>", "</think>", "\n</think>\n\n")  # DeepSeek-R1, Qwen3,
 COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINKING|>")
 REASONING_CLOSE = THINK.budget_close
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
-FORMAT_MARKERS = {"hermes": ("<tool_call>", "</tool_call>"), "xml": ("<tool_call>", "</tool_call>"),
+FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
                   "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
                                deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),

@@ -58,13 +58,13 @@ class Plain(Drafter):
         return Draft(np.zeros(0, np.int32))
 
 
-def copy_rate(drafter, world, n_tokens, t, on_round=None, k_cap=32):
+def copy_rate(drafter, world, n_tokens, t, on_round=None):
     """Tokens per virtual second over n_tokens; t(n) the cost of scoring n tokens. Like
     loop.step, it tells the drafter when a batch is larger than any before (the target's
     logits buffer grows)."""
     history, clock, most_rows = np.zeros(0, np.int32), 0.0, 0
     while len(history) < n_tokens:
-        draft = drafter.propose(history, k_cap)
+        draft = drafter.propose(history, 32)
         k, n = len(draft), len(history)
         truth = world.truth[n:n + k + 1]
         wrong = np.flatnonzero(draft.tokens != truth[:k])
