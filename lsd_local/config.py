@@ -78,6 +78,9 @@ ASD_BUDGET = 6.0  # ASD per-request regret budget B
 
 # --- drafters (docs/benchmarks.md and docs/auto.md) -----------------------------------------
 DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
+# the drafter unless one is named (CLI, library, server): auto chooses lookup, the draft model
+# or none per round by measured costs (a fixed "model" default ran at 0.55x plain on a CPU)
+DEFAULT_DRAFTER = "auto"
 DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 32, "none": 0}  # fixed K per drafter
 # longest lookup draft auto considers (63 was tried: slower here, docs/auto.md "Block sizes")
 LOOKUP_CAP = 32
@@ -230,7 +233,7 @@ class RuleConfig(_Settings):
 class DrafterConfig(_Settings):
     """Which drafter to use and how far it drafts."""
 
-    drafter: str = "lookup"
+    drafter: str = DEFAULT_DRAFTER
     k: int | str | None = None  # int, "auto" (chosen per round) or None: DEFAULT_K[drafter]
     p_min: float = P_MIN  # draft model: stop drafting under this top-1 probability
     max_ngram: int = MAX_NGRAM  # prompt lookup: longest n-gram to match
@@ -328,7 +331,7 @@ def setting_names(cls) -> set[str]:
     return {f.name for f in fields(cls)} - {"drafter", "rule"}
 
 
-def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = None,
+def engine_settings(*, drafter: DrafterConfig | str | None = None,
                     rule: RuleConfig | str | None = None, load: LoadOptions | None = None,
                     draft_load: LoadOptions | None = None, rpc: str | tuple | list | None = None,
                     chat_template: str | None = None, remember: bool = False,
@@ -337,8 +340,8 @@ def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = No
     keyword names a field of DrafterConfig (k, p_min, max_ngram, min_ngram), RuleConfig
     (theta, window, ..., budget) or LoadOptions (n_ctx, n_threads, n_gpu_layers, device,
     ..., no_repack, verbose), or the draft's LoadOptions (draft_n_gpu_layers, draft_device);
-    they apply on top of the typed settings given. `drafter` defaults to "model" with a draft
-    model, else "lookup". ParameterError names an unknown keyword or an invalid value."""
+    they apply on top of the typed settings given. `drafter` defaults to DEFAULT_DRAFTER
+    ("auto"). ParameterError names an unknown keyword or an invalid value."""
     check(isinstance(suffix_tokens, int) and not isinstance(suffix_tokens, bool)
           and suffix_tokens >= 0, "suffix_tokens", f"{suffix_tokens!r} (an integer >= 0)")
     by_name = {"drafter": (setting_names(DrafterConfig), {}),
@@ -351,7 +354,7 @@ def engine_settings(*, has_draft: bool, drafter: DrafterConfig | str | None = No
             raise ParameterError(f"unknown parameter: {name}", param=name)
         by_name[group][1][name] = value
     dcfg = drafter if isinstance(drafter, DrafterConfig) else DrafterConfig(
-        drafter or ("model" if has_draft else "lookup"))
+        drafter or DEFAULT_DRAFTER)
     dcfg = dcfg.with_changes(**by_name["drafter"][1])
     rcfg = rule if isinstance(rule, RuleConfig) else RuleConfig(rule or "strict")
     rcfg = rcfg.with_changes(**by_name["rule"][1])

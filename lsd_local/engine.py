@@ -82,13 +82,14 @@ class Engine:
              **settings) -> Engine:
         """Load the target GGUF (and a draft GGUF; one with another vocabulary drafts through
         text). drafter: "auto", "model", "lookup", "multilevel", "none" or a DrafterConfig
-        (default "model" with a draft, else "lookup"); rule: "strict", "fly", "asd" or a
-        RuleConfig. Every other keyword is one of config.engine_settings': the drafter's and
-        the rule's settings (k, p_min, theta, budget, ...), loading (n_ctx, n_threads,
-        n_gpu_layers, device, draft_device, no_repack, ...), rpc, chat_template, remember.
-        `placement` says where each model went; docs/library.md has the details."""
+        (default "auto": each round whichever the measured costs make fastest); rule:
+        "strict", "fly", "asd" or a RuleConfig. Every other keyword is one of
+        config.engine_settings': the drafter's and the rule's settings (k, p_min, theta,
+        budget, ...), loading (n_ctx, n_threads, n_gpu_layers, device, draft_device,
+        no_repack, ...), rpc, chat_template, remember. `placement` says where each model went;
+        docs/library.md has the details."""
         return cls.from_settings(target, draft, engine_settings(
-            has_draft=draft is not None, drafter=drafter, rule=rule, **settings))
+            drafter=drafter, rule=rule, **settings))
 
     @classmethod
     def from_settings(cls, target: str | os.PathLike, draft: str | os.PathLike | None,

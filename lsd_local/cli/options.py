@@ -281,7 +281,7 @@ def engine_arguments(model: str | None, opts: dict, probe_devices: bool = True):
     found = resolve_models(model, opts["draft"], opts["drafter"],
                            offload_expected(opts, probe_devices), notify=notify)
     settings = engine_settings(
-        has_draft=found.draft is not None, drafter=found.drafter,
+        drafter=found.drafter,
         rule=opts["rule"] or found.rule or "strict", k=opts["k"], p_min=opts["p_min"],
         **{name: opts[name] for name in ("theta", "window", "entropy_top_k", "entropy",
                                          "gate", "max_exceptions", "budget")},

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..config import DEFAULT_DRAFTER
 from ..errors import LsdError
 from .embedded import DEMO_INSTALL, DEMO_NAME, embedded_model
 from .hub import snapshot_commit
@@ -96,7 +97,7 @@ def resolve_models(model: str | None, draft: str | None, drafter: str | None,
     target, spec = resolve_one(model, registry, notify)
     ctx = spec.ctx if spec else None
     template = spec.chat_template if spec else None
-    drafter = drafter or "auto"
+    drafter = drafter or DEFAULT_DRAFTER
     draft_arg = None if draft == "none" else draft
     if draft is None and spec and spec.draft:
         wants_model = drafter in ("model", "multilevel") or (

@@ -57,11 +57,11 @@ def test_the_engine_and_the_cli_share_the_defaults():
     from lsd_local.cli import cli
     from lsd_local.request import Request
 
-    assert config.engine_settings(has_draft=False).load.n_ctx == config.N_CTX  # Engine.load's
+    assert config.engine_settings().load.n_ctx == config.N_CTX  # Engine.load's
     assert default(Request, "max_tokens") == config.MAX_TOKENS  # what Engine.generate builds
     assert default(Request, "top_p") == config.TOP_P
-    assert config.engine_settings(has_draft=False).load.n_seq == 1  # side by side: opt in
-    run = config.engine_settings(has_draft=True, parallel=3)
+    assert config.engine_settings().load.n_seq == 1  # side by side: opt in
+    run = config.engine_settings(parallel=3)
     assert run.load.n_seq == run.draft_load.n_seq == 3  # a draft sequence per target one
     run = {p.name: p.default for p in cli.commands["run"].params}
     assert run["theta"] == config.FLY_THETA and run["gate"] == config.ASD_GATE
@@ -72,39 +72,39 @@ def test_the_engine_and_the_cli_share_the_defaults():
 
 def test_engine_settings_route_each_keyword_to_its_settings():
     """Engine.load's keyword conveniences are built into typed settings in one place."""
-    s = config.engine_settings(has_draft=True, k=6, p_min=0.5, theta=0.1, budget=2.0,
+    s = config.engine_settings(k=6, p_min=0.5, theta=0.1, budget=2.0,
                                n_ctx=512, n_threads=3, device="none", draft_n_gpu_layers=0,
                                no_repack=True, rpc="a:1, b:2", remember=True)
-    assert (s.drafter.drafter, s.drafter.k, s.drafter.p_min) == ("model", 6, 0.5)
+    assert (s.drafter.drafter, s.drafter.k, s.drafter.p_min) == ("auto", 6, 0.5)
     assert (s.rule.rule, s.rule.theta, s.rule.budget) == ("strict", 0.1, 2.0)
     assert (s.load.n_ctx, s.load.n_threads, s.load.devices, s.load.no_repack) == (
         512, 3, "none", True)
     assert s.draft_load.n_gpu_layers == 0 and s.load.n_gpu_layers == "auto"
     assert s.draft_load.n_ctx == 512 and not s.draft_device_given
     assert s.rpc == ("a:1", "b:2") and s.remember
-    assert config.engine_settings(has_draft=False).drafter.drafter == "lookup"
-    given = config.engine_settings(has_draft=True, draft_device="CPU")
+    assert config.engine_settings().drafter.drafter == config.DEFAULT_DRAFTER == "auto"
+    given = config.engine_settings(draft_device="CPU")
     assert given.draft_load.devices == "CPU" and given.draft_device_given
-    typed = config.engine_settings(has_draft=False, drafter=config.DrafterConfig("none"),
+    typed = config.engine_settings(drafter=config.DrafterConfig("none"),
                                    rule=config.RuleConfig("fly"), theta=0.2)
     assert typed.drafter.drafter == "none" and (typed.rule.rule, typed.rule.theta) == ("fly", 0.2)
-    assert config.engine_settings(has_draft=False, k=600).load.n_batch == 601  # a whole block
+    assert config.engine_settings(k=600).load.n_batch == 601  # a whole block
 
 
 @pytest.mark.parametrize("keywords,param", [({"colour": 3}, "colour"), ({"k": 0}, "k"),
                                             ({"n_ctx": 2}, "n_ctx"), ({"theta": -1}, "theta")])
 def test_engine_settings_refuse_what_they_do_not_know(keywords, param):
     with pytest.raises(config.ParameterError) as caught:
-        config.engine_settings(has_draft=False, **keywords)
+        config.engine_settings(**keywords)
     assert caught.value.param == param
 
 
 def test_engine_settings_take_any_sequence_and_empty_values_as_unset():
-    s = config.engine_settings(has_draft=True, tensor_split=(x for x in (3.0, 1.0)),
+    s = config.engine_settings(tensor_split=(x for x in (3.0, 1.0)),
                                device="CPU", draft_device="")
     assert s.load.tensor_split == (3.0, 1.0) and s.draft_load.tensor_split == (3.0, 1.0)
     assert s.draft_load.devices == "CPU" and not s.draft_device_given  # "" = as the target
-    assert config.engine_settings(has_draft=False, tensor_split=[]).load.tensor_split is None
+    assert config.engine_settings(tensor_split=[]).load.tensor_split is None
 
 
 def test_changed_settings_keep_what_is_not_named():
