@@ -30,7 +30,8 @@ from lsd_local.drafters.auto.policy import AutoDrafter
 from lsd_local.drafters.lookup import LookupDrafter
 
 SETS = "humaneval,code-edit,chat,summarize"
-SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 28, 33]
+SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 15, 16, 17, 20, 24, 28, 31, 32, 33, 40, 47, 48, 49,
+         56, 63, 64, 65]
 CONTEXTS = [300, 1500]
 
 

@@ -26,6 +26,7 @@ from .config import (
     changed_settings,
     engine_settings,
 )
+from .drafters.auto.calibration import CALIBRATION_CONTEXT
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
 from .drafters.forced import Forced, ForcedDraft
@@ -266,10 +267,12 @@ class Engine:
             return
         vocab = draft.vocab  # (its own token ids: it may have another vocabulary)
         filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
-        n = min(len(prompt_ids), 64, target.n_ctx - 16, draft.n_ctx - 2)
+        n = min(len(prompt_ids), CALIBRATION_CONTEXT, target.n_ctx // 2, draft.n_ctx - 2)
         if n >= 1:  # (a context too small to measure in: auto tries the model to learn)
+            prompt = np.asarray(prompt_ids, np.int32)
             self._calibration = drafter.calibrate(
-                target, draft, np.asarray(prompt_ids[:n], np.int32), np.full(n, filler, np.int32))
+                target, draft, prompt[:n], np.full(n, filler, np.int32),
+                prompt[:min(len(prompt) - 1, target.n_ctx - 1)])  # (the prefill reuses it)
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:

@@ -146,4 +146,34 @@ def test_auto_measures_the_draft_model_before_first_trying_it(tiny_pair, plain):
             gen = eng.generate(prompt, max_tokens=60).run()
             assert gen.tokens == plain.generate(prompt, max_tokens=60).run().tokens, prompt
         assert not eng.drafter.needs_calibration and eng.drafter.draft_token_s > 0
-        assert eng.drafter.cost.knows(9) and eng.drafter.cost.knows(2)
+        # the sizes a long copy is drafted in are measured too, not extrapolated
+        assert all(eng.drafter.cost.knows(n) for n in (1, 2, 9, 16, 32))
+
+
+def test_calibration_times_the_step_after_the_whole_prompt_and_keeps_it(tiny_pair, plain):
+    """A prompt long enough (~390 tokens): the step is also timed after all of it but its
+    last token, which stays cached, so that the prefill reads one token; the answer is
+    still greedy's and the slope of t(n) with the context is known (>= 0)."""
+    prompt = ("the cat is on the mat and " * 16)[:400]
+    with Engine.load(tiny_pair[0], tiny_pair[1], drafter="auto", n_ctx=TINY_CTX) as eng:
+        n_prompt = len(eng.target.vocab.tokenize(prompt))
+        assert n_prompt >= 64 + 256
+        gen = eng.generate(prompt, max_tokens=20).run()
+        assert gen.tokens == plain.generate(prompt, max_tokens=20).run().tokens
+        assert gen.stats.cached_prompt_tokens == n_prompt - 1
+        assert eng.drafter.cost.per_query_context_s >= 0.0
+        assert eng.drafter.cost.knows(1) and not eng.drafter.needs_calibration
+
+
+def test_calibration_measures_the_sizes_that_fit_the_batch(tiny_pair, plain):
+    """With a fixed K of 4 and a batch of 16 tokens per decode (what `n_batch` allows), a
+    block of 32 is never verified: calibration measures the sizes that fit, and the answer
+    is still greedy's."""
+    with Engine.load(tiny_pair[0], tiny_pair[1], drafter="auto", k=4, n_batch=16,
+                     n_ctx=TINY_CTX) as eng:
+        assert eng.target.n_batch == 16
+        for prompt in PROMPTS:
+            gen = eng.generate(prompt, max_tokens=30).run()
+            assert gen.tokens == plain.generate(prompt, max_tokens=30).run().tokens, prompt
+        assert eng.drafter.draft_token_s > 0
+        assert eng.drafter.cost.knows(16) and not eng.drafter.cost.knows(32)

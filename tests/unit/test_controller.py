@@ -52,7 +52,7 @@ def test_a_first_timing_stands_in_only_until_the_size_is_known():
     cost.observe(5, 0.300, first=True)  # unknown: the best there is
     assert cost.predict(5) == pytest.approx(0.300)
     assert 5 in cost.measured()[0]
-    weight, seconds = cost.counts()  # what is saved for the next process: the best there is
+    weight, seconds, _ = cost.counts()  # what is saved for the next process: the best there is
     assert seconds[5] / weight[5] == pytest.approx(0.300) and weight[5] > 0.05
     cost.observe(5, 0.120)  # a later timing replaces it
     assert cost.predict(5) == pytest.approx(0.120)
@@ -63,6 +63,46 @@ def test_a_first_timing_stands_in_only_until_the_size_is_known():
     for _ in range(700):  # a stand-in is forgotten as a measured size is, when unused
         fresh.observe(1, 0.050)
     assert fresh.measured()[0].tolist() == [1]
+
+
+def test_cost_model_moves_each_size_to_the_context_it_is_asked_at():
+    """t(n) = F(n) + slope * n * context: timed after 64 tokens (calibration) and, for a
+    step, after 1500 (the rounds), a block of 32 after 1500 is predicted as dear as it is;
+    without a known slope contexts are not told apart (the timings' plain means)."""
+    slope = 3e-6
+
+    def true_t(n, context):
+        return 0.030 + 0.009 * (n - 1) + slope * n * context
+    cost = CostModel()
+    for n in (1, 2, 9, 16, 32):
+        cost.observe(n, true_t(n, 64), context=64)
+    for _ in range(20):
+        cost.observe(1, true_t(1, 1500), context=1500)
+    mixed = cost.predict(1)
+    assert true_t(1, 64) < mixed < true_t(1, 1500)
+    assert cost.predict(32, context=1500) == pytest.approx(cost.predict(32))
+    cost.per_query_context_s = slope
+    for n in (1, 2, 9, 16, 32):
+        assert cost.predict(n, context=1500) == pytest.approx(true_t(n, 1500))
+        assert cost.predict(n, context=64) == pytest.approx(true_t(n, 64))
+    # between measured sizes: the interpolation of the moved sizes
+    assert cost.predict(24, context=1500) == pytest.approx(
+        (true_t(16, 1500) + true_t(32, 1500)) / 2)
+
+
+def test_auto_drafts_a_shorter_block_where_the_context_makes_blocks_dear():
+    """The same copy (a 16-token match, nothing learned) is worth a longer block after a
+    short prompt than after a long one, where each scored token attends to 3000 cached
+    ones: what the context slope is for (without it both choose alike)."""
+    def chosen(context_tokens: int) -> int:
+        drafter = AutoDrafter(FakeLookup(World(*CPU, p_lookup=0.8)))
+        for n in (1, 2, 9, 16, 32):
+            drafter.cost.observe(n, 0.030 + 0.009 * (n - 1) + 4e-6 * n * 64, context=64)
+        drafter.cost.per_query_context_s = 4e-6
+        history = np.zeros(context_tokens, np.int32)
+        drafter._context = context_tokens
+        return drafter._choose(history, n_lookup=32, k=32, run=16).k
+    assert 0 < chosen(3000) < chosen(100)
 
 
 def test_a_batch_that_grew_the_targets_logits_buffer_is_not_learned_as_its_cost():
@@ -387,20 +427,29 @@ def test_a_damaged_learned_state_is_ignored_not_raised(costs, acceptance):
     assert not lookup.tried.any() and not lookup.families
 
 
-def test_a_state_saved_by_the_previous_lookup_model_keeps_its_costs():
+def test_a_state_saved_by_the_previous_lookup_model_keeps_what_it_can():
     """Files written before lookup acceptance was learned by run hold per-position "lookup"
-    and "lookup-long" entries: those are ignored, the costs and the draft model's acceptance
-    still come back (the file format did not change)."""
+    and "lookup-long" entries: those are ignored, the draft model's cost and acceptance
+    still come back. Their t(n) counts, saved before contexts were kept, are not restored
+    (a draft model's engine calibrates again, measuring the context slope; a lookup-only
+    one relearns them within rounds); the current format's come back."""
     old_lookup = {"accepted": [5.0] * 32, "tried": [6.0] * 32}
     old_model = {"accepted": [3.0] * MODEL_CAP, "tried": [4.0] * MODEL_CAP}
     costs = {"weight": [0.0, 4.0] + [0.0] * 127, "seconds": [0.0, 0.16] + [0.0] * 127,
              "draft_token_s": 0.01}
-    drafter = AutoDrafter(FakeLookup(World(*CPU, p_lookup=0.9)))
+    world = World(*CPU, p_lookup=0.9)
+    drafter = AutoDrafter(FakeLookup(world), FakeModel(world))
     drafter.restore(costs, {"lookup": old_lookup, "lookup-long": old_lookup,
                             "model": old_model})
-    assert drafter.cost.predict(1) == pytest.approx(0.04) and drafter.draft_token_s == 0.01
+    assert not drafter.cost.observed and drafter.draft_token_s == 0.01
+    assert drafter.needs_calibration
     assert drafter.acceptance["model"].tried.sum() > 0
     assert not drafter.acceptance["lookup"].tried.any()
+    current = {**costs, "context": [0.0, 4.0 * 300] + [0.0] * 127,
+               "per_query_context_s": 3e-6}
+    drafter.restore(current, {})
+    assert drafter.cost.predict(1) == pytest.approx(0.04) and not drafter.needs_calibration
+    assert drafter.cost.predict(1, context=1300) == pytest.approx(0.04 + 1000 * 3e-6)
 
 
 def test_a_proposal_after_tokens_never_committed_teaches_nothing():
@@ -424,11 +473,12 @@ def test_a_proposal_after_tokens_never_committed_teaches_nothing():
 
 def calibrated(drafter, world):
     """What Engine._calibrate measures, from the simulated machine."""
-    from lsd_local.drafters.auto.policy import CALIBRATION_SIZES
+    from lsd_local.drafters.auto.calibration import CALIBRATION_SIZES
 
     for n in CALIBRATION_SIZES:
         drafter.cost.observe(n, world.a + world.b * n)
     drafter.draft_token_s = world.draft_s
+    drafter.cost.per_query_context_s = 0.0  # (the simulated machine's t(n) has no context)
 
 
 def test_a_draft_model_whose_best_case_cannot_pay_is_never_tried():

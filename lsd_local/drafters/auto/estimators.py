@@ -43,83 +43,99 @@ class CostModel:
     the slope of the last measured segment: optimistic on purpose (per-token cost falls with
     batch size on CPUs and is nearly flat on GPUs), so that longer drafts get tried and their
     true cost measured instead of being ruled out by a guess. With one size measured, the slope
-    is PRIOR_SLOPE * t(1) per token."""
+    is PRIOR_SLOPE * t(1) per token.
+
+    Each timing is kept with its context length (the tokens cached before the block): every
+    scored token attends to all of them, so t(n) grows by n * per_query_context_s per cached
+    token (on 2 CPU cores 3 us: t(32) is 298 ms after 300 tokens, 406 ms after 1500, where
+    t(1) grows from 32 to 35 ms). Given that slope (calibration measures it), a size measured
+    at one context is predicted at another; without it (None) contexts are not told apart."""
 
     def __init__(self, max_n: int = 128, decay: float = COST_DECAY,
                  prior_slope: float = PRIOR_SLOPE) -> None:
         self.decay = decay
         self.prior_slope = prior_slope
-        self._weight = np.zeros(max_n + 1)  # float64[max_n + 1], index n
-        self._seconds = np.zeros(max_n + 1)  # weighted sum of timings at n
-        # a timing that paid a one-time cost (see observe), decayed alike; it stands in for
-        # its size only while nothing else is known
-        self._first_weight = np.zeros(max_n + 1)  # float64[max_n + 1]: 0 or a decayed 1
-        self._first_seconds = np.zeros(max_n + 1)  # float64[max_n + 1]
-        self._any_first = False  # whether _first_weight holds anything (saves work per round)
+        # float64[3, max_n + 1], index n: weight, weighted sums of timings and of their
+        # context lengths (decayed together: one operation per round)
+        self._sums = np.zeros((3, max_n + 1))
+        # the same for a timing that paid a one-time cost (see observe), decayed alike; it
+        # stands in for its size only while nothing else is known (weight 0 or a decayed 1)
+        self._first = np.zeros((3, max_n + 1))
+        self._any_first = False  # whether _first holds anything (saves work per round)
+        self.per_query_context_s: float | None = None  # seconds per scored token per cached one
+
+    _weight = property(lambda self: self._sums[0])  # float64[max_n + 1]
 
     @property
     def observed(self) -> bool:
         return bool(self._any_first or self._weight.any())
 
-    def observe(self, n: int, seconds: float, first: bool = False) -> None:
-        """One timing of a batch of n. `first`: a batch that paid a one-time cost (more
-        logit rows than any before it: llama.cpp's logits buffer grew into new pages): it is
-        ignored when n is known, and otherwise stands in for n until a later timing of n."""
+    def observe(self, n: int, seconds: float, first: bool = False, context: int = 0) -> None:
+        """One timing of a batch of n after `context` cached tokens. `first`: a batch that
+        paid a one-time cost (more logit rows than any before it: llama.cpp's logits buffer
+        grew into new pages): it is ignored when n is known, and otherwise stands in for n
+        until a later timing of n."""
         if not 1 <= n < len(self._weight) or not math.isfinite(seconds) or seconds <= 0:
             return
-        self._weight *= self.decay
-        self._seconds *= self.decay
+        self._sums *= self.decay
         if self._any_first:
-            self._first_weight *= self.decay
-            self._first_seconds *= self.decay
+            self._first *= self.decay
         if first:
             if not self.knows(n):
-                self._first_weight[n], self._first_seconds[n] = 1.0, seconds
+                self._first[:, n] = (1.0, seconds, max(context, 0))
                 self._any_first = True
             return
-        self._weight[n] += 1.0
-        self._seconds[n] += seconds
-        if self._any_first and self._first_weight[n]:
-            self._first_weight[n] = self._first_seconds[n] = 0.0
-            self._any_first = bool(self._first_weight.any())
+        self._sums[:, n] += (1.0, seconds, max(context, 0))
+        if self._any_first and self._first[0, n]:
+            self._first[:, n] = 0.0
+            self._any_first = bool(self._first[0].any())
 
     def restore(self, saved: object, max_weight: float) -> bool:
-        """Start from counts an earlier process saved ({"weight": ..., "seconds": ...} as
-        `counts` gave them), scaled to at most max_weight timings in all: the means come
-        back, and this process's own timings take over within rounds when the machine
-        changed. Counts of another shape or damaged are ignored (False)."""
-        level = saved_counts(saved, self._weight.shape, ("weight", "seconds"))
+        """Start from counts an earlier process saved ({"weight", "seconds", "context"} as
+        `counts` gave them, and "per_query_context_s"), scaled to at most max_weight timings
+        in all: the means come back, and this process's own timings take over within rounds
+        when the machine changed. Counts of another shape, damaged, or saved before contexts
+        were kept are ignored (False)."""
+        level = saved_counts(saved, self._weight.shape, ("weight", "seconds", "context"))
         if level is None:
             return False
-        weight, seconds = level
+        weight = level[0]
         scale = min(1.0, max_weight / max(weight.sum(), 1e-9))
-        self._weight[:], self._seconds[:] = weight * scale, seconds * scale
+        self._sums[:] = np.stack(level) * scale
+        slope = saved.get("per_query_context_s")
+        if isinstance(slope, (int, float)) and not isinstance(slope, bool) and \
+                math.isfinite(slope) and slope >= 0:
+            self.per_query_context_s = float(slope)
         return True
 
     def knows(self, n: int) -> bool:
         """Whether batch size n has a current measured mean (not forgotten)."""
         return 1 <= n < len(self._weight) and bool(self._weight[n] > STALE_WEIGHT)
 
-    def counts(self) -> tuple[np.ndarray, np.ndarray]:
-        """(weight, weighted seconds), float64[max_n + 1] each, index n: what is known of
-        each size, a first timing standing in where nothing else is (what is saved)."""
-        weight, seconds = self._weight, self._seconds
-        if self._any_first:
-            standing_in = (weight <= STALE_WEIGHT) & (self._first_weight > STALE_WEIGHT)
-            weight = np.where(standing_in, self._first_weight, weight)
-            seconds = np.where(standing_in, self._first_seconds, seconds)
-        return weight, seconds
+    def counts(self) -> np.ndarray:
+        """float64[3, max_n + 1]: (weight, weighted seconds, weighted context) per size n,
+        a first timing standing in where nothing else is (what is saved)."""
+        if not self._any_first:
+            return self._sums
+        standing_in = (self._sums[0] <= STALE_WEIGHT) & (self._first[0] > STALE_WEIGHT)
+        return np.where(standing_in, self._first, self._sums)
 
-    def measured(self) -> tuple[np.ndarray, np.ndarray]:
-        """(sizes int[m], mean seconds float64[m]) of the batch sizes seen."""
-        weight, seconds = self.counts()
+    def measured(self, context: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(sizes int[m], mean seconds float64[m]) of the batch sizes seen; after `context`
+        cached tokens when given and the context slope is known, else as timed."""
+        weight, seconds, contexts = self.counts()
         sizes = np.flatnonzero(weight > STALE_WEIGHT)
-        return sizes, seconds[sizes] / weight[sizes]
+        times = seconds[sizes] / weight[sizes]
+        if context is not None and self.per_query_context_s:
+            moved = context - contexts[sizes] / weight[sizes]
+            times = np.maximum(times + self.per_query_context_s * sizes * moved, 1e-9)
+        return sizes, times
 
-    def predict(self, n: int | np.ndarray) -> np.ndarray:
-        """Predicted seconds for batch size(s) n (0.0 before any observation)."""
+    def predict(self, n: int | np.ndarray, context: int | None = None) -> np.ndarray:
+        """Predicted seconds for batch size(s) n after `context` cached tokens (None: as
+        timed; 0.0 before any observation)."""
         n = np.asarray(n, dtype=np.float64)
-        sizes, times = self.measured()
+        sizes, times = self.measured(context)
         if len(sizes) == 0:
             return np.zeros_like(n)
         if len(sizes) == 1:
@@ -180,9 +196,9 @@ class AcceptanceModel:
         return np.concatenate(([0.0], np.cumsum(reach)))
 
 
-def saved_counts(saved: object, shape: tuple[int, ...],
-                 names: tuple[str, str] = ("accepted", "tried")) -> tuple[np.ndarray, ...] | None:
-    """Two float64 arrays of `shape` read from a saved JSON object's fields `names`, or None
+def saved_counts(saved: object, shape: tuple[int, ...], names: tuple[str, ...] = (
+        "accepted", "tried")) -> tuple[np.ndarray, ...] | None:
+    """Float64 arrays of `shape` read from a saved JSON object's fields `names`, or None
     when the object or a field is missing, of another shape, not numbers, negative or not
     finite: a damaged or hand-edited learned.json must never stop a start."""
     if not isinstance(saved, dict):
@@ -235,11 +251,12 @@ def perfect_draft_speedup(t_one, t_block, k, draft_s=0.0):
 
 
 def measure_decode_times(model, context: np.ndarray, sizes: Sequence[int],
-                         repeats: int = 5) -> CostCurve:
+                         repeats: int = 5, keep_context: bool = False) -> CostCurve:
     """Median seconds for `model` (a backend Model) to score n tokens with n logit rows, as a
     verification does, after the int32 `context` is cached. One untimed pass first (caches
     and buffers warm up), then the sizes interleaved `repeats` times, so that drift on a
-    shared machine hits every size alike. The model's cache is left empty."""
+    shared machine hits every size alike. The model's cache is left empty, or holding the
+    context (`keep_context`: a prompt's prefix that its prefill then reuses)."""
     context = np.asarray(context, np.int32)
     batch = np.resize(context, max(sizes)) if len(context) else np.ones(max(sizes), np.int32)
     model.truncate(0)
@@ -252,5 +269,5 @@ def measure_decode_times(model, context: np.ndarray, sizes: Sequence[int],
             if rep:
                 times[n].append(perf_counter() - start)
             model.truncate(len(context))
-    model.truncate(0)
+    model.truncate(len(context) if keep_context else 0)
     return CostCurve(list(sizes), [float(statistics.median(times[n])) for n in sizes])

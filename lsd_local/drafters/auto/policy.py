@@ -13,13 +13,8 @@ import numpy as np
 from ...config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter
 from ..lookup import LookupDrafter
-from .estimators import (
-    AcceptanceModel,
-    CostModel,
-    best_k,
-    measure_decode_times,
-    perfect_draft_speedup,
-)
+from . import calibration
+from .estimators import AcceptanceModel, CostModel, best_k, perfect_draft_speedup
 from .lookup_acceptance import RunAcceptanceModel
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
@@ -61,13 +56,6 @@ RESTORED_TRIES = 50.0
 # copies break about once in a hundred tokens, which a few tries cannot tell (and this
 # generation's own evidence still takes over within a few proposals: lookup_acceptance).
 RESTORED_LOOKUP_TRIES = 500.0
-# Before a draft model is first tried (nothing learned yet), the target's t(n) at these sizes
-# (K up to MODEL_CAP) and the draft model's step are measured, a few times each: a draft model
-# whose best case (every token accepted) cannot beat plain decoding is then never tried, not
-# even to explore (on 2 CPU cores it costs 65 % of a target step and 8 tokens cost 7 steps:
-# its one trial, with the whole prompt to catch up, cost a short answer 18 %).
-CALIBRATION_SIZES = (1, 2, MODEL_CAP + 1)  # (between them t(n) is interpolated)
-CALIBRATION_REPEATS = 2
 
 
 @dataclass
@@ -109,11 +97,13 @@ class AutoDrafter(Drafter):
         self._shadows: dict[str, list] = {}
         self._last_tried = {"lookup": 0, "model": 0}
         self.rounds = 0
+        self._context = 0  # tokens cached before this round's block
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
         """history: int32[n] committed tokens; k: the most tokens the loop allows."""
         self.rounds += 1
+        self._context = len(history)  # (the tokens this round's block attends to)
         for key in list(self._shadows):
             self._resolve_shadow(key, history)
         if k <= 0:
@@ -148,8 +138,10 @@ class AutoDrafter(Drafter):
     def learned_costs(self) -> dict:
         """What the cost models hold (JSON-able): t(n) per batch size, draft seconds per
         forward. Saved between processes by lsd_local.drafters.auto.learned."""
-        weight, seconds = self.cost.counts()
+        weight, seconds, context = self.cost.counts()
         return {"weight": weight.tolist(), "seconds": seconds.tolist(),
+                "context": context.tolist(),
+                "per_query_context_s": self.cost.per_query_context_s,
                 "draft_token_s": self.draft_token_s}
 
     def learned_acceptance(self) -> dict:
@@ -187,7 +179,8 @@ class AutoDrafter(Drafter):
         grammar's forced tokens, other requests': batch_tokens) count in its size, not in
         an acceptance."""
         # (the decode scored this block and batch_tokens others: that size took that time)
-        self.cost.observe(n_drafted + 1 + self.batch_tokens, verify_seconds, first=grew_logits)
+        self.cost.observe(n_drafted + 1 + self.batch_tokens, verify_seconds, first=grew_logits,
+                          context=self._context)
         if n_drafted <= 0:
             return
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
@@ -232,9 +225,10 @@ class AutoDrafter(Drafter):
         nearly free, one that adds to a full batch is not."""
         sizes = np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2)
         if not self.batch_tokens:
-            return self.cost.predict(sizes)
+            return self.cost.predict(sizes, self._context)
         others = self.batch_tokens
-        added = self.cost.predict(sizes + others) - self.cost.predict(others)
+        added = self.cost.predict(sizes + others, self._context) - \
+            self.cost.predict(others, self._context)
         return np.maximum(added, 1e-9)
 
     def model_can_pay(self, t: np.ndarray) -> bool:
@@ -250,30 +244,27 @@ class AutoDrafter(Drafter):
 
     @property
     def needs_calibration(self) -> bool:
-        """A draft model whose cost nothing has measured yet (see calibrate)."""
-        return self.model is not None and self.draft_token_s is None
+        """A draft model whose cost nothing has measured yet, or a cost model that does not
+        know how t(n) grows with the context (see calibrate)."""
+        return self.model is not None and (self.draft_token_s is None or
+                                           self.cost.per_query_context_s is None)
 
-    def calibrate(self, target, draft_model, context: np.ndarray,
-                  draft_context: np.ndarray) -> tuple:
-        """Measure the target's t(n) at CALIBRATION_SIZES after `context` and the draft
-        model's step after `draft_context` (int32 tokens of each one's vocabulary; both
-        backend Models handed in): the draft model's best case is then known before it is
-        ever tried. Both caches are left empty (the draft model's drafter is told). Returns
-        what it measured, for `use_calibration` of other drafters of the same models."""
-        curve = measure_decode_times(target, context, CALIBRATION_SIZES, CALIBRATION_REPEATS)
-        step = measure_decode_times(draft_model, draft_context, (1,), CALIBRATION_REPEATS)
+    def calibrate(self, target, draft_model, context: np.ndarray, draft_context: np.ndarray,
+                  prefix: np.ndarray | None = None) -> calibration.Calibration:
+        """Measure what costs what on this machine (calibration.measure: the arrays are its;
+        both backend Models handed in): the draft model's best case is then known before it
+        is ever tried. The draft model's drafter is told its cache was emptied. Returns what
+        it measured, for `use_calibration` of other drafters of the same models."""
+        measured = calibration.measure(target, draft_model, context, draft_context, prefix)
         self.model.reset()
-        calibration = (tuple(curve.sizes), tuple(curve.seconds), step.seconds[0])
-        self.use_calibration(calibration)
-        return calibration
+        self.use_calibration(measured)
+        return measured
 
-    def use_calibration(self, calibration: tuple) -> None:
+    def use_calibration(self, measured: calibration.Calibration) -> None:
         """Take what `calibrate` measured (on these models, maybe by another drafter: side
         by side, each sequence has its own, and the machine is the same)."""
-        sizes, seconds, draft_token_s = calibration
-        for n, t in zip(sizes, seconds, strict=True):
-            self.cost.observe(n, t)
-        self.draft_token_s = draft_token_s
+        calibration.apply(self.cost, measured)
+        self.draft_token_s = measured.draft_token_s
 
     def _option(self, source: str, expected: np.ndarray, t: np.ndarray, draft_s: float,
                 catch_up: float = 0.0) -> _Choice:
