@@ -2,12 +2,15 @@
 same prompts, the same constraints and (checked) the same answers.
 
     .venv/bin/python bench/agents_compare.py --llama-cpp ~/.cache/lsd-peers/build/bin \\
-        [--conversations 6] [--workload agents|repeat|edits]
+        [--conversations 6] [--workload agents|repeat|edits|six-edits]
 
 Workloads: "agents" (below), "repeat" (the same conversations three times, the second and
 third with small changes: bench/make_workload_sets.py's VARIATIONS; both servers keep what
-they saw: lsd's suffix index, llama-server's ngram-mod pool) and "edits" (functions of
-bench/code-edit.jsonl edited over three turns, each answer appended to the conversation).
+they saw: lsd's suffix index, llama-server's ngram-mod pool), "edits" (functions of
+bench/code-edit.jsonl edited over three turns, each answer appended to the conversation)
+and "six-edits" (bench/six-edits.jsonl: one module edited six ways, six separate requests
+of the whole file, up to 768 tokens each; per edit, whether lsd drafted from the earlier
+answers: the share of its accepted tokens from the suffix index).
 
 Each conversation of bench/agents.jsonl (3 tools: get_weather, search_docs, calculator)
 runs 3 turns, as an agent does: turns 1 and 2 must call a tool (tool_choice "required"; the
@@ -112,21 +115,25 @@ def post(port: int, path: str, body: dict) -> dict:
         return json.load(response)
 
 
-def lsd_turn(client, messages: list, choice: str | None) -> dict:
+def lsd_turn(client, messages: list, choice: str | None, max_tokens: int = 256) -> dict:
     start = time.perf_counter()
     tools = {"tools": TOOLS, "tool_choice": choice} if choice else {}
-    answer = client.chat.completions.create(model="lsd", messages=messages, max_tokens=256,
-                                            temperature=0, **tools)
+    answer = client.chat.completions.create(model="lsd", messages=messages,
+                                            max_tokens=max_tokens, temperature=0, **tools)
     seconds = time.perf_counter() - start
     message = answer.choices[0].message
     calls = [(c.function.name, c.function.arguments) for c in message.tool_calls or ()]
-    return {"seconds": seconds, "tps": answer.model_extra["lsd"]["decode_tokens_per_second"],
+    extra = answer.model_extra["lsd"]
+    by_source = extra.get("accepted_by_source") or {}
+    return {"seconds": seconds, "tps": extra["decode_tokens_per_second"],
             "calls": calls, "text": message.content or "", "message": message,
-            "tokens": answer.usage.completion_tokens}
+            "tokens": answer.usage.completion_tokens,
+            "from_earlier": by_source.get("suffix", 0) / max(1, sum(by_source.values()))}
 
 
-def llama_turn(port: int, prompt: str, grammar: str | None, opener_id: int | None) -> dict:
-    body = {"prompt": prompt, "n_predict": 256, "temperature": 0, "cache_prompt": True}
+def llama_turn(port: int, prompt: str, grammar: str | None, opener_id: int | None,
+               n_predict: int = 256) -> dict:
+    body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0, "cache_prompt": True}
     if grammar:
         body["grammar"] = grammar
     elif opener_id is not None:  # (an answer turn of an agent: no call)
@@ -146,7 +153,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-cpp", type=Path, required=True, help="llama.cpp build/bin")
     parser.add_argument("--conversations", type=int, default=6)
-    parser.add_argument("--workload", choices=["agents", "repeat", "edits"], default="agents")
+    parser.add_argument("--workload", choices=["agents", "repeat", "edits", "six-edits"],
+                        default="agents")
     parser.add_argument("--json", default="agents-compare.json", help="every turn measured")
     parser.add_argument("--peers", default=",".join(PEERS),
                         help="llama-server columns, comma-separated, of: " + ", ".join(PEERS))
@@ -169,7 +177,8 @@ def main() -> None:
             columns[f"llama-server {peer}"] = llama_server(args.llama_cpp, *PEERS[peer])
         try:
             rows = run_edits(columns, renderer, args.conversations) \
-                if args.workload == "edits" else \
+                if args.workload == "edits" else run_six_edits(columns, renderer) \
+                if args.workload == "six-edits" else \
                 run_all(columns, conversations, renderer, grammar, opener_id)
         finally:
             for proc, _ in columns.values():
@@ -218,6 +227,30 @@ def run_edits(columns, renderer, n: int) -> list[dict]:
             if turn < len(EDIT_TURNS):
                 messages += [{"role": "assistant", "content": row["lsd serve"]["text"]},
                              {"role": "user", "content": EDIT_TURNS[turn]}]
+    return rows
+
+
+def run_six_edits(columns, renderer) -> list[dict]:
+    """bench/six-edits.jsonl's requests in order, each to every column."""
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{columns['lsd serve'][1]}/v1",
+                           api_key="none", timeout=900)
+    rows = []
+    for line in Path(__file__).with_name("six-edits.jsonl").read_text().splitlines():
+        item = json.loads(line)
+        prompt = renderer.prompt_text(item["messages"])
+        theirs = post(columns["llama-server plain"][1], "/apply-template",
+                      {"messages": item["messages"]})["prompt"]
+        if theirs != prompt:
+            raise SystemExit(f"{item['id']}: the prompts differ")
+        row = {"id": item["id"], "turn": 1,
+               "lsd serve": lsd_turn(client, item["messages"], None, item["max_tokens"])}
+        for name, (_, port) in columns.items():
+            if name != "lsd serve":
+                row[name] = llama_turn(port, prompt, None, None, item["max_tokens"])
+        rows.append(row)
+        print_row(row, list(columns))
+        print(f"  lsd drafted {row['lsd serve']['from_earlier']:.0%} of its accepted tokens "
+              "from earlier answers", flush=True)
     return rows
 
 

@@ -1,5 +1,6 @@
 """Regenerate the workload sets where drafting from past requests and from the grammar pays
-(issue 31): bench/json-extract.jsonl, bench/agents-repeat.jsonl, bench/edits-multiturn.jsonl.
+(issues 31, 36): bench/json-extract.jsonl, bench/agents-repeat.jsonl,
+bench/edits-multiturn.jsonl, bench/six-edits.jsonl.
 
     python bench/make_workload_sets.py
 
@@ -12,6 +13,12 @@
 - edits-multiturn: functions of bench/code-edit.jsonl edited in three turns (type hints, a
   docstring, a renamed parameter); each turn's conversation holds the earlier turns with the
   function as the assistant's answer. One sequence per function.
+
+- six-edits: one module (written for this set, 57 lines) edited six ways, each a separate
+  request holding the whole module as it was (an editor or agent sending the file with one
+  instruction at a time): one `sequence`, all in the test split. Each answer is the module
+  again with one change: the earlier answers hold the later ones' unchanged parts (as the
+  prompt does) and the earlier edits' own style.
 
 Every fourth record or function is in the dev split. The files are committed; this script
 documents them.
@@ -170,7 +177,89 @@ def edits_multiturn() -> list[dict]:
     return rows
 
 
+MODULE = '''\
+"""A small shop inventory kept in a dict: name -> {"price": float, "qty": int}."""
+
+import json
+
+
+def load_inventory(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def save_inventory(inventory, path):
+    with open(path, "w") as f:
+        json.dump(inventory, f, indent=2, sort_keys=True)
+
+
+def add_item(inventory, name, price, qty):
+    if name in inventory:
+        inventory[name]["qty"] += qty
+        inventory[name]["price"] = price
+    else:
+        inventory[name] = {"price": price, "qty": qty}
+    return inventory[name]
+
+
+def remove_item(inventory, name, qty):
+    item = inventory.get(name)
+    if item is None:
+        raise KeyError(name)
+    if item["qty"] < qty:
+        raise ValueError(f"only {item['qty']} of {name} left")
+    item["qty"] -= qty
+    if item["qty"] == 0:
+        del inventory[name]
+    return qty
+
+
+def total_value(inventory):
+    total = 0.0
+    for item in inventory.values():
+        total += item["price"] * item["qty"]
+    return total
+
+
+def low_stock(inventory, threshold=5):
+    names = []
+    for name, item in sorted(inventory.items()):
+        if item["qty"] < threshold:
+            names.append(name)
+    return names
+
+
+def report(inventory):
+    lines = []
+    for name, item in sorted(inventory.items()):
+        lines.append(f"{name:<20} {item['qty']:>5} x {item['price']:>8.2f}")
+    lines.append(f"{'total':<20} {total_value(inventory):>17.2f}")
+    return "\\n".join(lines)
+'''
+SIX_EDITS = [
+    "Add type hints to every function's parameters and return value.",
+    "Add a one-line docstring to every function.",
+    "Rename the function `remove_item` to `take_item`.",
+    "Make `add_item` raise ValueError when `qty` is not a positive integer.",
+    "Replace the loop in `total_value` with a call to sum().",
+    "Add a function `restock(inventory, name, qty)` at the end that adds qty to an item "
+    "that exists and raises KeyError otherwise.",
+]
+
+
+def six_edits() -> list[dict]:
+    rows = []
+    for number, ask in enumerate(SIX_EDITS, 1):
+        content = (f"{ask} Reply with the whole file in one code block and nothing else."
+                   f"\n\n```python\n{MODULE}```")
+        rows.append({"id": f"inventory-{number}", "split": "test", "max_tokens": 768,
+                     "messages": [{"role": "user", "content": content}],
+                     "sequence": "inventory"})
+    return rows
+
+
 if __name__ == "__main__":
     write("json-extract", json_extract())
     write("agents-repeat", agents_repeat())
     write("edits-multiturn", edits_multiturn())
+    write("six-edits", six_edits())

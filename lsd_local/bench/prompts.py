@@ -21,7 +21,7 @@ from ..models.resources import data_path
 BUILTIN_SETS = ("humaneval", "code-edit", "chat", "summarize")
 # shipped, not run by default: structured output (see --grammar), and the workloads where
 # drafting from the grammar and from past requests pays (bench/make_workload_sets.py)
-EXTRA_SETS = ("json", "json-extract", "agents-repeat", "edits-multiturn")
+EXTRA_SETS = ("json", "json-extract", "agents-repeat", "edits-multiturn", "six-edits")
 SPLITS = ("dev", "test", "all")
 
 

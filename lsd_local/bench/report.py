@@ -260,6 +260,27 @@ def suppliers(summaries: Sequence[dict]) -> list[str]:
         for s in summaries if s.get("accepted_share")]
 
 
+def sequence_requests(rows: Sequence[dict], baseline: str = "plain") -> list[str]:
+    """For the requests of a sequence (an editor's or an agent's requests one after
+    another), per configuration that drafts and in order: each request's speedup over the
+    baseline on it and the share of its accepted tokens drafted from the earlier requests'
+    answers (the suffix index): whether a later request drafted from an earlier one."""
+    base = {(r["id"], r["rep"]): r for r in rows if r["config"] == baseline}
+    lines = []
+    for key in dict.fromkeys((r["set"], r["sequence"], r["config"]) for r in rows
+                             if r.get("sequence") is not None and r["config"] != baseline
+                             and "accepted_by_source" in r):
+        cells = []
+        for row in (r for r in rows if (r["set"], r.get("sequence"), r["config"]) == key):
+            plain = base.get((row["id"], row["rep"]))
+            speedup = f"{row['tps'] / plain['tps']:.2f}x" if plain and plain["tps"] else "-"
+            accepted = sum(row["accepted_by_source"].values())
+            earlier = row["accepted_by_source"].get("suffix", 0)
+            cells.append(f"{row['id']} {speedup} {earlier / accepted if accepted else 0:.0%}")
+        lines.append(f"{key[0]:<10} {key[2]:<24} " + ", ".join(cells))
+    return lines
+
+
 def write_json(path: Path, meta: dict, rows: Sequence[dict], summaries: Sequence[dict],
                extra: dict | None = None) -> None:
     """Everything measured: settings, per-run rows, summaries and any extra report."""

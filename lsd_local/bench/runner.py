@@ -358,7 +358,8 @@ def run_bench(models: BenchModels, configs: Sequence[BenchConfig],
             for config in configs:
                 row = {"set": item.set_name, "id": item.id, "rep": rep,
                        "config": config.name, "max_tokens": budget,
-                       **run_one(models, config, item, budget, rep), "rss_mb": peak_rss_mb()}
+                       **run_one(models, config, item, budget, rep), "rss_mb": peak_rss_mb(),
+                       **({} if item.sequence is None else {"sequence": item.sequence})}
                 done += 1
                 yield Progress(done, total, time.perf_counter() - start, row)
         if item.sequence is not None and at == last_of[item.sequence]:

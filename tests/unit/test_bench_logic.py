@@ -172,6 +172,24 @@ def test_auto_choices_are_reported_per_set_and_config():
     assert "none 62%, lookup 38%" in lines[0] and "0:5 5:3" in lines[0]
 
 
+def test_the_requests_of_a_sequence_are_reported_in_order_with_what_earlier_answers_gave():
+    """Per sequence and drafting configuration, each request in order: its speedup over
+    plain on it and the share of its accepted tokens from earlier answers (the suffix)."""
+    from lsd_local.bench.report import sequence_requests
+
+    rows = []
+    for pid, tps, by_source in (("e1", 20.0, {"lookup": 30}),
+                                ("e2", 30.0, {"lookup": 30, "suffix": 10})):
+        rows += [row("plain", pid, 10.0, [1], sequence="edits"),
+                 row("strict:auto", pid, tps, [1], sequence="edits",
+                     accepted_by_source=by_source)]
+    rows += [row("plain", "x", 10.0, [1]),
+             row("strict:auto", "x", 40.0, [1], accepted_by_source={"suffix": 5})]
+    lines = sequence_requests(rows)
+    assert len(lines) == 1 and "strict:auto" in lines[0]
+    assert lines[0].endswith("e1 2.00x 0%, e2 3.00x 25%")
+
+
 def test_first_divergence():
     assert first_divergence([1, 2, 3], [1, 2, 4]) == 2
     assert first_divergence([1, 2], [1, 2, 3]) == 2
@@ -321,6 +339,16 @@ def test_constrained_prompts_refuse_what_cannot_take_their_schema():
     refuse_unconstrained(SimpleNamespace(cold=True), lsd_only, load_set("chat", "test", 2))
 
 
+def test_the_six_edits_are_one_sequence_of_whole_file_requests():
+    """bench/six-edits.jsonl: six requests, in the test split, one sequence, each the same
+    module with another instruction (what issue 36's edits workload asks)."""
+    items = load_set("six-edits", "test")
+    assert len(items) == 6 and {i.sequence for i in items} == {"inventory"}
+    modules = {i.messages[0]["content"].split("```python\n", 1)[1] for i in items}
+    assert len(modules) == 1 and "def remove_item(" in modules.pop()
+    assert len({i.messages[0]["content"] for i in items}) == 6
+
+
 def test_a_sequence_keeps_its_index_from_the_first_item_to_the_last_only(monkeypatch):
     import numpy as np
 
@@ -344,7 +372,9 @@ def test_a_sequence_keeps_its_index_from_the_first_item_to_the_last_only(monkeyp
     items = [PromptItem("s", "a1", user, sequence="a"), PromptItem("s", "a2", user, sequence="a"),
              PromptItem("s", "b1", user, sequence="b"), PromptItem("s", "c", user)]
     models = runner.BenchModels(target=None)
-    list(runner.run_bench(models, [parse_config("strict:lookup")], items, 8, repeat=2))
+    rows = [p.row for p in runner.run_bench(models, [parse_config("strict:lookup")], items, 8,
+                                            repeat=2)]
+    assert [r.get("sequence") for r in rows[::2]] == ["a", "a", "b", None]
     # (id, repeat, tokens in its index when it ran, indexes held then)
     assert seen == [("a1", 0, 0, 1), ("a1", 1, 0, 2), ("a2", 0, 11, 2), ("a2", 1, 11, 2),
                     ("b1", 0, 0, 1), ("b1", 1, 0, 2), ("c", 0, 0, 1), ("c", 1, 0, 1)]
