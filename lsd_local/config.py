@@ -331,7 +331,8 @@ def setting_names(cls) -> set[str]:
     return {f.name for f in fields(cls)} - {"drafter", "rule"}
 
 
-def engine_settings(*, drafter: DrafterConfig | str | None = None,
+def engine_settings(*, has_draft: bool | None = None,
+                    drafter: DrafterConfig | str | None = None,
                     rule: RuleConfig | str | None = None, load: LoadOptions | None = None,
                     draft_load: LoadOptions | None = None, rpc: str | tuple | list | None = None,
                     chat_template: str | None = None, remember: bool = False,
@@ -341,7 +342,8 @@ def engine_settings(*, drafter: DrafterConfig | str | None = None,
     (theta, window, ..., budget) or LoadOptions (n_ctx, n_threads, n_gpu_layers, device,
     ..., no_repack, verbose), or the draft's LoadOptions (draft_n_gpu_layers, draft_device);
     they apply on top of the typed settings given. `drafter` defaults to DEFAULT_DRAFTER
-    ("auto"). ParameterError names an unknown keyword or an invalid value."""
+    ("auto", with a draft model or without: `has_draft` no longer matters and is accepted
+    for earlier callers). ParameterError names an unknown keyword or an invalid value."""
     check(isinstance(suffix_tokens, int) and not isinstance(suffix_tokens, bool)
           and suffix_tokens >= 0, "suffix_tokens", f"{suffix_tokens!r} (an integer >= 0)")
     by_name = {"drafter": (setting_names(DrafterConfig), {}),

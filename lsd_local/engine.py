@@ -26,7 +26,7 @@ from .config import (
     changed_settings,
     engine_settings,
 )
-from .drafters.auto.calibration import CALIBRATION_CONTEXT
+from .drafters.auto.calibration import CALIBRATION_CONTEXT, Calibration
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
 from .drafters.forced import Forced, ForcedDraft
@@ -220,7 +220,7 @@ class Engine:
         self._used_seqs[seq] = None
         target = self.target.slots[seq]
         draft = self.draft_model.slots[seq] if self.draft_model is not None else None
-        self._calibrate(drafter, target, draft, prompt_ids)
+        evaluated = self._calibrate(drafter, target, draft, prompt_ids)
         if plan is not None and plan.mode != "none" and (request.grammar or request.json_schema):
             raise ParameterError("invalid grammar: give tools or a grammar, not both",
                                  param="tools")
@@ -242,7 +242,7 @@ class Engine:
             drafter = Forced(drafter, ForcedDraft(compiled.text, compiled.triggers,
                                                   self.target.vocab), len(prompt_ids))
         parts = EngineParts(target, draft, drafter, self.state_cache, self._check_open,
-                            self._claim.give_back)
+                            self._claim.give_back, evaluated)
         state = RoundState(np.random.default_rng(check_seed(request.seed)), compiled)
         gen = Generation(parts, prompt_ids, settings, state, Verifier(rcfg, settings.sampler),
                          TextAssembler(self.target.vocab.showing(parser.markers if parser
@@ -253,26 +253,32 @@ class Engine:
             self._runner.join(gen)
         return gen
 
-    def _calibrate(self, drafter, target, draft, prompt_ids: list[int]) -> None:
+    def _calibrate(self, drafter, target, draft, prompt_ids: list[int]) -> tuple[int, float]:
         """Before auto first tries the draft model (nothing learned yet), measure what it and
-        the target cost here: a draft model that cannot pay is then never tried (once per
-        process and model pair, then kept with what auto learned). `target`, `draft`: the
-        generation's sequences."""
-        if draft is None or not getattr(drafter, "needs_calibration", False):
-            return
+        the target cost here, and at the first prompt long enough how t(n) grows with the
+        context: a draft model that cannot pay is then never tried (once per process and
+        model pair, then kept with what auto learned). `target`, `draft`: the generation's
+        sequences. Returns (prompt tokens left cached, seconds their evaluation took)."""
+        if draft is None or not getattr(drafter, "needs_calibration", False) and \
+                not getattr(drafter, "needs_slope", False):
+            return 0, 0.0
         if self._calibration is not None:  # (measured for another sequence's drafter)
-            drafter.use_calibration(self._calibration)
-            return
-        if target.n_cached:  # (never at the cost of a conversation's cache)
-            return
+            drafter.use_calibration(self._calibration, timings=drafter.needs_calibration)
+        if target.n_cached or not (drafter.needs_calibration or drafter.needs_slope):
+            return 0, 0.0  # (never at the cost of a conversation's cache)
         vocab = draft.vocab  # (its own token ids: it may have another vocabulary)
         filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
         n = min(len(prompt_ids), CALIBRATION_CONTEXT, target.n_ctx // 2, draft.n_ctx - 2)
-        if n >= 1:  # (a context too small to measure in: auto tries the model to learn)
-            prompt = np.asarray(prompt_ids, np.int32)
-            self._calibration = drafter.calibrate(
-                target, draft, prompt[:n], np.full(n, filler, np.int32),
-                prompt[:min(len(prompt) - 1, target.n_ctx - 1)])  # (the prefill reuses it)
+        if n < 1:  # (a context too small to measure in: auto tries the model to learn)
+            return 0, 0.0
+        prompt = np.asarray(prompt_ids, np.int32)
+        prefix = prompt[:min(len(prompt) - 1, target.n_ctx - 1)]  # (the prefill reuses it)
+        self._calibration = drafter.calibrate(
+            target, draft, prompt[:n], np.full(n, filler, np.int32), prefix) \
+            if drafter.needs_calibration else \
+            drafter.calibrate_slope(target, prompt[:n], prefix, self._calibration or
+                                    Calibration((), drafter.draft_token_s, None))
+        return self._calibration.evaluated
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:

@@ -51,6 +51,9 @@ class EngineParts:
     state_cache: object | None  # statecache.StateCache
     check_open: Callable[[], None]  # RuntimeError once the engine is closed
     release: Callable[[Generation], None]  # the engine may start another generation
+    # prompt tokens this request evaluated before its prefill (auto's calibration left them
+    # cached), and the seconds that took: its own work, not a cache hit
+    evaluated: tuple[int, float] = (0, 0.0)
 
 
 class Generation:
@@ -246,7 +249,8 @@ class Generation:
         if parts.state_cache is not None:  # another conversation's cache may serve it better
             parts.state_cache.switch_to(parts.target, parts.draft_model, prompt)
         self.prefill_at = parts.target.reuse_prefix(prompt, len(prompt) - 1)
-        self.stats.cached_prompt_tokens = self.prefill_at
+        self.stats.cached_prompt_tokens = self.prefill_at - min(parts.evaluated[0],
+                                                                self.prefill_at)
 
     @property
     def prefill_left(self) -> int:
@@ -263,7 +267,8 @@ class Generation:
         self.prefill_at += n
         if self.prefill_left:
             return
-        self.stats.prefill_seconds = perf_counter() - self._prefill_started
+        self.stats.prefill_seconds = perf_counter() - self._prefill_started + \
+            self._parts.evaluated[1]
         if self._settings.max_tokens == 0:
             self.stats.finish_reason = "length"
             self._last_round = True

@@ -83,6 +83,7 @@ def test_engine_settings_route_each_keyword_to_its_settings():
     assert s.draft_load.n_ctx == 512 and not s.draft_device_given
     assert s.rpc == ("a:1", "b:2") and s.remember
     assert config.engine_settings().drafter.drafter == config.DEFAULT_DRAFTER == "auto"
+    assert config.engine_settings(has_draft=True).drafter.drafter == "auto"  # (accepted)
     given = config.engine_settings(draft_device="CPU")
     assert given.draft_load.devices == "CPU" and given.draft_device_given
     typed = config.engine_settings(drafter=config.DrafterConfig("none"),

@@ -88,6 +88,15 @@ def test_cost_model_moves_each_size_to_the_context_it_is_asked_at():
     # between measured sizes: the interpolation of the moved sizes
     assert cost.predict(24, context=1500) == pytest.approx(
         (true_t(16, 1500) + true_t(32, 1500)) / 2)
+    # a slope measured four times too steep: after a shorter context than they were timed
+    # at, blocks cost at least half their timing, never nothing
+    steep = CostModel()
+    for n in (1, 2, 9, 16, 32):
+        steep.observe(n, true_t(n, 6000), context=6000)
+    steep.per_query_context_s = 4 * slope
+    predicted = steep.predict(np.arange(1, 34), context=100)
+    timed = steep.predict(np.arange(1, 34))
+    assert (predicted >= 0.5 * timed - 1e-12).all() and (predicted < timed).all()
 
 
 def test_auto_drafts_a_shorter_block_where_the_context_makes_blocks_dear():
@@ -114,6 +123,8 @@ def test_a_batch_that_grew_the_targets_logits_buffer_is_not_learned_as_its_cost(
         for _ in range(10):
             drafter.cost.observe(1, 0.040)
             drafter.cost.observe(33, 0.500)
+    for drafter in (grew, did_not):  # (a round: the context of its block is known)
+        drafter.propose(np.ones(8, np.int32), 32)
     grew.accept(32, 32, 0.600, grew_logits=True)
     did_not.accept(32, 32, 0.600, grew_logits=False)
     assert did_not.cost.predict(33) > 0.505
@@ -442,14 +453,18 @@ def test_a_state_saved_by_the_previous_lookup_model_keeps_what_it_can():
     drafter.restore(costs, {"lookup": old_lookup, "lookup-long": old_lookup,
                             "model": old_model})
     assert not drafter.cost.observed and drafter.draft_token_s == 0.01
-    assert drafter.needs_calibration
+    assert drafter.needs_slope and not drafter.needs_calibration
     assert drafter.acceptance["model"].tried.sum() > 0
     assert not drafter.acceptance["lookup"].tried.any()
     current = {**costs, "context": [0.0, 4.0 * 300] + [0.0] * 127,
                "per_query_context_s": 3e-6}
     drafter.restore(current, {})
-    assert drafter.cost.predict(1) == pytest.approx(0.04) and not drafter.needs_calibration
+    assert drafter.cost.predict(1) == pytest.approx(0.04) and not drafter.needs_slope
     assert drafter.cost.predict(1, context=1300) == pytest.approx(0.04 + 1000 * 3e-6)
+    damaged = AutoDrafter(FakeLookup(world), FakeModel(world))
+    damaged.restore({**current, "per_query_context_s": 1e308}, {})
+    assert damaged.needs_slope  # (a slope no machine has: ignored, measured again)
+    assert np.isfinite(damaged.cost.predict(np.arange(1, 34), context=50)).all()
 
 
 def test_a_proposal_after_tokens_never_committed_teaches_nothing():

@@ -13,65 +13,107 @@ sequences' drafters and learned.json keeps it between processes).
   lookup draft (K = 30, priced at 9.5 steps instead of 10.4) was a bet lost in every summary.
 - Context: every scored token attends to every cached one, so a block of n costs n times a
   step's growth more after a longer context (t(16) 173 ms after 300 tokens, 237 ms after
-  1500, where t(1) grows from 32 to 35 ms). Measured at the first 64 tokens of a prompt
-  only, blocks looked 25-35 % cheaper than they were after a summary's 1500-token prompt.
-  So t(1) is also timed after the prompt's whole prefix (which stays cached: its prefill
-  then costs nothing more), and the slope between the two is the cost model's
-  per_query_context_s.
+  1500, where t(1) grows from 32 to 35 ms). Timed after the first 64 tokens of a prompt
+  only, blocks looked 25-35 % cheaper than they were after a 1500-token prompt.
+  So t(16) is timed again after the prompt's whole prefix (a block of 16 shows the growth
+  16 times as plainly as a step), which stays cached: its prefill then costs nothing more
+  (the generation is told, for its statistics). A prompt too short for that leaves the
+  slope unknown, to be timed at the first long prompt (`measure_slope`).
 """
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import NamedTuple
 
 import numpy as np
 
 from ...config import LOOKUP_CAP, MODEL_CAP
-from .estimators import CostModel, measure_decode_times
+from .estimators import CostModel, measure_decode_times, time_blocks
 
 CALIBRATION_SIZES = (1, 2, MODEL_CAP + 1, LOOKUP_CAP // 2, LOOKUP_CAP)  # (interpolated between)
 CALIBRATION_REPEATS = 2
 CALIBRATION_CONTEXT = 64  # tokens of the prompt the sizes are timed after
+SLOPE_SIZE = LOOKUP_CAP // 2  # the block timed after both contexts
 SLOPE_SPREAD = 256  # the prefix must be this much longer than that to time the slope
-SLOPE_REPEATS = 6  # (a step's growth over 256 tokens is ~1 ms here: timed more often)
+SLOPE_REPEATS = 3
 # a slope above t(1) per this many cached tokens is taken for noise and capped (the truth
 # here: 1 per ~10,000)
-MIN_DOUBLING_CONTEXT = 1000
+MIN_DOUBLING_CONTEXT = 2000
 
 
 class Calibration(NamedTuple):
     """What `measure` found: (size, seconds, context) timings of the target, the draft
-    model's seconds per step, and the target's seconds per scored token per cached one."""
+    model's seconds per step, the target's seconds per scored token per cached one (None:
+    not measured yet), and (prompt tokens left cached, seconds their evaluation took)."""
 
     timings: tuple[tuple[int, float, int], ...]
     draft_token_s: float
-    per_query_context_s: float
+    per_query_context_s: float | None
+    evaluated: tuple[int, float] = (0, 0.0)
 
 
 def measure(target, draft_model, context: np.ndarray, draft_context: np.ndarray,
             prefix: np.ndarray | None = None) -> Calibration:
     """Time the target (backend Model) at CALIBRATION_SIZES that fit its batch and context
-    after the int32 `context`, its step after `prefix` (a prompt's tokens but its last,
-    beginning with `context`; left cached), and the draft model's step after
-    `draft_context` (its own vocabulary). The caches are left empty but for the prefix."""
+    after the int32 `context`, and the slope with the context after `prefix` (a prompt's
+    tokens but its last, beginning with `context`; left cached) when it is long enough, and
+    the draft model's step after `draft_context` (its own vocabulary). The caches are left
+    empty but for the prefix."""
+    near_s = _evaluate(target, context, 0)
     fits = min(target.n_batch, target.n_ctx - len(context))  # (a small -c or --n-batch)
     sizes = [n for n in CALIBRATION_SIZES if n <= fits]
-    curve = measure_decode_times(target, context, sizes, CALIBRATION_REPEATS)
-    timings = [(n, s, len(context)) for n, s in zip(curve.sizes, curve.seconds, strict=True)]
-    slope = 0.0
-    if prefix is not None and len(prefix) - len(context) >= SLOPE_SPREAD:
-        near = measure_decode_times(target, context, (1,), SLOPE_REPEATS).seconds[0]
-        far = measure_decode_times(target, prefix, (1,), SLOPE_REPEATS,
-                                   keep_context=True).seconds[0]
-        timings.append((1, far, len(prefix)))
-        slope = min(max(0.0, (far - near) / (len(prefix) - len(context))),
-                    near / MIN_DOUBLING_CONTEXT)
+    curve = time_blocks(target, context, sizes, CALIBRATION_REPEATS)
+    timings = tuple((n, s, len(context)) for n, s in zip(curve.sizes, curve.seconds,
+                                                          strict=True))
+    found = Calibration(timings, 0.0, None)
+    if _slope_fits(target, context, prefix):
+        found = _far(target, context, prefix, found, curve(SLOPE_SIZE), curve(1), near_s)
+    else:
+        target.truncate(0)
     step = measure_decode_times(draft_model, draft_context, (1,), CALIBRATION_REPEATS)
-    return Calibration(tuple(timings), step.seconds[0], slope)
+    return found._replace(draft_token_s=step.seconds[0])
+
+
+def measure_slope(target, context: np.ndarray, prefix: np.ndarray,
+                  known: Calibration) -> Calibration:
+    """`known` with the slope timed (after `context`, then after `prefix`, which stays
+    cached), when the prefix is long enough; else `known` unchanged (the cache emptied)."""
+    if not _slope_fits(target, context, prefix):
+        return known
+    near_s = _evaluate(target, context, 0)
+    near = time_blocks(target, context, (1, SLOPE_SIZE), SLOPE_REPEATS)
+    return _far(target, context, prefix, known, near(SLOPE_SIZE), near(1), near_s)
+
+
+def _slope_fits(target, context: np.ndarray, prefix: np.ndarray | None) -> bool:
+    return (prefix is not None and len(prefix) - len(context) >= SLOPE_SPREAD and
+            min(target.n_batch, target.n_ctx - len(prefix)) >= SLOPE_SIZE)
+
+
+def _evaluate(target, tokens: np.ndarray, at: int) -> float:
+    """Seconds to evaluate `tokens[at:]` into the cache, cut to `at` first."""
+    target.truncate(at)
+    start = perf_counter()
+    target.decode(tokens[at:], at, 0)
+    return perf_counter() - start
+
+
+def _far(target, context, prefix, known: Calibration, near: float, step: float,
+         near_s: float) -> Calibration:
+    """`known` with the slope between `near` (t(SLOPE_SIZE) after `context`; `step`: t(1)
+    there) and the same block timed after `prefix`, evaluated here and left cached."""
+    far_s = _evaluate(target, prefix, len(context))
+    far = time_blocks(target, prefix, (SLOPE_SIZE,), SLOPE_REPEATS).seconds[0]
+    slope = min(max(0.0, (far - near) / (SLOPE_SIZE * (len(prefix) - len(context)))),
+                step / MIN_DOUBLING_CONTEXT)
+    return known._replace(timings=known.timings + ((SLOPE_SIZE, far, len(prefix)),),
+                          per_query_context_s=slope, evaluated=(len(prefix), near_s + far_s))
 
 
 def apply(cost: CostModel, calibration: Calibration) -> None:
-    """Teach a cost model what `measure` timed."""
-    cost.per_query_context_s = calibration.per_query_context_s
+    """Teach a cost model what `measure` timed (a slope not measured leaves its own)."""
+    if calibration.per_query_context_s is not None:
+        cost.per_query_context_s = calibration.per_query_context_s
     for n, seconds, context in calibration.timings:
         cost.observe(n, seconds, context=context)

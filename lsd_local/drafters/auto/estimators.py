@@ -27,6 +27,11 @@ PRIOR_SLOPE = 0.5
 COST_DECAY = 0.995  # weight of every older timing, per new observation of any size
 STALE_WEIGHT = 0.05  # a size whose decayed weight fell below this counts as unmeasured
 ACCEPT_DECAY = 0.98  # weight of older acceptance evidence, per update
+# a size timed after a longer context is predicted after a shorter one at least this share of
+# its timing; a saved context slope above this (seconds per scored token per cached one: 100x
+# a 2-core CPU's) is damage, not a measurement
+MIN_MOVED_SHARE = 0.5
+MAX_CONTEXT_SLOPE_S = 3e-4
 # Each position's estimate is shrunk toward the pooled acceptance of all positions with the
 # weight of this many observations, so that untested (longer) positions inherit what the
 # drafter shows elsewhere instead of a fixed prior; with no evidence at all p = the prior.
@@ -104,7 +109,7 @@ class CostModel:
         self._sums[:] = np.stack(level) * scale
         slope = saved.get("per_query_context_s")
         if isinstance(slope, (int, float)) and not isinstance(slope, bool) and \
-                math.isfinite(slope) and slope >= 0:
+                0 <= slope <= MAX_CONTEXT_SLOPE_S:
             self.per_query_context_s = float(slope)
         return True
 
@@ -128,7 +133,10 @@ class CostModel:
         times = seconds[sizes] / weight[sizes]
         if context is not None and self.per_query_context_s:
             moved = context - contexts[sizes] / weight[sizes]
-            times = np.maximum(times + self.per_query_context_s * sizes * moved, 1e-9)
+            # (a slope measured too steep must not price blocks at nothing after a shorter
+            # context: attention is a part of a step, never all of it)
+            times = np.maximum(times + self.per_query_context_s * sizes * moved,
+                               MIN_MOVED_SHARE * times)
         return sizes, times
 
     def predict(self, n: int | np.ndarray, context: int | None = None) -> np.ndarray:
@@ -251,16 +259,24 @@ def perfect_draft_speedup(t_one, t_block, k, draft_s=0.0):
 
 
 def measure_decode_times(model, context: np.ndarray, sizes: Sequence[int],
-                         repeats: int = 5, keep_context: bool = False) -> CostCurve:
+                         repeats: int = 5) -> CostCurve:
     """Median seconds for `model` (a backend Model) to score n tokens with n logit rows, as a
-    verification does, after the int32 `context` is cached. One untimed pass first (caches
-    and buffers warm up), then the sizes interleaved `repeats` times, so that drift on a
-    shared machine hits every size alike. The model's cache is left empty, or holding the
-    context (`keep_context`: a prompt's prefix that its prefill then reuses)."""
+    verification does, after the int32 `context` is cached (time_blocks). The model's
+    cache is left empty."""
     context = np.asarray(context, np.int32)
-    batch = np.resize(context, max(sizes)) if len(context) else np.ones(max(sizes), np.int32)
     model.truncate(0)
     model.decode(context, 0, 0)
+    curve = time_blocks(model, context, sizes, repeats)
+    model.truncate(0)
+    return curve
+
+
+def time_blocks(model, context: np.ndarray, sizes: Sequence[int], repeats: int) -> CostCurve:
+    """Median seconds to score n tokens with n logit rows after the int32 `context`, which
+    `model` holds cached (and still holds after). One untimed pass first (caches and
+    buffers warm up), then the sizes interleaved `repeats` times, so that drift on a shared
+    machine hits every size alike."""
+    batch = np.resize(context, max(sizes)) if len(context) else np.ones(max(sizes), np.int32)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for rep in range(repeats + 1):
         for n in sizes:
@@ -269,5 +285,4 @@ def measure_decode_times(model, context: np.ndarray, sizes: Sequence[int],
             if rep:
                 times[n].append(perf_counter() - start)
             model.truncate(len(context))
-    model.truncate(len(context) if keep_context else 0)
     return CostCurve(list(sizes), [float(statistics.median(times[n])) for n in sizes])

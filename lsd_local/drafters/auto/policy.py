@@ -97,13 +97,13 @@ class AutoDrafter(Drafter):
         self._shadows: dict[str, list] = {}
         self._last_tried = {"lookup": 0, "model": 0}
         self.rounds = 0
-        self._context = 0  # tokens cached before this round's block
+        self._context: int | None = None  # tokens cached before this round's block
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
         """history: int32[n] committed tokens; k: the most tokens the loop allows."""
         self.rounds += 1
-        self._context = len(history)  # (the tokens this round's block attends to)
+        self._context = len(history) - 1  # (cached before this round's block)
         for key in list(self._shadows):
             self._resolve_shadow(key, history)
         if k <= 0:
@@ -178,9 +178,12 @@ class AutoDrafter(Drafter):
         a stand-in for a size it has not measured. Tokens of others in the same decode (a
         grammar's forced tokens, other requests': batch_tokens) count in its size, not in
         an acceptance."""
-        # (the decode scored this block and batch_tokens others: that size took that time)
-        self.cost.observe(n_drafted + 1 + self.batch_tokens, verify_seconds, first=grew_logits,
-                          context=self._context)
+        # (the decode scored this block and batch_tokens others: that size took that time;
+        # after which context is known only when this round asked for a draft)
+        if self._context is not None:
+            self.cost.observe(n_drafted + 1 + self.batch_tokens, verify_seconds,
+                              first=grew_logits, context=self._context)
+            self._context = None
         if n_drafted <= 0:
             return
         if self._used_source == "model":  # lookup learns from its shadow (see propose)
@@ -244,10 +247,21 @@ class AutoDrafter(Drafter):
 
     @property
     def needs_calibration(self) -> bool:
-        """A draft model whose cost nothing has measured yet, or a cost model that does not
-        know how t(n) grows with the context (see calibrate)."""
-        return self.model is not None and (self.draft_token_s is None or
-                                           self.cost.per_query_context_s is None)
+        """A draft model whose cost nothing has measured yet (see calibrate)."""
+        return self.model is not None and self.draft_token_s is None
+
+    @property
+    def needs_slope(self) -> bool:
+        """Calibrated, but not how t(n) grows with the context (the prompts were short)."""
+        return self.model is not None and self.cost.per_query_context_s is None
+
+    def calibrate_slope(self, target, context: np.ndarray, prefix: np.ndarray,
+                        known: calibration.Calibration) -> calibration.Calibration:
+        """`known` with the context slope timed after `prefix` (calibration.measure_slope)."""
+        measured = calibration.measure_slope(target, context, prefix, known)
+        calibration.apply(self.cost, measured._replace(timings=measured.timings[
+            len(known.timings):]))  # (the rest this drafter has)
+        return measured
 
     def calibrate(self, target, draft_model, context: np.ndarray, draft_context: np.ndarray,
                   prefix: np.ndarray | None = None) -> calibration.Calibration:
@@ -260,11 +274,13 @@ class AutoDrafter(Drafter):
         self.use_calibration(measured)
         return measured
 
-    def use_calibration(self, measured: calibration.Calibration) -> None:
+    def use_calibration(self, measured: calibration.Calibration, timings: bool = True) -> None:
         """Take what `calibrate` measured (on these models, maybe by another drafter: side
-        by side, each sequence has its own, and the machine is the same)."""
-        calibration.apply(self.cost, measured)
-        self.draft_token_s = measured.draft_token_s
+        by side, each sequence has its own, and the machine is the same); `timings=False`:
+        its context slope only (this drafter has the rest)."""
+        calibration.apply(self.cost, measured if timings else measured._replace(timings=()))
+        if timings:
+            self.draft_token_s = measured.draft_token_s
 
     def _option(self, source: str, expected: np.ndarray, t: np.ndarray, draft_s: float,
                 catch_up: float = 0.0) -> _Choice:
