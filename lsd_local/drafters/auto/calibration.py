@@ -78,9 +78,10 @@ def measure(target, draft_model, context: np.ndarray, draft_context: np.ndarray,
 def measure_slope(target, context: np.ndarray, prefix: np.ndarray,
                   known: Calibration) -> Calibration:
     """`known` with the slope timed (after `context`, then after `prefix`, which stays
-    cached), when the prefix is long enough; else `known` unchanged (the cache emptied)."""
+    cached), when the prefix is long enough; else `known` with nothing evaluated now (the
+    cache untouched)."""
     if not _slope_fits(target, context, prefix):
-        return known
+        return known._replace(evaluated=(0, 0.0))
     near_s = _evaluate(target, context, 0)
     near = time_blocks(target, context, (1, SLOPE_SIZE), SLOPE_REPEATS)
     return _far(target, context, prefix, known, near(SLOPE_SIZE), near(1), near_s)
