@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from time import perf_counter
 
 import numpy as np
 
 from .chat.output import OutputParser, Parts, ToolCall
+from .drafters.base import DecodeCall, run_steps
 from .drafters.crossvocab import marked_tokens
 from .kernels.warmup import process_warmup
 from .loop import (
@@ -32,7 +33,7 @@ from .loop import (
     TokenBuffer,
     draft_limit,
     finish_round,
-    plan_round,
+    plan_round_steps,
 )
 from .stats import GenerationStats, Origin, RoundEvent
 from .text import TextAssembler
@@ -208,6 +209,11 @@ class Generation:
     def _plan(self) -> PendingRound | RoundEvent | None:
         """The next round's first half (a block to score), or an event lsd wrote without the
         model (the reasoning budget's close), or None (nothing this time: plan again)."""
+        return run_steps(self._plan_steps())
+
+    def _plan_steps(self) -> Generator[DecodeCall, np.ndarray,
+                                       PendingRound | RoundEvent | None]:
+        """_plan in steps (the draft model's decodes yielded: loop.plan_round_steps)."""
         settings = self._settings
         k = draft_limit(settings, self.stats.generated_tokens, self._history.n,
                         self._parts.target.n_ctx)
@@ -220,7 +226,8 @@ class Generation:
         elif self._reasoning_budget is not None and self._parser is not None and \
                 self._parser.may_open_reasoning:
             k = 0  # (a token a round until a block opens: none uncounted past its opener)
-        return plan_round(self._parts.drafter, self._history, settings, self._state, k)
+        return (yield from plan_round_steps(self._parts.drafter, self._history, settings,
+                                            self._state, k))
 
     def _finish_round(self, pending: PendingRound, logits: np.ndarray, grew: bool,
                       decode_seconds: float | None = None) -> RoundEvent:

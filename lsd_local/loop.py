@@ -11,14 +11,14 @@ truncates the target cache to n+L. A plain decoding step is the same round with 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from time import perf_counter
 
 import numpy as np
 
 from .config import PenaltySettings, SamplerSettings
-from .drafters.base import EMPTY_DRAFT, Draft, Drafter
+from .drafters.base import EMPTY_DRAFT, DecodeCall, Draft, Drafter, run_steps
 from .stats import Origin, RoundEvent
 from .verify import Verdict
 from .verify.constrain import prepare_block
@@ -100,9 +100,17 @@ def plan_round(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
                clock: Callable[[], float] = perf_counter) -> PendingRound:
     """The first half of a round: draft, and the block to score (side by side, the blocks
     of several requests are scored in one decode: sidebyside.py)."""
+    return run_steps(plan_round_steps(drafter, history, req, state, k, clock))
+
+
+def plan_round_steps(drafter: Drafter | None, history: TokenBuffer, req: LoopSettings,
+                     state: RoundState, k: int, clock: Callable[[], float] = perf_counter
+                     ) -> Generator[DecodeCall, np.ndarray, PendingRound]:
+    """plan_round in steps: the draft model's decodes are yielded (drafters/base.py), so
+    that side by side every sequence's go into one batch."""
     t0 = clock()
-    draft = EMPTY_DRAFT if drafter is None or k <= 0 else \
-        drafter.propose(history.view(), k, req.sampler, state.rng, state.grammar)
+    draft = EMPTY_DRAFT if drafter is None or k <= 0 else (yield from drafter.propose_steps(
+        history.view(), k, req.sampler, state.rng, state.grammar))
     n = history.n
     block = np.empty(len(draft) + 1, np.int32)
     block[0] = history.data[n - 1]

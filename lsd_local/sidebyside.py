@@ -21,7 +21,9 @@ import weakref
 from collections.abc import Callable, Iterator
 from time import perf_counter
 
-from .backend.slot import decode_blocks
+import numpy as np
+
+from .backend.slot import Slot, decode_blocks
 from .errors import EngineBusyError
 from .loop import PendingRound
 from .stats import RoundEvent
@@ -127,15 +129,22 @@ class SideBySide:
     def step(self) -> None:
         """One round of every active generation (and the next chunk of every prompt still
         being read), scored in as few decodes as n_batch allows (one, unless the blocks
-        overflow it)."""
+        overflow it). The draft model's decodes for all of them are batched too."""
         with self.lock:
             blocks: list[tuple] = []  # (gen, PendingRound | None, tokens, n_logit_rows)
             expected = sum(self._last_block.get(id(g), 1) for g in self._members)
+            planning = []  # (gen, its plan in steps)
             for gen in list(self._members):
                 drafter = gen._parts.drafter
                 if drafter is not None:  # what the others will likely add (their last)
                     drafter.batch_tokens = expected - self._last_block.get(id(gen), 1)
-                self._plan(gen, blocks)
+                steps = self._plan_steps(gen)
+                if steps is not None:
+                    planning.append((gen, steps))
+            planned = self._plan_together(planning)
+            for gen, _ in planning:  # (in arrival order, whatever order they finished in)
+                if id(gen) in planned:
+                    self._planned(gen, planned[id(gen)], blocks)
             self._last_block = {id(b[0]): len(b[2]) for b in blocks if b[1] is not None}
             # prompts still being read fill the rest, and always move on (a full batch of
             # rounds must not hold a new request back: then they take a decode of their own)
@@ -148,8 +157,10 @@ class SideBySide:
             for group in _groups(blocks, self.model.n_batch):
                 self._score(group)
 
-    def _plan(self, gen, blocks: list) -> None:
-        """The generation's next block, if it has one now (a new one starts its prefill)."""
+    def _plan_steps(self, gen):
+        """The generation's next round in steps (Generation._plan_steps), or None when it has
+        none now: its prompt is still being read, or it has ended (a new one starts its
+        prefill here)."""
         try:
             if not gen.opened:
                 gen._open()
@@ -157,18 +168,52 @@ class SideBySide:
                 if not gen.prefill_left:
                     gen._prefilled(0)
             if gen.prefill_left or self._done(gen):
-                return
-            planned = gen._plan()
+                return None
+            return gen._plan_steps()
         except Exception as exc:  # noqa: BLE001 - it fails this generation, not the others
             self._fail(gen, exc)
-            return
+            return None
+
+    def _plan_together(self, planning: list) -> dict:
+        """Run the generations' plans side by side: whenever each waits for a draft-model
+        decode, those decodes go in one batch (draft_decodes). {id(gen): what its plan
+        returned} for those that did not fail."""
+        planned: dict[int, object] = {}
+        waiting: list[tuple] = []  # (gen, steps, DecodeCall)
+        for gen, steps in planning:
+            self._advance(gen, steps, None, waiting, planned)
+        while waiting:
+            current, waiting = waiting, []
+            for group, results in draft_decodes(current):
+                for (gen, steps, _), rows in zip(group, results, strict=True):
+                    if isinstance(rows, BaseException):
+                        steps.close()
+                        self._fail(gen, rows)
+                    else:  # (the rows are used before the next group is decoded)
+                        self._advance(gen, steps, rows, waiting, planned)
+        return planned
+
+    def _advance(self, gen, steps, rows, waiting: list, planned: dict) -> None:
+        """Send a plan its decode's rows (None: start it); it waits again or is done."""
+        try:
+            call = steps.send(rows)
+        except StopIteration as done:
+            planned[id(gen)] = done.value
+        except Exception as exc:  # noqa: BLE001 - see _plan_steps
+            self._fail(gen, exc)
+        else:
+            waiting.append((gen, steps, call))
+
+    def _planned(self, gen, planned, blocks: list) -> None:
+        """A plan's outcome: a block to score, an event written without the model, or
+        nothing this time."""
         if isinstance(planned, PendingRound):
             blocks.append((gen, planned, planned.block, len(planned.block)))
         elif planned is not None:
             gen.outbox.append(planned)
             try:
                 self._done(gen)
-            except Exception as exc:  # noqa: BLE001 - see above
+            except Exception as exc:  # noqa: BLE001 - see _plan_steps
                 self._fail(gen, exc)
 
     def _score(self, group: list) -> None:
@@ -218,15 +263,53 @@ class SideBySide:
             gen.outbox.append(more)
 
 
-def _groups(blocks: list, n_batch: int) -> list[list]:
-    """The blocks in consecutive groups whose tokens fit n_batch each."""
+def draft_decodes(waiting: list[tuple]) -> Iterator[tuple[list[tuple], list]]:
+    """The draft-model decodes that waiting plans ask for ((gen, steps, DecodeCall) each),
+    group by group: the calls on sequences (Slots) of one model whose tokens fit its n_batch
+    go in one decode, a call on anything else or longer than n_batch alone. Yields (group,
+    per call its rows float32[n_rows, V] or the exception that failed it); the rows are views
+    valid until the next group is decoded. A decode llama.cpp refuses is tried call by call."""
+    batchable: dict[int, list[tuple]] = {}
+    for entry in waiting:
+        call = entry[2]
+        if isinstance(call.model, Slot) and len(call.tokens) <= call.model.n_batch:
+            batchable.setdefault(id(call.model.model), []).append(entry)
+        else:
+            yield [entry], [_decode_alone(call)]
+    for entries in batchable.values():
+        model = entries[0][2].model.model
+        for group in _groups(entries, model.n_batch, lambda entry: len(entry[2].tokens)):
+            try:
+                rows = decode_blocks(model, [(e[2].model, e[2].tokens, e[2].n_rows)
+                                             for e in group])
+            except Exception as exc:  # noqa: BLE001 - (llama.cpp refused the batch)
+                if len(group) == 1:
+                    yield group, [exc]
+                else:  # (one call may be what it refused: each goes on alone)
+                    for entry in group:
+                        yield [entry], [_decode_alone(entry[2])]
+                continue
+            yield group, rows
+
+
+def _decode_alone(call) -> np.ndarray | BaseException:
+    """A DecodeCall decoded by itself: its rows, or the exception it raised."""
+    try:
+        return call.model.decode(call.tokens, call.model.n_cached, call.n_rows)
+    except Exception as exc:  # noqa: BLE001 - it fails the plan that asked, not the others
+        return exc
+
+
+def _groups(blocks: list, n_batch: int,
+            size_of: Callable[[tuple], int] = lambda block: len(block[2])) -> list[list]:
+    """The blocks in consecutive groups whose tokens (size_of) fit n_batch each."""
     groups: list[list] = []
     size = n_batch + 1
     for block in blocks:
-        if size + len(block[2]) > n_batch:
+        if size + size_of(block) > n_batch:
             groups.append([])
             size = 0
         groups[-1].append(block)
-        size += len(block[2])
+        size += size_of(block)
     return groups
 

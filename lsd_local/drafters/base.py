@@ -1,9 +1,17 @@
 """What every drafter returns and the life cycle the engine and the round loop drive
-(as llama.cpp's common_speculative: begin / draft / accept)."""
+(as llama.cpp's common_speculative: begin / draft / accept).
+
+A proposal can also be made in steps (`Drafter.propose_steps`): a generator that yields each
+decode of the draft model it needs (a DecodeCall) and is sent that decode's logits rows. Alone,
+`run_steps` decodes each call at once; side by side (sidebyside.py), the calls of every
+sequence's drafter go into one batch of the draft model, as llama-server drafts for all its
+slots in one batch, instead of one sequence after the other.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +42,33 @@ class Draft:
 EMPTY_DRAFT = Draft(np.zeros(0, np.int32))
 
 
+@dataclass(frozen=True)
+class DecodeCall:
+    """A drafter asks to append `tokens` to what `model` (a backend Model, or a Slot: one
+    sequence of the draft model) has cached, and to be sent the logits of the last n_rows
+    (float32[n_rows, V]). Those rows are a view valid until the model's next decode: a
+    drafter uses them before it yields again."""
+
+    model: object
+    tokens: np.ndarray  # int32[n]
+    n_rows: int
+
+
+# a proposal in steps: yields DecodeCalls, is sent their rows, returns the Draft
+DraftSteps = Generator[DecodeCall, np.ndarray, Draft]
+
+
+def run_steps(steps: Generator[DecodeCall, np.ndarray, object]):
+    """Drive a generator of DecodeCalls alone (each decoded at once); its return value."""
+    try:
+        call = next(steps)
+        while True:
+            call = steps.send(call.model.decode(call.tokens, call.model.n_cached,
+                                                call.n_rows))
+    except StopIteration as done:
+        return done.value
+
+
 class Drafter(ABC):
     """Proposes up to k tokens that follow the committed ones. Per request the generation
     calls `begin` once, then each round the loop calls `propose` and, after verification,
@@ -56,6 +91,14 @@ class Drafter(ABC):
         """Up to k tokens after `history` (int32[n], every committed token). `grammar` (the
         state after `history`, or None): a drafter may use it to propose only allowed tokens;
         the loop cuts any draft at its first forbidden token anyway."""
+
+    def propose_steps(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
+                      rng: np.random.Generator | None = None, grammar=None) -> DraftSteps:
+        """`propose` in steps (see the module docstring). A drafter that decodes nothing, or
+        decodes otherwise (another vocabulary's draft model), proposes in one go: this."""
+        draft = self.propose(history, k, sampler, rng, grammar)
+        yield from ()
+        return draft
 
     def accept(self, n_drafted: int, n_accept: int,  # noqa: B027 - no-op unless it learns
                verify_seconds: float, grew_logits: bool = False) -> None:

@@ -18,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..utf8 import utf8_bytes
-from .base import EMPTY_DRAFT, Draft, Drafter
+from .base import EMPTY_DRAFT, Draft, Drafter, DraftSteps, run_steps
 from .crossvocab import TextCodec
 from .gbnf import GrammarState, GrammarSyntaxError, parse_gbnf
 
@@ -182,15 +182,19 @@ class Forced(Drafter):
 
     def propose(self, history: np.ndarray, k: int, sampler=None, rng=None,
                 grammar=None) -> Draft:
+        return run_steps(self.propose_steps(history, k, sampler, rng, grammar))
+
+    def propose_steps(self, history: np.ndarray, k: int, sampler=None, rng=None,
+                      grammar=None) -> DraftSteps:
         self._follow(history)
         head = self.forced.propose(k)
         more = EMPTY_DRAFT
         if self.inner is not None and k > len(head):
             # (the grammar state is before the forced tokens: the block checks them)
             with _beside(self.inner, self.batch_tokens + len(head)):
-                more = self.inner.propose(np.concatenate([history, head]) if len(head)
-                                          else history, k - len(head), sampler, rng,
-                                          None if len(head) else grammar)
+                more = yield from self.inner.propose_steps(
+                    np.concatenate([history, head]) if len(head) else history,
+                    k - len(head), sampler, rng, None if len(head) else grammar)
         tail = NO_TOKENS
         if len(more):
             tail = self.forced.propose_after(np.concatenate([head, more.tokens]),

@@ -10,6 +10,8 @@ softmax over the whole vocabulary (what it saves: docs/how-it-works.md).
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import numpy as np
 
 from ..config import P_MIN, P_MIN_TOP_K, SamplerSettings
@@ -17,7 +19,7 @@ from ..errors import check
 from ..kernels.rows import top_share
 from ..verify.constrain import constrain_row
 from ..verify.sampling import draw, sampling_probs
-from .base import EMPTY_DRAFT, Draft, Drafter
+from .base import EMPTY_DRAFT, DecodeCall, Draft, Drafter, DraftSteps, run_steps
 
 
 def greedy_choice(row: np.ndarray) -> tuple[int, float]:
@@ -40,38 +42,45 @@ class ModelDrafter(Drafter):
         self.n_evaluated = 0  # draft tokens evaluated so far (shows the KV reuse)
         self.n_forward = 0  # draft forward passes so far
 
-    def _eval(self, tokens: np.ndarray, n_rows: int) -> np.ndarray:
+    def _eval_steps(self, tokens: np.ndarray, n_rows: int
+                    ) -> Generator[DecodeCall, np.ndarray, np.ndarray]:
         """Append tokens to the draft cache; logits float32[n_rows, V] of the last rows."""
-        pos = self.model.n_cached
-        rows = self.model.decode(tokens, pos, n_rows)
         self.n_evaluated += len(tokens)
         self.n_forward += 1
-        return rows
+        return (yield DecodeCall(self.model, np.asarray(tokens, np.int32), n_rows))
 
     def pending(self, history: np.ndarray) -> int:
         """Committed tokens the draft cache still has to evaluate before it can draft."""
         return max(0, len(history) - self.model.n_cached)
 
-    def sync(self, history: np.ndarray) -> np.ndarray:
+    def sync_steps(self, history: np.ndarray) -> Generator[DecodeCall, np.ndarray, np.ndarray]:
         """Bring the draft cache to `history` (int32[n]); logits row float32[V] after it."""
         keep = self.model.reuse_prefix(history, len(history) - 1)
-        return self._eval(history[keep:], 1)[0]
+        return (yield from self._eval_steps(history[keep:], 1))[0]
+
+    def sync(self, history: np.ndarray) -> np.ndarray:
+        """sync_steps, decoded at once."""
+        return run_steps(self.sync_steps(history))
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
         """Up to k tokens; with a grammar (same vocabulary as the target's), each is the best
         (or a sampled) allowed token, so grammar-forced text is drafted, not guessed."""
+        return run_steps(self.propose_steps(history, k, sampler, rng, grammar))
+
+    def propose_steps(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
+                      rng: np.random.Generator | None = None, grammar=None) -> DraftSteps:
         if k <= 0:
             return EMPTY_DRAFT
-        row = self.sync(history)
+        row = yield from self.sync_steps(history)
         state = grammar.clone() if grammar is not None else None
         try:
-            return self._draft(row, k, sampler, rng, state)
+            return (yield from self._draft_steps(row, k, sampler, rng, state))
         finally:
             if state is not None:
                 state.close()
 
-    def _draft(self, row: np.ndarray, k: int, sampler, rng, state) -> Draft:
+    def _draft_steps(self, row: np.ndarray, k: int, sampler, rng, state) -> DraftSteps:
         """row: float32[V] logits after the history (changed in place under a grammar)."""
         tokens: list[int] = []
         probs: list[np.ndarray] = []
@@ -91,7 +100,7 @@ class ModelDrafter(Drafter):
                 break
             if state is not None:
                 state.accept(int(token), checked=True)  # constrain_row's choice
-            row = self._eval(np.array([token], np.int32), 1)[0]
+            row = (yield from self._eval_steps(np.array([token], np.int32), 1))[0]
         return Draft(np.array(tokens, np.int32), np.stack(probs) if probs else None)
 
     def reset(self) -> None:

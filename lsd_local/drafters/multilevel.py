@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import MAX_NGRAM, MIN_NGRAM, P_MIN, SamplerSettings
-from .base import EMPTY_DRAFT, Draft
+from .base import EMPTY_DRAFT, Draft, DraftSteps
 from .lookup import lookup_any
 from .model import ModelDrafter, greedy_choice
 
@@ -34,17 +34,17 @@ class MultiLevelDrafter(ModelDrafter):
         m = lookup_any(self._work[:n], self.max_ngram, self.min_ngram, k, self._guess)[0]
         return self._guess[:m]
 
-    def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
-                rng: np.random.Generator | None = None, grammar=None) -> Draft:
+    def propose_steps(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
+                      rng: np.random.Generator | None = None, grammar=None) -> DraftSteps:
         if sampler is not None or grammar is not None:
             # sampled or grammar-constrained drafts: the draft model token by token (its
             # lookup-accelerated passes assume unconstrained greedy choices)
-            return super().propose(history, k, sampler, rng, grammar)
+            return (yield from super().propose_steps(history, k, sampler, rng, grammar))
         if k <= 0:
             return EMPTY_DRAFT
         n = len(history)
         self._work[:n] = history
-        row = self.sync(history)
+        row = yield from self.sync_steps(history)
         n_draft = 0
         while n_draft < k:
             token, p_top = greedy_choice(row)
@@ -57,7 +57,7 @@ class MultiLevelDrafter(ModelDrafter):
             guess = self._lookup(n + n_draft, k - n_draft)
             batch = np.concatenate(([token], guess)).astype(np.int32)
             pos = self.model.n_cached
-            rows = self._eval(batch, len(batch))
+            rows = yield from self._eval_steps(batch, len(batch))
             n_ok = 0
             for i in range(len(guess)):
                 agreed, p_top = greedy_choice(rows[i])

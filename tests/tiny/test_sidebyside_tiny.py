@@ -222,11 +222,47 @@ def test_auto_calibrates_once_for_every_sequence(tiny_pair, monkeypatch):
         assert len(measured) == 1 and len({id(d) for d in drafters}) == 3
 
 
+@pytest.mark.parametrize("drafter", ["model", "multilevel"])
+def test_the_draft_model_drafts_for_every_sequence_in_one_batch(tiny_pair, plain, monkeypatch,
+                                                                drafter):
+    """As llama-server drafts for all its slots in one batch: each drafting step decodes
+    every waiting sequence's token in one llama_decode of the draft model, and every answer
+    is still what it is alone (one request under a grammar, whose draft is constrained)."""
+    import lsd_local.backend.slot as slot
+    import lsd_local.sidebyside as sidebyside
+
+    real, draft_decodes = slot.decode_blocks, []
+
+    def counting(model, blocks):
+        if model is eng.draft_model:
+            draft_decodes.append(len(blocks))
+        return real(model, blocks)
+
+    for module in (slot, sidebyside):  # (a slot's own decode, and the batched ones)
+        monkeypatch.setattr(module, "decode_blocks", counting)
+    grammar = 'root ::= ("the " | "cat " | "is ")+'
+    with load_tiny(tiny_pair, drafter, k=4, parallel=4) as eng:
+        gens = [eng.generate(p, max_tokens=n, grammar=grammar if i == 3 else None)
+                for i, (p, n) in enumerate(zip(PROMPTS, LENGTHS, strict=True))]
+        interleaved(gens)
+        # (the request under a grammar has its drafter inside Forced)
+        forwards = sum(getattr(gen._parts.drafter, "inner", gen._parts.drafter).n_forward
+                       for gen in gens)
+        for i, (gen, prompt, n) in enumerate(zip(gens, PROMPTS, LENGTHS, strict=True)):
+            assert gen.tokens == alone(plain, prompt, n, grammar=grammar if i == 3 else None)
+    assert max(draft_decodes) == 4  # every sequence's draft token in one decode
+    # (each sequence's forwards, most of them shared: far fewer decodes than forwards)
+    assert sum(draft_decodes) == forwards and len(draft_decodes) < 0.5 * forwards
+
+
+@pytest.mark.parametrize("drafter", ["lookup", "model"])
 @pytest.mark.parametrize("mode", ["together", "always"])
-def test_a_refused_decode_is_retried_block_by_block(tiny_pair, plain, monkeypatch, mode):
+def test_a_refused_decode_is_retried_block_by_block(tiny_pair, plain, monkeypatch, mode,
+                                                    drafter):
     """llama.cpp refuses a decode (a full KV cache, say) that holds one sequence's block.
     "together": it takes that block alone, and every answer is what it is alone; "always":
-    it refuses that block alone too, and only that generation fails."""
+    it refuses that block alone too, and only that generation fails. With the draft model,
+    its batched drafting decodes are refused the same way."""
     import lsd_local.sidebyside as sidebyside
 
     real, refused_seq = sidebyside.decode_blocks, []
@@ -238,7 +274,7 @@ def test_a_refused_decode_is_retried_block_by_block(tiny_pair, plain, monkeypatc
         return real(model, blocks)
 
     monkeypatch.setattr(sidebyside, "decode_blocks", refusing)
-    with load_tiny(tiny_pair, "lookup", k=4, parallel=3) as eng:
+    with load_tiny(tiny_pair, drafter, k=4, parallel=3) as eng:
         gens = [eng.generate(p, max_tokens=n) for p, n in zip(PROMPTS[:3], LENGTHS[:3],
                                                                  strict=True)]
         refused_seq.append(gens[1]._parts.target.seq_id)

@@ -11,7 +11,7 @@ from time import perf_counter
 import numpy as np
 
 from ...config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
-from ..base import EMPTY_DRAFT, Draft, Drafter
+from ..base import EMPTY_DRAFT, Draft, Drafter, DraftSteps, run_steps
 from ..lookup import LookupDrafter
 from . import calibration
 from .estimators import AcceptanceModel, CostModel, best_k, perfect_draft_speedup
@@ -102,6 +102,10 @@ class AutoDrafter(Drafter):
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
         """history: int32[n] committed tokens; k: the most tokens the loop allows."""
+        return run_steps(self.propose_steps(history, k, sampler, rng, grammar))
+
+    def propose_steps(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
+                      rng: np.random.Generator | None = None, grammar=None) -> DraftSteps:
         self.rounds += 1
         self._context = len(history) - 1  # (cached before this round's block)
         for key in list(self._shadows):
@@ -128,8 +132,8 @@ class AutoDrafter(Drafter):
             draft = replace(proposal, tokens=proposal.tokens[:choice.k],
                             source=proposal.source or "lookup")  # ("suffix": past requests)
         else:
-            draft = self._model_draft(history, choice.k, sampler, rng, grammar) if choice.k \
-                else EMPTY_DRAFT
+            draft = (yield from self._model_draft_steps(history, choice.k, sampler, rng,
+                                                        grammar)) if choice.k else EMPTY_DRAFT
         self._used_source = choice.source if len(draft) else "none"
         if len(draft):
             self._last_tried[choice.source] = self.rounds
@@ -314,13 +318,15 @@ class AutoDrafter(Drafter):
                                            else MODEL_CAP), 0.0)
         return best
 
-    def _model_draft(self, history: np.ndarray, k: int, sampler, rng, grammar) -> Draft:
+    def _model_draft_steps(self, history: np.ndarray, k: int, sampler, rng, grammar
+                           ) -> DraftSteps:
         """Draft with the model; learn its time per forward when it was nearly in sync (a
-        long catch-up pass would inflate it)."""
+        long catch-up pass would inflate it). Side by side, its decodes are batched with
+        the other sequences' (their share of the time is counted: the wait is real)."""
         in_sync = self.model.pending(history) <= 4
         forwards = self.model.n_forward
         start = self.clock()
-        draft = self.model.propose(history, k, sampler, rng, grammar)
+        draft = yield from self.model.propose_steps(history, k, sampler, rng, grammar)
         per_forward = (self.clock() - start) / max(1, self.model.n_forward - forwards)
         if in_sync or self.draft_token_s is None:
             self.draft_token_s = per_forward if self.draft_token_s is None else (
