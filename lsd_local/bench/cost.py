@@ -20,15 +20,21 @@ BATCH_SIZES = (1, 2, 4, 8, 16)
 def measure_costs(target, draft, context: Sequence[int],
                   sizes: Sequence[int] = BATCH_SIZES, repeats: int = 5) -> dict:
     """{"target_s": {n: seconds}, "draft_token_s": seconds or None}, after `context`."""
-    curve = measure_decode_times(target, np.asarray(context, np.int32), sizes, repeats)
     draft_s = None
     if draft is not None:  # (its own tokens: the draft may have another vocabulary)
         vocab = draft.vocab
         filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
         draft_s = measure_decode_times(draft, np.full(len(context), filler, np.int32), [1],
                                        repeats)(1)
-    return {"target_s": dict(zip(curve.sizes, curve.seconds, strict=True)),
+    return {"target_s": measure_target_s(target, context, sizes, repeats),
             "draft_token_s": draft_s}
+
+
+def measure_target_s(target, context: Sequence[int], sizes: Sequence[int], repeats: int
+                     ) -> dict[int, float]:
+    """{n: median seconds} for the target to score n tokens after `context`."""
+    curve = measure_decode_times(target, np.asarray(context, np.int32), sizes, repeats)
+    return dict(zip(curve.sizes, curve.seconds, strict=True))
 
 
 def best_speedup(target_s: dict[int, float], draft_token_s: float, acceptance: float

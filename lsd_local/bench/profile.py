@@ -4,10 +4,14 @@ Speculation pays only where scoring n tokens in one batch costs less than n sing
 The profile measures t(n), the target's time to score n tokens after a ~300-token context
 (the drafters' own cost left out: the best case), and derives the best possible speedup with
 perfect drafts (every drafted token accepted): max over K of (K + 1) t(1) / t(K + 1), and
-with the draft model's cost per token added. It also reads the file's tensor types: on x86
-CPUs only some weight types have a batched matrix kernel in llama.cpp (repacked Q4_0, Q4_K,
-IQ4_NL; llamafile's sgemm for Q8_0, Q4_0, Q5_0, IQ4_NL, F16, BF16, F32); the others are
-multiplied one row of the batch at a time, which is why a batch of 8 can cost 8 steps.
+with the draft model's cost per token added. Every scored token attends to every cached one,
+so a block's cost grows with the context faster than a step's (docs/auto.md): the ceiling is
+measured again after a long context (LONG_CONTEXT tokens, where the context allows), the
+one that holds for long prompts, long files copied and long conversations. It also reads the
+file's tensor types: on x86 CPUs only some weight types have a batched matrix kernel in
+llama.cpp (repacked Q4_0, Q4_K, IQ4_NL; llamafile's sgemm for Q8_0, Q4_0, Q5_0, IQ4_NL, F16,
+BF16, F32); the others are multiplied one row of the batch at a time, which is why a batch of
+8 can cost 8 steps.
 """
 
 from __future__ import annotations
@@ -16,9 +20,12 @@ import platform
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+
 from ..drafters.auto.estimators import perfect_draft_speedup
 
 PROFILE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32)
+LONG_CONTEXT = 1500  # tokens cached before the second measurement (a long prompt or file)
 # weight types with a batched kernel on x86 CPUs (llama.cpp's CPU_REPACK and llamafile sgemm)
 X86_BATCHED = frozenset({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "Q4_K"})
 
@@ -54,18 +61,26 @@ def best(speedups: dict[int, float]) -> tuple[int, float]:
     return (k, speedups[k]) if speedups and speedups[k] > 1.0 else (0, 1.0)
 
 
-def profile(target, draft, context, repeats: int = 3) -> dict:
-    """Measure and derive (target, draft: backend Models; context: int32 tokens)."""
-    from .cost import measure_costs
+def profile(target, draft, context, repeats: int = 5) -> dict:
+    """Measure and derive (target, draft: backend Models; context: int32 tokens), and the
+    ceiling again after a long context (LONG_CONTEXT tokens of `context` repeated: what
+    they say does not change what scoring costs) when the target's context holds one."""
+    from .cost import measure_costs, measure_target_s
 
     costs = measure_costs(target, draft, context, PROFILE_SIZES, repeats)
     free = perfect_speedups(costs["target_s"])
     out = {"target_s": costs["target_s"], "draft_token_s": costs["draft_token_s"],
-           "free_drafts": free, "best_free": best(free),
+           "context": len(context), "free_drafts": free, "best_free": best(free),
            "types": tensor_types(target.path), "machine": platform.machine()}
     if costs["draft_token_s"] is not None:
         with_model = perfect_speedups(costs["target_s"], costs["draft_token_s"])
         out["draft_model"], out["best_draft_model"] = with_model, best(with_model)
+    n_long = min(LONG_CONTEXT, target.n_ctx - max(PROFILE_SIZES) - 1)
+    if n_long >= 2 * len(context):  # (a context too small for it: not measured)
+        long_s = measure_target_s(target, np.resize(np.asarray(context, np.int32), n_long),
+                                  PROFILE_SIZES, repeats)
+        out["long"] = {"context": n_long, "target_s": long_s,
+                       "best_free": best(perfect_speedups(long_s))}
     return out
 
 
@@ -83,9 +98,14 @@ def format_profile(result: dict) -> str:
         gain = result["free_drafts"].get(n - 1)
         lines.append(f"        {n:>4} {1000 * seconds:8.1f} {seconds / t[1]:7.2f} "
                      + (f"{gain:14.2f}x" if gain is not None else f"{'-':>15}"))
-    k, gain = result["best_free"]
-    lines.append("best case, drafts free and all accepted (prompt lookup on a copy): "
-                 + (f"{gain:.2f}x at K = {k}" if k else "none beats plain decoding"))
+    lines.append(f"best case, drafts free and all accepted (prompt lookup on a copy), after "
+                 f"{result['context']} tokens: {_gain_text(result['best_free'])}")
+    long = result.get("long")
+    if long is not None:
+        lines.append(f"  after {long['context']} tokens (a long prompt, file or conversation): "
+                     f"{_gain_text(long['best_free'])}; t(n) / t(1) there: " + " ".join(
+                         f"{n}:{s / long['target_s'][1]:.2f}"
+                         for n, s in long["target_s"].items() if n > 1))
     if "best_draft_model" in result:
         k, gain = result["best_draft_model"]
         lines.append(f"draft model: {1000 * result['draft_token_s']:.1f} ms per token "
@@ -93,6 +113,11 @@ def format_profile(result: dict) -> str:
                      + (f"{gain:.2f}x at K = {k}" if k else "never beats plain decoding here"))
     lines += _types_lines(result["types"], result["machine"])
     return "\n".join(lines)
+
+
+def _gain_text(best_case: tuple[int, float]) -> str:
+    k, gain = best_case
+    return f"{gain:.2f}x at K = {k}" if k else "none beats plain decoding"
 
 
 def _types_lines(types: dict[str, dict[str, int]], machine: str) -> list[str]:

@@ -202,3 +202,33 @@ def test_llama_cpp_columns_get_lsds_prompt_bytes_and_their_answers_are_checked(
                    "--configs", "plain", "--llama-cpp", folder, "--json", out, "--no-cost")
     assert result.exit_code == 0 and "warning" not in result.output, result.output
     assert all(s["identical"] == 1.0 for s in json.loads(out.read_text())["summaries"])
+
+
+def test_profile_prints_the_ceiling_after_a_short_and_a_long_context(tiny_pair, qa_set):
+    from lsd_local.bench.profile import LONG_CONTEXT, PROFILE_SIZES
+
+    result = bench(tiny_pair[0], "--draft", tiny_pair[1], "--prompts", qa_set, "--profile",
+                   "--ctx", 2048)
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines() if line.startswith("    ")]
+    assert [int(row[0]) for row in rows] == list(PROFILE_SIZES)  # every size timed
+    assert "best case, drafts free and all accepted" in result.output
+    long_line = next(line for line in result.output.splitlines()
+                     if line.startswith(f"  after {LONG_CONTEXT} tokens"))
+    # every size but 1 priced again after the long context, as a multiple of its t(1)
+    assert [part.split(":")[0] for part in long_line.split("there: ")[1].split()] == \
+        [str(n) for n in PROFILE_SIZES[1:]]
+    assert "draft model:" in result.output
+
+
+def test_profile_in_a_small_context_skips_the_long_one(tiny_pair):
+    from lsd_local import Engine
+    from lsd_local.bench.profile import format_profile, profile
+
+    engine = Engine.load(tiny_pair[0], drafter="none", n_ctx=256)
+    try:  # (room for 223 cached tokens: not twice the 150 of the prompt)
+        result = profile(engine.target, None, list(range(1, 151)), repeats=1)
+    finally:
+        engine.close()
+    assert "long" not in result and result["context"] == 150
+    assert "  after " not in format_profile(result)

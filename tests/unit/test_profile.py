@@ -36,7 +36,7 @@ def test_weight_types_without_a_batched_kernel_on_x86():
     assert profile.unbatched(types, "arm64") == []  # not known there: nothing claimed
     text = profile.format_profile({"target_s": CURVE, "free_drafts":
                                    profile.perfect_speedups(CURVE), "best_free": (31, 1.73),
-                                   "types": types, "machine": "x86_64"})
+                                   "context": 300, "types": types, "machine": "x86_64"})
     assert "no batched kernel on this x86 CPU for: Q6_K" in text and "K = 31" in text
 
 
