@@ -16,6 +16,7 @@ under that lock.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from time import perf_counter
 
 import numpy as np
 
-from .backend.slot import Slot, decode_blocks
+from .backend.slot import DecodeRefused, Slot, decode_blocks
 from .errors import EngineBusyError
 from .loop import PendingRound
 from .stats import RoundEvent
@@ -187,7 +188,7 @@ class SideBySide:
             for group, results in draft_decodes(current):
                 for (gen, steps, _), rows in zip(group, results, strict=True):
                     if isinstance(rows, BaseException):
-                        steps.close()
+                        _abandon(steps)
                         self._fail(gen, rows)
                     else:  # (the rows are used before the next group is decoded)
                         self._advance(gen, steps, rows, waiting, planned)
@@ -219,19 +220,24 @@ class SideBySide:
     def _score(self, group: list) -> None:
         """One decode for a group of blocks, then each generation's verification. A decode
         llama.cpp refuses is retried block by block: only the block that fails alone fails
-        its generation."""
+        its generation. One that failed after caching its tokens (NaN logits) fails them
+        all: decoding their blocks again would put them in twice."""
         grew = sum(b[3] for b in group) > self.model.most_logit_rows
         total = sum(len(b[2]) for b in group)
         start = perf_counter()
         try:
             views = decode_blocks(self.model, [(gen._parts.target, tokens, n_out)
                                                for gen, _, tokens, n_out in group])
-        except Exception as exc:  # noqa: BLE001 - (llama.cpp refused the batch)
+        except DecodeRefused as exc:  # (nothing of it cached)
             if len(group) > 1:  # (one block may be what it refused: each goes on alone)
                 for block in group:
                     self._score([block])
             else:
                 self._fail(group[0][0], exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - after its tokens were cached: not again
+            for gen, *_ in group:
+                self._fail(gen, exc)
             return
         seconds = perf_counter() - start
         for (gen, planned, tokens, _), logits in zip(group, views, strict=True):
@@ -268,7 +274,8 @@ def draft_decodes(waiting: list[tuple]) -> Iterator[tuple[list[tuple], list]]:
     group by group: the calls on sequences (Slots) of one model whose tokens fit its n_batch
     go in one decode, a call on anything else or longer than n_batch alone. Yields (group,
     per call its rows float32[n_rows, V] or the exception that failed it); the rows are views
-    valid until the next group is decoded. A decode llama.cpp refuses is tried call by call."""
+    valid until the next group is decoded. A decode llama.cpp refuses is tried call by call;
+    one that failed after caching its tokens fails every call in it."""
     batchable: dict[int, list[tuple]] = {}
     for entry in waiting:
         call = entry[2]
@@ -282,14 +289,24 @@ def draft_decodes(waiting: list[tuple]) -> Iterator[tuple[list[tuple], list]]:
             try:
                 rows = decode_blocks(model, [(e[2].model, e[2].tokens, e[2].n_rows)
                                              for e in group])
-            except Exception as exc:  # noqa: BLE001 - (llama.cpp refused the batch)
+            except DecodeRefused as exc:  # (nothing of it cached)
                 if len(group) == 1:
                     yield group, [exc]
                 else:  # (one call may be what it refused: each goes on alone)
                     for entry in group:
                         yield [entry], [_decode_alone(entry[2])]
                 continue
+            except Exception as exc:  # noqa: BLE001 - after its tokens were cached: not again
+                yield group, [exc] * len(group)
+                continue
             yield group, rows
+
+
+def _abandon(steps) -> None:
+    """Close a plan that cannot go on (its finally clauses run: a grammar clone closed, a
+    drafter's batch_tokens put back); what closing it raises does not stop the step."""
+    with contextlib.suppress(Exception):  # (the decode's failure is the one to tell)
+        steps.close()
 
 
 def _decode_alone(call) -> np.ndarray | BaseException:

@@ -20,6 +20,12 @@ from ..errors import ContextOverflowError, IncompatibleModelsError
 from .logits import check_finite
 
 
+class DecodeRefused(RuntimeError):
+    """llama_decode returned an error code (a full KV cache, say): no token of the batch
+    stays cached, so its blocks may be tried again (each alone). Other failures of a decode
+    (NaN logits) come after its tokens were cached: trying them again would add them twice."""
+
+
 @dataclass(frozen=True)
 class SeqState:
     """A saved cache: the tokens it held (int32[n]) and llama.cpp's bytes (uint8[size])."""
@@ -195,7 +201,7 @@ def decode_blocks(model, blocks: list[tuple[Slot, np.ndarray, int]]) -> list[np.
     if rc != 0:
         for slot, _, _ in blocks:  # a failed decode may leave part of the batch cached
             slot.truncate(slot.n_cached)
-        raise RuntimeError(f"llama_decode failed with code {rc} ({n} tokens, {len(blocks)} "
+        raise DecodeRefused(f"llama_decode failed with code {rc} ({n} tokens, {len(blocks)} "
                            "sequences)")
     for slot, tokens, _ in blocks:
         slot.n_cached += len(tokens)

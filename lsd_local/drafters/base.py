@@ -63,8 +63,12 @@ def run_steps(steps: Generator[DecodeCall, np.ndarray, object]):
     try:
         call = next(steps)
         while True:
-            call = steps.send(call.model.decode(call.tokens, call.model.n_cached,
-                                                call.n_rows))
+            try:
+                rows = call.model.decode(call.tokens, call.model.n_cached, call.n_rows)
+            except Exception as exc:  # noqa: BLE001 - raised through the plan, as if its own:
+                call = steps.throw(exc)  # its finally and with clauses run now
+                continue
+            call = steps.send(rows)
     except StopIteration as done:
         return done.value
 
@@ -95,7 +99,9 @@ class Drafter(ABC):
     def propose_steps(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                       rng: np.random.Generator | None = None, grammar=None) -> DraftSteps:
         """`propose` in steps (see the module docstring). A drafter that decodes nothing, or
-        decodes otherwise (another vocabulary's draft model), proposes in one go: this."""
+        decodes otherwise (another vocabulary's draft model), proposes in one go: this. The
+        round calls this, not `propose`: a drafter that proposes in steps (model, auto,
+        forced) is changed by overriding propose_steps."""
         draft = self.propose(history, k, sampler, rng, grammar)
         yield from ()
         return draft

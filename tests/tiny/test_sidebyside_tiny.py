@@ -12,7 +12,7 @@ from tinymodels import load_tiny
 
 from lsd_local import EngineBusyError
 from lsd_local.backend import LoadOptions, Model
-from lsd_local.backend.slot import decode_blocks
+from lsd_local.backend.slot import DecodeRefused, decode_blocks
 from lsd_local.request import Request
 
 PROMPTS = ["the cat is", "def f(x): return", "a b a b a b", "in the end it is"]
@@ -270,7 +270,7 @@ def test_a_refused_decode_is_retried_block_by_block(tiny_pair, plain, monkeypatc
     def refusing(model, blocks):
         seqs = {slot.seq_id for slot, _, _ in blocks}
         if refused_seq[0] in seqs and (len(blocks) > 1 or mode == "always"):
-            raise RuntimeError("llama_decode failed with code 1")
+            raise DecodeRefused("llama_decode failed with code 1")
         return real(model, blocks)
 
     monkeypatch.setattr(sidebyside, "decode_blocks", refusing)
@@ -292,6 +292,36 @@ def test_a_refused_decode_is_retried_block_by_block(tiny_pair, plain, monkeypatc
         assert gen.finished
         if i not in failed:
             assert gen.tokens == alone(plain, prompt, n), prompt
+
+
+@pytest.mark.parametrize("which", ["target", "draft"])
+def test_a_decode_that_fails_after_caching_its_tokens_is_not_decoded_again(
+        tiny_pair, plain, monkeypatch, which):
+    """NaN logits are found after llama.cpp cached the batch: trying its blocks again (as a
+    refused decode's) would put their tokens in twice and verify from a wrong context. The
+    generations in it fail; the engine serves the next request exactly."""
+    import lsd_local.sidebyside as sidebyside
+    from lsd_local.errors import ModelOutputError
+
+    real, failed_once = sidebyside.decode_blocks, []
+
+    def failing_after(model, blocks):
+        views = real(model, blocks)
+        model_of = eng.target if which == "target" else eng.draft_model
+        if model is model_of and len(blocks) > 1 and not failed_once:
+            failed_once.append(len(blocks))
+            raise ModelOutputError("llama.cpp returned NaN or infinite logits")
+        return views
+
+    monkeypatch.setattr(sidebyside, "decode_blocks", failing_after)
+    with load_tiny(tiny_pair, "model", k=4, parallel=2) as eng:
+        gens = [eng.generate(p, max_tokens=20) for p in PROMPTS[:2]]
+        for gen in gens:
+            with pytest.raises(ModelOutputError):
+                list(gen)
+        assert failed_once == [2]
+        again = eng.generate(PROMPTS[2], max_tokens=20).run()
+        assert again.tokens == alone(plain, PROMPTS[2], 20)
 
 
 def test_one_read_after_another_gets_every_round(tiny_pair, plain):

@@ -8,7 +8,7 @@ import pytest
 
 from lsd_local.drafters.auto.estimators import AcceptanceModel, CostModel, best_k
 from lsd_local.drafters.auto.policy import MODEL_CAP, AutoDrafter
-from lsd_local.drafters.base import Draft, Drafter
+from lsd_local.drafters.base import DecodeCall, Draft, Drafter, run_steps
 
 # --- the models ----------------------------------------------------------------------------
 
@@ -562,3 +562,41 @@ def test_side_by_side_a_block_is_priced_by_what_it_adds_to_the_others():
     k_beside = simulate_beside(beside, beside.lookup.world, 600, 8)[300:]
     assert np.mean(k_alone) >= 4, np.mean(k_alone)
     assert np.mean([k > 0 for k in k_beside]) < 0.1, k_beside[:40]
+
+
+def test_the_draft_models_cost_is_learned_only_when_no_other_request_shares_the_step():
+    """Side by side, a proposal's time spans the other sequences' drafting and catch-up
+    passes (batched with its own): it must not become this drafter's cost per forward."""
+    world = World(0.03, 0.001, 0.0, p_model=0.9, draft_s=0.5)
+    drafter = AutoDrafter(None, FakeModel(world), clock=lambda: world.clock)
+    drafter.draft_token_s = 0.01
+    history = np.arange(10, dtype=np.int32)
+    drafter.model.synced = len(history)  # in sync: its own pass is short
+    drafter.batch_tokens = 5  # (others in the step)
+    run_steps(drafter._model_draft_steps(history, 3, None, None, None))
+    assert drafter.draft_token_s == 0.01
+    drafter.batch_tokens = 0
+    run_steps(drafter._model_draft_steps(history, 3, None, None, None))
+    assert drafter.draft_token_s > 0.01
+
+
+def test_a_failed_decode_goes_through_the_plan_that_asked_for_it():
+    """run_steps raises a decode's failure inside the plan (its finally and with clauses
+    run, as they would had it decoded itself) before the caller sees it."""
+    cleaned = []
+
+    class Refusing:
+        n_cached = 0
+
+        def decode(self, tokens, start, n_rows):
+            raise RuntimeError("llama_decode failed with code 1")
+
+    def plan():
+        try:
+            yield DecodeCall(Refusing(), np.zeros(1, np.int32), 1)
+        finally:
+            cleaned.append(True)
+
+    with pytest.raises(RuntimeError, match="code 1") as raised:
+        run_steps(plan())
+    assert cleaned == [True] and raised.traceback  # (while the traceback still holds it)

@@ -321,14 +321,15 @@ class AutoDrafter(Drafter):
     def _model_draft_steps(self, history: np.ndarray, k: int, sampler, rng, grammar
                            ) -> DraftSteps:
         """Draft with the model; learn its time per forward when it was nearly in sync (a
-        long catch-up pass would inflate it). Side by side, its decodes are batched with
-        the other sequences' (their share of the time is counted: the wait is real)."""
-        in_sync = self.model.pending(history) <= 4
+        long catch-up pass would inflate it) and no other request shared the step: side by
+        side, its decodes are batched with the others' and the time spans their drafting and
+        catch-up passes too (batch_tokens > 0: sidebyside.py)."""
+        learn = self.model.pending(history) <= 4 and not self.batch_tokens
         forwards = self.model.n_forward
         start = self.clock()
         draft = yield from self.model.propose_steps(history, k, sampler, rng, grammar)
         per_forward = (self.clock() - start) / max(1, self.model.n_forward - forwards)
-        if in_sync or self.draft_token_s is None:
+        if learn or self.draft_token_s is None:
             self.draft_token_s = per_forward if self.draft_token_s is None else (
                 DRAFT_COST_DECAY * self.draft_token_s + (1 - DRAFT_COST_DECAY) * per_forward)
         return replace(draft, source=draft.source or "model")
