@@ -510,6 +510,34 @@ def test_a_draft_model_whose_best_case_cannot_pay_is_never_tried():
     assert not drafter.model_can_pay(t)
 
 
+class NoMatches(Drafter):
+    """Prompt lookup that finds nothing (most rounds of a chat)."""
+
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        return Draft(np.zeros(0, np.int32))
+
+
+def test_a_draft_model_that_cannot_pay_is_priced_again_only_now_and_then(monkeypatch):
+    """Rounds with nothing to draft but a draft model that could not pay skip the pricing
+    (~0.2 ms a round of a chat) and choose what pricing would: no draft. It is priced
+    again every MODEL_RECHECK rounds, so a machine that turns faster is still noticed."""
+    from lsd_local.drafters.auto import policy
+
+    world = World(*CPU, p_lookup=0.3, p_model=1.0, draft_s=0.022, seed=11)
+    drafter = AutoDrafter(NoMatches(), FakeModel(world), clock=lambda: world.clock)
+    calibrated(drafter, world)
+    priced = []
+    original = AutoDrafter._block_costs
+    monkeypatch.setattr(AutoDrafter, "_block_costs",
+                        lambda self: priced.append(self.rounds) or original(self))
+    log, _, _ = simulate(drafter, world, 10 * policy.MODEL_RECHECK)
+    assert {source for _, source in log} == {"none"}
+    assert priced == list(range(1, 10 * policy.MODEL_RECHECK + 1, policy.MODEL_RECHECK))
+    drafter.draft_token_s = 1e-6  # (its cost fell: the next pricing lets it be chosen)
+    log, _, _ = simulate(drafter, world, policy.MODEL_RECHECK)
+    assert "model" in {source for _, source in log}
+
+
 def test_a_draft_model_that_can_pay_is_still_used():
     world = World(*GPU, p_lookup=0.3, p_model=0.95, draft_s=0.0015, seed=7)
     drafter = AutoDrafter(FakeLookup(world), FakeModel(world), clock=lambda: world.clock)

@@ -39,6 +39,9 @@ SHADOW_CONTEXT = 64
 LONG_SUFFIX_PRIOR = 0.85
 MODEL_PRIOR = 0.7  # a draft model stops under p_min, so what it drafts is mostly right
 EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
+# A draft model that cannot pay is priced again after this many rounds: its cost and the
+# target's move slowly, and pricing it every round costs a round ~0.2 ms (chat: ~1 %).
+MODEL_RECHECK = 16
 EXPLORE_K = 2
 DRAFT_COST_DECAY = 0.9
 PRIOR_DRAFT_SHARE = 0.25  # assumed draft-model cost per token vs a target step until measured
@@ -98,6 +101,8 @@ class AutoDrafter(Drafter):
         self._last_tried = {"lookup": 0, "model": 0}
         self.rounds = 0
         self._context: int | None = None  # tokens cached before this round's block
+        self._model_paid = True  # model_can_pay when last asked, in round _model_priced
+        self._model_priced = 0
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
@@ -200,7 +205,11 @@ class AutoDrafter(Drafter):
                 lookup_model: str = "lookup") -> _Choice:
         """The best option this round; run: the lookup proposal's copy run, priced by the
         acceptance model `lookup_model` ("suffix" for a match in past requests)."""
-        if not n_lookup and self.model is None:  # nothing to draft with: no arithmetic
+        # nothing to draft with (a draft model that could not pay when last priced is
+        # neither chosen nor explored): no arithmetic, most rounds of a chat
+        no_model = self.model is None or (
+            not self._model_paid and self.rounds < self._model_priced + MODEL_RECHECK)
+        if not n_lookup and no_model:
             return _Choice("none", 0, 0.0)
         t = self._block_costs()
         plain = _Choice("none", 0, 1.0 / max(t[0], 1e-9))
@@ -212,7 +221,8 @@ class AutoDrafter(Drafter):
             k_max = min(n_lookup, k)
             expected = self.acceptance[lookup_model].expected_accepted(run, k_max)
             options.append(self._option("lookup", expected, t, 0.0))
-        model_ok = self.model_can_pay(t)
+        model_ok = self._model_paid = self.model_can_pay(t)
+        self._model_priced = self.rounds
         if model_ok:
             d = self.draft_token_s if self.draft_token_s is not None else \
                 PRIOR_DRAFT_SHARE * t[0]
