@@ -39,9 +39,8 @@ SHADOW_CONTEXT = 64
 LONG_SUFFIX_PRIOR = 0.85
 MODEL_PRIOR = 0.7  # a draft model stops under p_min, so what it drafts is mostly right
 EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
-# A draft model that cannot pay is priced again after this many rounds: its cost and the
-# target's move slowly, and pricing it every round costs a round ~0.2 ms (chat: ~1 %).
-MODEL_RECHECK = 16
+# rounds after which a draft model that cannot pay is priced again (costs move slowly, and
+MODEL_RECHECK = 16  # pricing takes ~0.1 ms a round; most rounds of a chat draft nothing)
 EXPLORE_K = 2
 DRAFT_COST_DECAY = 0.9
 PRIOR_DRAFT_SHARE = 0.25  # assumed draft-model cost per token vs a target step until measured
@@ -101,8 +100,7 @@ class AutoDrafter(Drafter):
         self._last_tried = {"lookup": 0, "model": 0}
         self.rounds = 0
         self._context: int | None = None  # tokens cached before this round's block
-        self._model_paid = True  # model_can_pay when last asked, in round _model_priced
-        self._model_priced = 0
+        self._model_paid, self._model_priced = True, 0  # model_can_pay last, in which round
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
@@ -205,8 +203,7 @@ class AutoDrafter(Drafter):
                 lookup_model: str = "lookup") -> _Choice:
         """The best option this round; run: the lookup proposal's copy run, priced by the
         acceptance model `lookup_model` ("suffix" for a match in past requests)."""
-        # nothing to draft with (a draft model that could not pay when last priced is
-        # neither chosen nor explored): no arithmetic, most rounds of a chat
+        # nothing to draft with (a draft model that cannot pay is neither chosen nor explored)
         no_model = self.model is None or (
             not self._model_paid and self.rounds < self._model_priced + MODEL_RECHECK)
         if not n_lookup and no_model:
@@ -331,9 +328,8 @@ class AutoDrafter(Drafter):
     def _model_draft_steps(self, history: np.ndarray, k: int, sampler, rng, grammar
                            ) -> DraftSteps:
         """Draft with the model; learn its time per forward when it was nearly in sync (a
-        long catch-up pass would inflate it) and no other request shared the step: side by
-        side, its decodes are batched with the others' and the time spans their drafting and
-        catch-up passes too (batch_tokens > 0: sidebyside.py)."""
+        long catch-up pass would inflate it) and alone in the step (side by side, batched
+        with others' decodes, the time spans their drafting and catch-up: batch_tokens)."""
         learn = self.model.pending(history) <= 4 and not self.batch_tokens
         forwards = self.model.n_forward
         start = self.clock()
