@@ -258,6 +258,26 @@ XML_TEMPLATE = (
     "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# GLM-4.5's way: the name after the opener, then a key tag and a value tag per argument
+# (strings raw, other types as JSON); written here for the tests
+GLM_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n' }}{%- for tool in tools %}"
+    "{{- (tool | tojson) + '\\n' }}{%- endfor %}"
+    "{{- 'Call one with <tool_call>NAME\\n<arg_key>P</arg_key>\\n<arg_value>value"
+    "</arg_value>\\n</tool_call><|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- for call in m.tool_calls or [] %}"
+    "{{- '\\n<tool_call>' + call.function.name + '\\n' }}"
+    "{%- for key, value in call.function.arguments.items() %}"
+    "{{- '<arg_key>' + key + '</arg_key>\\n<arg_value>' + (value if value is string else "
+    "value | tojson) + '</arg_value>\\n' }}{%- endfor %}{{- '</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + "
+    "'\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 # DeepSeek's way (V3, the R1 distills): one section of calls, each naming its function
 # outside the JSON of its arguments; written here for the tests
 DEEPSEEK_TEMPLATE = (

@@ -11,9 +11,10 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from . import commandrcalls, deepseekcalls, jsoncalls, xmlcalls
+from . import commandrcalls, deepseekcalls, glmcalls, jsoncalls, xmlcalls
 from .commandrcalls import commandr_section
 from .deepseekcalls import deepseek_section
+from .glmcalls import glm_block
 from .jsonscan import list_elements, scan_call, value_end
 from .tools import ToolFormat, hermes_block, section_calls
 from .xmlcalls import xml_block
@@ -38,6 +39,7 @@ COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINK
 REASONING_CLOSE = THINK.budget_close
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
+                  "glm": (glmcalls.OPEN, glmcalls.CLOSE),
                   "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
                                deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
@@ -322,6 +324,8 @@ class OutputParser:
             return hermes_block(section)[2]
         if fmt.name == "xml":
             return xml_block(section, fmt.types())[1]
+        if fmt.name == "glm":
+            return glm_block(section, fmt.types())[1]
         if fmt.name == "deepseek":
             return deepseek_section(section)[1]
         if fmt.name == "commandr":

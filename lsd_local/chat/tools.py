@@ -8,6 +8,9 @@ Formats:
 - "xml": `<tool_call>\n<function=NAME>\n<parameter=P>\nvalue\n</parameter>\n</function>\n
   </tool_call>`, one block per call (Qwen3-Coder: templates with `<function=` and
   `<parameter=`; chat/xmlcalls.py);
+- "glm": `<tool_call>NAME\n<arg_key>P</arg_key>\n<arg_value>value</arg_value>\n
+  </tool_call>`, one block per call (GLM-4.5 and 4.6: templates with `<arg_key>`;
+  chat/glmcalls.py);
 - "deepseek": `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
   {...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`, one section for every call (DeepSeek-V3
   and the R1 distills' templates; chat/deepseekcalls.py);
@@ -33,7 +36,7 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import ParameterError
-from . import commandrcalls, deepseekcalls, harmony, jsoncalls, xmlcalls
+from . import commandrcalls, deepseekcalls, glmcalls, harmony, jsoncalls, xmlcalls
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 
 FALLBACK_SYSTEM = (
@@ -50,12 +53,12 @@ class ToolFormat:
     name: str
     opener: str  # the text a call section starts with ("" : the answer's first "{")
     arguments_key: str = "arguments"
-    # xml: ((tool, parameter, JSON type or None), ...) from the request's tools: how a
+    # xml, glm: ((tool, parameter, JSON type or None), ...) from the request's tools: how a
     # parameter's text is read back (chat/xmlcalls.py)
     parameter_types: tuple = ()
 
     def types(self) -> dict:
-        """{(tool, parameter): JSON type} (xml)."""
+        """{(tool, parameter): JSON type} (xml, glm)."""
         return {(tool, key): kind for tool, key, kind in self.parameter_types}
 
     @property
@@ -65,6 +68,7 @@ class ToolFormat:
 
 
 FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
+           "glm": ToolFormat("glm", glmcalls.OPEN),
            "hermes": ToolFormat("hermes", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
            "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
@@ -81,6 +85,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["harmony"]
     if "<function=" in source and "<parameter=" in source:
         return FORMATS["xml"]
+    if glmcalls.is_glm(source):
+        return FORMATS["glm"]
     if "<tool_call>" in source:
         return FORMATS["hermes"]
     if deepseekcalls.OPEN in source:
@@ -188,17 +194,20 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
     body = re.sub(r"(?m)^root ::=", "tool-call ::=", to_gbnf(call_schema(tools,
                                                                          fmt.arguments_key)))
     body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
-    rules_of = {"xml": xmlcalls.call_rules, "deepseek": deepseekcalls.call_rules,
+    rules_of = {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
+                "deepseek": deepseekcalls.call_rules,
                 "commandr": commandrcalls.call_rules}.get(fmt.name)
     if rules_of is not None:  # (formats whose calls are not the JSON tool-call)
         call, rules = rules_of(tools, to_gbnf)
         body = "\n".join([body, call, *rules])
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
+            "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
             "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
             "mistral": '("," tool-ws tool-call)*', "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
+            "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
             "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
                         f'"{deepseekcalls.CLOSE}"',
             "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
@@ -230,6 +239,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         return [scan_call(section[start:json_end])], end is not None
     if fmt.name == "xml":
         scan, end = xmlcalls.xml_block(section, fmt.types())
+        return [scan], end is not None
+    if fmt.name == "glm":
+        scan, end = glmcalls.glm_block(section, fmt.types())
         return [scan], end is not None
     if fmt.name == "deepseek":
         calls, end = deepseekcalls.deepseek_section(section)
@@ -337,7 +349,7 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     mode, callable_tools = choose_tools(checked, tool_choice)
     named = isinstance(tool_choice, dict)  # "call this function": once, as OpenAI does
     fmt = detect_format(template)
-    if fmt.name == "xml":  # (how each parameter's text reads back)
+    if fmt.name in ("xml", "glm"):  # (how each parameter's text reads back)
         fmt = replace(fmt, parameter_types=tuple(
             (tool, key, kind) for (tool, key), kind in xmlcalls.parameter_types(checked).items()))
     return ToolPlan(fmt, mode, checked, callable_tools, bool(parallel) and not named)

@@ -1,0 +1,80 @@
+"""Tool calls in GLM-4.5's form (the name after the opener, then key and value tags), read
+back as they stream: the name once its line ends, the arguments as JSON text that only
+grows, typed by the tools' schemas."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsd_local.chat.glmcalls import glm_block
+from lsd_local.chat.output import OutputParser
+from lsd_local.chat.tools import detect_format, tool_plan
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                     "metric": {"type": "boolean"}},
+    "required": ["city"]}}}]
+TEMPLATE = "{{ '<tool_call>' + name }}{{ '<arg_key>' }}{{ '<arg_value>' }}"
+CALL = ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>42 Rue </p>\n<pre>"
+        "</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n"
+        "<arg_key>metric</arg_key>\n<arg_value>true</arg_value>\n</tool_call>")
+
+
+def plan():
+    return tool_plan(TEMPLATE, TOOLS, "auto", True)
+
+
+def test_the_format_is_found_in_the_template_before_hermes():
+    assert detect_format(TEMPLATE).name == "glm"
+    assert detect_format("{{ '<tool_call>' }}").name == "hermes"
+
+
+def test_a_whole_call_reads_back_typed_by_the_schema():
+    scan, end = glm_block(CALL, plan().fmt.types())
+    assert scan.name == "get_weather" and scan.complete and end == len(CALL)
+    assert json.loads(scan.arguments) == {"city": "42 Rue </p>\n<pre>", "days": 3,
+                                          "metric": True}
+
+
+def test_every_prefix_gives_arguments_that_only_grow():
+    types = plan().fmt.types()
+    seen, named_at = "", None
+    for n in range(len(CALL) + 1):
+        scan, end = glm_block(CALL[:n], types)
+        assert scan.arguments.startswith(seen), (n, scan.arguments, seen)
+        seen = scan.arguments
+        assert end is None or end == len(CALL)
+        if scan.name is not None and named_at is None:
+            named_at = n
+    assert named_at == len("<tool_call>get_weather\n")  # (the name once its line ends)
+    assert json.loads(seen)["days"] == 3
+
+
+@pytest.mark.parametrize("call,arguments", [
+    ("<tool_call>get_weather</tool_call>", {}),  # no arguments, on one line
+    ("<tool_call> get_weather <arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>",
+     {"city": "Oslo"}),  # no line breaks at all
+])
+def test_calls_written_without_the_line_breaks_read_back(call, arguments):
+    scan, end = glm_block(call, plan().fmt.types())
+    assert (scan.name, json.loads(scan.arguments), end) == ("get_weather", arguments,
+                                                            len(call))
+
+
+def test_streamed_calls_and_text_around_them():
+    parser = OutputParser(plan().fmt, False, True)
+    text = "Let me look.\n" + CALL + "\n" + CALL.replace(">3<", ">5<")
+    content, deltas = "", []
+    for i in range(0, len(text), 7):  # as rounds release it
+        parts = parser.feed([(text[i:i + 7], None)], i + 7 >= len(text))
+        content += "".join(t for t, _ in parts.content)
+        deltas += parts.tool_calls
+    assert content == "Let me look.\n"
+    calls = parser.tool_calls
+    assert [c.name for c in calls] == ["get_weather", "get_weather"]
+    assert [json.loads(c.arguments)["days"] for c in calls] == [3, 5]
+    for index, call in enumerate(calls):
+        streamed = "".join(d.arguments or "" for d in deltas if d.index == index)
+        assert streamed == call.arguments
