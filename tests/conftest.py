@@ -95,6 +95,13 @@ def tiny_harmony(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_glm(tiny_dir) -> Path:
+    """The tiny target with a GLM-4.5-style template and its argument tags as control
+    tokens."""
+    return tinymodels.make_glm_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_commandr(tiny_dir) -> Path:
     """The tiny target with a Command R7B-style template and its markers as control tokens."""
     return tinymodels.make_commandr_model(tiny_dir)

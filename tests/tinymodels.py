@@ -327,9 +327,11 @@ HARMONY_WORDS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|
 # Command R7B's markers: control tokens, which show as nothing unless lsd shows them
 COMMANDR_WORDS = ("<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
                   "<|END_THINKING|>")
-# control tokens, as in Qwen's vocabulary, gpt-oss's and Command R7B's
+# GLM-4.5's argument tags (llama.cpp preserves them as GLM's special tokens)
+GLM_WORDS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's and GLM's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                 *COMMANDR_WORDS)
+                 *COMMANDR_WORDS, *GLM_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -374,6 +376,14 @@ def make_commandr_model(directory: Path) -> Path:
     spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + COMMANDR_WORDS)
     weights = random_weights(spec, 259 + len(spec.words))
     return write_gguf(directory / "commandr.gguf", spec, weights, COMMANDR_TEMPLATE)
+
+
+def make_glm_model(directory: Path) -> Path:
+    """make_pair's target with the GLM-4.5-style template and its argument tags as control
+    tokens (which show as nothing unless lsd shows them)."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + GLM_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / "glm.gguf", spec, weights, GLM_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

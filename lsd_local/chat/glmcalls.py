@@ -20,11 +20,12 @@ import json
 
 from .gbnfparts import literal, renamed, until_rules
 from .jsonscan import CallScan, skip_space
-from .xmlcalls import typed_value
+from .xmlcalls import string_value, typed_value
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 KEY, KEY_CLOSE = "<arg_key>", "</arg_key>"
 VALUE, VALUE_CLOSE = "<arg_value>", "</arg_value>"
+TAGS = (KEY, KEY_CLOSE, VALUE, VALUE_CLOSE)  # (control tokens in GLM's vocabulary, maybe)
 _NAME_ENDS = ("\n", KEY, CLOSE)
 
 
@@ -37,7 +38,7 @@ def glm_block(section: str, types: dict) -> tuple[CallScan, int | None]:
     """The call a section starting with `<tool_call>` holds so far, and where the block
     ends after its `</tool_call>` (None while unknown). `types`: {(tool, parameter): JSON
     type} from the tools' schemas ("string" values stay text)."""
-    start = len(OPEN)
+    start = skip_space(section, len(OPEN))  # (a line break before the name too)
     ends = [at for at in (section.find(end, start) for end in _NAME_ENDS) if at >= 0]
     if not ends:
         return CallScan(None, "", False), None  # (the name is still being written)
@@ -78,34 +79,23 @@ def _arguments(section: str, i: int, name: str, types: dict) -> tuple[list, int,
 # --- the grammar ---------------------------------------------------------------------------
 
 def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
-    """(the rule `glm-call` for one call to any of `tools`, from its name to the line before
-    `</tool_call>`, and the rules it needs)."""
+    """(the rule `glm-call` for one call to any of `tools`, from its name to `</tool_call>`
+    excluded, and the rules it needs). The line breaks after the name, a key and a value are
+    optional: GLM-4.6's template writes them, llama.cpp's GLM-4.5 one only some of them."""
     rules, alternatives = until_rules("glm-text", VALUE_CLOSE), []
     for t, tool in enumerate(tools):
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required") or ())
         parts = []
         for p, (key, schema) in enumerate(props.items()):
-            value = _string_value(schema)
+            value = string_value(schema, "glm-text")
             if value is None:  # any other type: its JSON, as the schema admits it
                 prefix = f"g{t}-{p}-"
                 rules.append(renamed(to_gbnf(schema if isinstance(schema, dict) else {}),
                                       prefix))
                 value = f"{prefix}root"
-            item = (f'"{KEY}{literal(key)}{KEY_CLOSE}\\n{VALUE}" {value} '
-                    f'"{VALUE_CLOSE}\\n"')
+            item = (f'"{KEY}{literal(key)}{KEY_CLOSE}" "\\n"? "{VALUE}" {value} '
+                    f'"{VALUE_CLOSE}" "\\n"?')
             parts.append(f"({item})" + ("" if key in required else "?"))
-        alternatives.append(f'("{literal(tool.name)}\\n" {" ".join(parts)})')
+        alternatives.append(f'("{literal(tool.name)}" "\\n"? {" ".join(parts)})')
     return "glm-call ::= " + " | ".join(alternatives), rules
-
-
-def _string_value(schema: object) -> str | None:
-    """The grammar of a string parameter's raw text: one of its enum or its const when it
-    has them, else any text without `</arg_value>`; None for a parameter that is not a
-    string."""
-    if not isinstance(schema, dict) or schema.get("type") != "string":
-        return None
-    choices = [schema["const"]] if "const" in schema else schema.get("enum")
-    if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
-        return "(" + " | ".join(f'"{literal(c)}"' for c in choices) + ")"
-    return "glm-text"

@@ -39,7 +39,7 @@ COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINK
 REASONING_CLOSE = THINK.budget_close
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
-                  "glm": (glmcalls.OPEN, glmcalls.CLOSE),
+                  "glm": (glmcalls.OPEN, glmcalls.CLOSE, *glmcalls.TAGS),
                   "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
                                deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
@@ -269,7 +269,10 @@ class OutputParser:
     def _call(self, parts: Parts, final: bool) -> None:
         origin = self._grow_section()
         end = self._section_end()
-        calls, _ = section_calls(self.fmt, self._section[:end])
+        # (GLM's arguments have no closer of their own: text after them ends its block, and
+        # only the whole section shows that they are complete)
+        calls, _ = section_calls(self.fmt, self._section if self.fmt.name == "glm"
+                                 else self._section[:end])
         base = len(self._announced) - len(self._section_ids)
         for i, scan in enumerate(calls):
             self._stream_call(parts, base + i, scan)

@@ -106,6 +106,8 @@ def parameter_types(tools) -> dict:
     for tool in tools:
         for key, schema in (tool.parameters.get("properties") or {}).items():
             kind = schema.get("type") if isinstance(schema, dict) else None
+            if kind is None and string_value(schema) not in (None, "xml-text"):
+                kind = "string"  # (an enum or const of strings only: written raw)
             out[(tool.name, key)] = kind if isinstance(kind, str) else None
     return out
 
@@ -129,7 +131,7 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
         required = set(tool.parameters.get("required") or ())
         parts = []
         for p, (key, schema) in enumerate(props.items()):
-            value = _string_value(schema)
+            value = string_value(schema)
             if value is None:  # any other type: its JSON, as the schema admits it
                 prefix = f"x{t}-{p}-"
                 rules.append(renamed(to_gbnf(schema if isinstance(schema, dict) else {}),
@@ -145,13 +147,18 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
     return "xml-call ::= " + " | ".join(alternatives), rules
 
 
-def _string_value(schema: object) -> str | None:
-    """The grammar of a string parameter's raw text: one of its enum or its const when it
-    has them, else any text without a closing tag (a pattern or length is not enforced
-    here); None for a parameter that is not a string."""
-    if not isinstance(schema, dict) or schema.get("type") != "string":
+def string_value(schema: object, text_rule: str = "xml-text") -> str | None:
+    """The grammar of a parameter's raw text when the schema takes a string: one of its
+    enum or its const when they are all strings, else any text (`text_rule`: without the
+    value's closing tag; a pattern or length is not enforced here). Such a value is written
+    raw, as the templates write a string (`v if v is string`), also when the schema names no
+    type or more than one. None for a parameter that takes no string: its JSON."""
+    if not isinstance(schema, dict):
         return None
+    kind = schema.get("type")
     choices = [schema["const"]] if "const" in schema else schema.get("enum")
-    if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
+    if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices) \
+            and kind in (None, "string"):
         return "(" + " | ".join(f'"{literal(c)}"' for c in choices) + ")"
-    return "xml-text"
+    takes_text = kind == "string" or (isinstance(kind, list) and "string" in kind)
+    return text_rule if takes_text and choices is None else None

@@ -31,7 +31,7 @@ from lsd_local import Engine, RuleConfig
 
 # format -> (its template, what its calls are written with: a pattern of their bytes)
 FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
-           "glm": (GLM_TEMPLATE, rb"<tool_call>(get_weather|now)\n"),  # (a name, no JSON)
+           "glm": (GLM_TEMPLATE, rb"<tool_call>(get_weather|now)\s*(<arg_key>|</tool_call>)"),
            "deepseek": (DEEPSEEK_TEMPLATE, re.escape("<｜tool▁call▁begin｜>function".encode())),
            "commandr": (COMMANDR_TEMPLATE, rb'"tool_name"')}
 
@@ -156,6 +156,11 @@ GLM_CALL = ("<tool_call>plan_trip\n<arg_key>city</arg_key>\n<arg_value>Rome </p>
 
 @pytest.mark.parametrize("call,whole", [
     (GLM_CALL, True),
+    # as llama.cpp's GLM-4.5 template spaces them, and with no line breaks at all
+    (GLM_CALL.replace("plan_trip\n", "plan_trip").replace("</arg_value>\n", "</arg_value>"),
+     True),
+    (GLM_CALL.replace("</arg_key>\n", "</arg_key>").replace("</arg_value>\n", "</arg_value>")
+     .replace("plan_trip\n", "plan_trip"), True),
     (GLM_CALL.replace(">3<", ">three<"), False),  # an integer's value must be JSON
     (GLM_CALL.replace("<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n", ""), False),
 ])
@@ -182,6 +187,20 @@ def test_the_glm_grammar_admits_typed_calls_and_nothing_else(tiny_agent, call, w
         assert complete and calls[0].name == "plan_trip"
         assert json.loads(calls[0].arguments) == {"city": "Rome </p> 2\n", "days": 3,
                                                   "stops": ["a", "b"], "budget": {"eur": 12.5}}
+
+
+def test_glm_argument_tags_that_are_control_tokens_are_read(tiny_glm):
+    """GLM's argument tags are special tokens of its vocabulary: a control token renders as
+    nothing unless lsd shows it, and a call would lose its arguments (to the text)."""
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    with Engine.load(tiny_glm, drafter="lookup", n_ctx=TINY_CTX) as eng:
+        vocab = eng.target.vocab
+        tag = vocab.tokenize("<arg_key>", add_special=False)
+        assert len(tag) == 1 and vocab.is_control(tag[0])  # (what the test is about)
+        gen = eng.generate(ASK, tools=TOOLS, tool_choice=choice, max_tokens=200,
+                           logit_bias=stop_bias(eng), seed=0).run()
+    assert [c.name for c in gen.tool_calls] == ["get_weather"] and valid(gen.tool_calls[0])
+    assert gen.text == ""
 
 
 # --- markers that are control tokens (Command R7B's vocabulary) ------------------------------

@@ -78,3 +78,38 @@ def test_streamed_calls_and_text_around_them():
     for index, call in enumerate(calls):
         streamed = "".join(d.arguments or "" for d in deltas if d.index == index)
         assert streamed == call.arguments
+
+
+@pytest.mark.parametrize("text,arguments,content", [
+    # text after the arguments ends the call there (no grammar ran: the answer left the form)
+    ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\nDone.",
+     {"city": "Oslo"}, "Done."),
+    # a line break before the name
+    ("<tool_call>\nget_weather\n<arg_key>days</arg_key><arg_value>2</arg_value></tool_call>",
+     {"days": 2}, ""),
+])
+def test_a_call_reads_back_whole_whatever_ends_it(text, arguments, content):
+    parser = OutputParser(plan().fmt, False, True)
+    parts = parser.feed([(text, None)], True)
+    assert [(c.name, json.loads(c.arguments)) for c in parser.tool_calls] == [
+        ("get_weather", arguments)]
+    assert "".join(t for t, _ in parts.content) == content
+
+
+def test_string_values_are_raw_whatever_the_schema_says_they_are():
+    """A schema that takes strings without saying type "string" (an enum of strings, a type
+    list with "string"): GLM's and Qwen3-Coder's templates write such a value raw, so the
+    grammar asks for raw text, and it reads back as text."""
+    from lsd_local.chat.tools import parse_tools
+    from lsd_local.chat.xmlcalls import parameter_types, string_value
+
+    assert string_value({"enum": ["celsius", "kelvin"]}) == '("celsius" | "kelvin")'
+    assert string_value({"type": ["string", "null"]}, "glm-text") == "glm-text"
+    assert string_value({"type": "integer"}) is None
+    assert string_value({"enum": [1, "a"]}) is None  # (not only strings: its JSON)
+    tools = parse_tools([{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"unit": {"enum": ["1", "2"]}}}}}])
+    assert parameter_types(tools) == {("f", "unit"): "string"}
+    scan, _ = glm_block("<tool_call>f\n<arg_key>unit</arg_key><arg_value>1</arg_value>"
+                        "</tool_call>", parameter_types(tools))
+    assert json.loads(scan.arguments) == {"unit": "1"}
