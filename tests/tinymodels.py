@@ -235,6 +235,14 @@ AGENT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
     "{%- if enable_thinking is defined and not enable_thinking %}"
     "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}")
+# the rest of a ChatML template after an assistant turn: tool results, other turns, the
+# generation prompt (shared by the tool-call templates below)
+_CHATML_TOOL_TURN_AND_END = (
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + "
+    "'\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 # The same conversation with Qwen3-Coder's way of calling tools (XML: a function and its
 # parameters as tags), written here for the tests
 XML_TEMPLATE = (
@@ -252,12 +260,7 @@ XML_TEMPLATE = (
     "{%- for key, value in call.function.arguments.items() %}"
     "{{- '<parameter=' + key + '>\\n' + (value if value is string else value | tojson) + "
     "'\\n</parameter>\\n' }}{%- endfor %}{{- '</function>\\n</tool_call>' }}{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + "
-    "'\\n</tool_response><|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    "{{- '<|im_end|>\\n' }}" + _CHATML_TOOL_TURN_AND_END)
 # GLM-4.5's way: the name after the opener, then a key tag and a value tag per argument
 # (strings raw, other types as JSON); written here for the tests
 GLM_TEMPLATE = (
@@ -272,12 +275,7 @@ GLM_TEMPLATE = (
     "{%- for key, value in call.function.arguments.items() %}"
     "{{- '<arg_key>' + key + '</arg_key>\\n<arg_value>' + (value if value is string else "
     "value | tojson) + '</arg_value>\\n' }}{%- endfor %}{{- '</tool_call>' }}{%- endfor %}"
-    "{{- '<|im_end|>\\n' }}"
-    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + "
-    "'\\n</tool_response><|im_end|>\\n' }}"
-    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
-    "{%- endif %}{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    "{{- '<|im_end|>\\n' }}" + _CHATML_TOOL_TURN_AND_END)
 # DeepSeek's way (V3, the R1 distills): one section of calls, each naming its function
 # outside the JSON of its arguments; written here for the tests
 DEEPSEEK_TEMPLATE = (
