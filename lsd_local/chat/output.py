@@ -269,10 +269,9 @@ class OutputParser:
     def _call(self, parts: Parts, final: bool) -> None:
         origin = self._grow_section()
         end = self._section_end()
-        # (GLM's arguments have no closer of their own: text after them ends its block, and
-        # only the whole section shows that they are complete)
-        calls, _ = section_calls(self.fmt, self._section if self.fmt.name == "glm"
-                                 else self._section[:end])
+        # (each format's reader stops at its block's end; GLM's arguments have no closer of
+        # their own, so only the text after them shows that they are complete)
+        calls, _ = section_calls(self.fmt, self._section)
         base = len(self._announced) - len(self._section_ids)
         for i, scan in enumerate(calls):
             self._stream_call(parts, base + i, scan)

@@ -58,10 +58,6 @@ class ModelDrafter(Drafter):
         keep = self.model.reuse_prefix(history, len(history) - 1)
         return (yield from self._eval_steps(history[keep:], 1))[0]
 
-    def sync(self, history: np.ndarray) -> np.ndarray:
-        """sync_steps, decoded at once."""
-        return run_steps(self.sync_steps(history))
-
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
                 rng: np.random.Generator | None = None, grammar=None) -> Draft:
         """Up to k tokens; with a grammar (same vocabulary as the target's), each is the best
