@@ -54,6 +54,11 @@ class Engine:
         self.target = target
         self.draft_model = draft
         self.chat_template = settings.chat_template or target.chat_template()
+        # the GGUF's template for requests with tools, where it names one (Hermes 2 Pro,
+        # Command R): transformers and llama.cpp render those with it. A template the user
+        # gave serves every request.
+        self.tool_template = None if settings.chat_template else target.chat_template(
+            "tool_use")
         self.cross_vocab = cross_vocab  # the draft drafts through text (other vocabulary)
         self.placement = {"target": target.placement}  # where the layers went, per model
         if draft is not None:
@@ -142,7 +147,7 @@ class Engine:
         """Tokenize a raw prompt string, or chat messages through the model's chat template
         (given OpenAI `tools` and what else the template reads, e.g. enable_thinking)."""
         self._check_open()
-        return prompt_tokens(self.chat_template, prompt, self.target.vocab, tools,
+        return prompt_tokens(self.template_for(tools), prompt, self.target.vocab, tools,
                              **template_kwargs)
 
     def prompt_text(self, prompt: str | Sequence[dict], tools: Sequence[dict] | None = None,
@@ -150,8 +155,13 @@ class Engine:
         """The prompt as text for a program that adds the BOS token itself (llama.cpp's
         tools): see chat.templates.prompt_text."""
         self._check_open()
-        return prompt_text(self.chat_template, prompt, self.target.vocab, tools,
+        return prompt_text(self.template_for(tools), prompt, self.target.vocab, tools,
                            **template_kwargs)
+
+    def template_for(self, tools: Sequence[dict] | None) -> str | None:
+        """The chat template that renders a request with these tools: the GGUF's "tool_use"
+        template where it ships one and tools are given, else its default (or the user's)."""
+        return self.tool_template if tools and self.tool_template else self.chat_template
 
     @property
     def parallel(self) -> int:
@@ -183,11 +193,12 @@ class Engine:
         if request.drafter is not None:
             self._check_speculation(dcfg)
         sampler = request.sampler()
+        template = self.template_for(request.tools)
         plan = None if request.tools is None else tool_plan(
-            self.chat_template, request.tools, request.tool_choice,
+            template, request.tools, request.tool_choice,
             request.parallel_tool_calls)
         vocab = self.target.vocab
-        text, prompt_ids = prompt_and_tokens(self.chat_template, vocab, self.target.n_ctx,
+        text, prompt_ids = prompt_and_tokens(template, vocab, self.target.n_ctx,
                                              request.prompt, plan,
                                              request.chat_template_kwargs)
         penalties = PenaltySettings(
@@ -198,7 +209,7 @@ class Engine:
                                 grammar_top(rcfg, sampler, self.target.n_vocab),
                                 penalties if penalties.active else None, request.logprobs)
         parser = None if text is None else output_parser(
-            self.chat_template, plan, text, request.reasoning)
+            template, plan, text, request.reasoning)
         return self._claim.take(
             lambda seq: self._generation(seq, request, prompt_ids, settings, plan, parser,
                                          (dcfg, rcfg)),

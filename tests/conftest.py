@@ -95,6 +95,13 @@ def tiny_harmony(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_named(tiny_dir) -> Path:
+    """The tiny agent model whose GGUF names a "tool_use" template beside a default that
+    shows no tools."""
+    return tinymodels.make_named_templates_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_glm(tiny_dir) -> Path:
     """The tiny target with a GLM-4.5-style template and its argument tags as control
     tokens."""

@@ -102,7 +102,11 @@ def add_f32_spm_vocab(writer, tokens: list[str], scores: list[float], types: lis
 
 
 def write_gguf(path: Path, spec: TinySpec, weights: dict[str, np.ndarray],
-               chat_template: str | None = CHAT_TEMPLATE) -> Path:
+               chat_template: str | list[dict] | None = CHAT_TEMPLATE) -> Path:
+    """The tiny model's GGUF. `chat_template`: Jinja text, or named templates as
+    transformers keeps them ([{"name": "default", "template": ...}, ...]), which the writer
+    stores as tokenizer.chat_template and tokenizer.chat_template.NAME, as llama.cpp's
+    converter does."""
     tokens, scores, types = vocab(spec.words)
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name(path.stem)
@@ -366,6 +370,24 @@ HARMONY_TEMPLATE = (
     "{%- else %}{{- '<|start|>' + m.role + '<|message|>' + m.content + '<|end|>' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}")
+
+
+# ChatML that shows no tools: the default of a GGUF that names a "tool_use" template beside it
+# (as Hermes 2 Pro's and Hermes 3's do)
+TOOLLESS_TEMPLATE = (
+    "{%- for m in messages %}{{- '<|im_start|>' + m.role + '\\n' + (m.content or '') + "
+    "'<|im_end|>\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def make_named_templates_model(directory: Path) -> Path:
+    """make_agent_model's target with two named templates: a default that shows no tools,
+    and the agent template named "tool_use"."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / "named.gguf", spec, weights,
+                      [{"name": "default", "template": TOOLLESS_TEMPLATE},
+                       {"name": "tool_use", "template": AGENT_TEMPLATE}])
 
 
 def make_commandr_model(directory: Path) -> Path:

@@ -153,9 +153,10 @@ class Model:
         model.repack = repack_decision(opts.no_repack, build_identity())
         return model
 
-    def chat_template(self) -> str | None:
-        """The GGUF's default chat template (Jinja text), if it ships one."""
-        raw = ll.llama_model_chat_template(self._model, None)
+    def chat_template(self, name: str | None = None) -> str | None:
+        """The GGUF's default chat template (Jinja text), or the one it names `name`
+        (`tokenizer.chat_template.NAME`, e.g. "tool_use"), if it ships one."""
+        raw = ll.llama_model_chat_template(self._model, name.encode() if name else None)
         return raw.decode("utf-8", errors="replace") if raw else None
 
     @property
