@@ -15,7 +15,7 @@ import numpy as np
 from .backend import Grammar, Model
 from .chat.harmony import final_grammar
 from .chat.harmonyoutput import HarmonyParser, output_parser
-from .chat.templates import prompt_and_tokens, prompt_text, prompt_tokens
+from .chat.templates import prompt_and_tokens, prompt_text, prompt_tokens, tool_use_template
 from .chat.tools import banned_opener, tool_plan
 from .config import (
     STATE_CACHE_MAX_BYTES,
@@ -55,10 +55,10 @@ class Engine:
         self.draft_model = draft
         self.chat_template = settings.chat_template or target.chat_template()
         # the GGUF's template for requests with tools, where it names one (Hermes 2 Pro,
-        # Command R): transformers and llama.cpp render those with it. A template the user
+        # Hermes 3): transformers and llama.cpp render those with it. A template the user
         # gave serves every request.
-        self.tool_template = None if settings.chat_template else target.chat_template(
-            "tool_use")
+        self.tool_template = None if settings.chat_template else tool_use_template(
+            target.chat_template("tool_use"))
         self.cross_vocab = cross_vocab  # the draft drafts through text (other vocabulary)
         self.placement = {"target": target.placement}  # where the layers went, per model
         if draft is not None:

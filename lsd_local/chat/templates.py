@@ -168,6 +168,15 @@ def _special(vocab, token: int) -> str:
     return vocab.token_bytes(token).decode("utf-8", "replace")
 
 
+def tool_use_template(named: str | None) -> str | None:
+    """The template that renders requests with tools, of a GGUF that names one "tool_use"
+    beside its default (`named`; Hermes 2 Pro's and Hermes 3's default shows no tools):
+    that one where it shows the tools in a format lsd reads calls in, else None (the default
+    then serves, with the tools in FALLBACK_SYSTEM: a call form lsd cannot read back, such
+    as older Command R's "Action:" list, would only be lost)."""
+    return named if renders_tools(named) else None
+
+
 def render_literal(template: str | None, messages: Sequence[dict], vocab,
                    tools: Sequence[dict] | None = None, **template_kwargs
                    ) -> tuple[str, list[int]]:

@@ -20,6 +20,7 @@ from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import valid_call as valid
 
 from lsd_local import Engine
+from lsd_local.chat.templates import tool_use_template
 
 
 @pytest.fixture(scope="module")
@@ -69,3 +70,19 @@ def test_lsd_serve_renders_and_reads_calls_by_the_tool_use_template(tiny_named, 
     choice = answer.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
     assert choice.logprobs.content[0].token == "<tool_call>"
+
+
+# older Command R's tool_use template asks for calls lsd does not read back (an "Action:"
+# list): written here for the test
+ACTION_TEMPLATE = (
+    "{%- for tool in tools %}{{- tool.function.name + '\\n' }}{%- endfor %}"
+    "{{- 'Write \\'Action:\\' followed by a json-formatted list of actions: [{\"tool_name\": "
+    "..., \"parameters\": {...}}]\\n' }}"
+    "{%- for m in messages %}{{- m.role + ': ' + m.content + '\\n' }}{%- endfor %}")
+
+
+@pytest.mark.parametrize("named, used", [(AGENT_TEMPLATE, AGENT_TEMPLATE),
+                                         (ACTION_TEMPLATE, None), (TOOLLESS_TEMPLATE, None),
+                                         (None, None)])
+def test_a_tool_use_template_serves_only_where_lsd_reads_its_calls(named, used):
+    assert tool_use_template(named) == used
