@@ -102,6 +102,12 @@ def tiny_named(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma(tiny_dir) -> Path:
+    """The tiny target with a Gemma-4-style template and its markers as control tokens."""
+    return tinymodels.make_gemma_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_glm(tiny_dir) -> Path:
     """The tiny target with a GLM-4.5-style template and its argument tags as control
     tokens."""

@@ -280,6 +280,39 @@ GLM_TEMPLATE = (
     "{{- '<arg_key>' + key + '</arg_key>\\n<arg_value>' + (value if value is string else "
     "value | tojson) + '</arg_value>\\n' }}{%- endfor %}{{- '</tool_call>' }}{%- endfor %}"
     "{{- '<|im_end|>\\n' }}" + _CHATML_TOOL_TURN_AND_END)
+# Gemma 4's way: a call's arguments in Gemma's notation (bare keys, strings between <|"|>
+# marks), tool results on the model's turn as an older Gemma 4 template reads them, the
+# thinking channel closed in the generation prompt unless enable_thinking; written here for
+# the tests
+GEMMA_TEMPLATE = r"""
+{%- macro arg(v) -%}
+{%- if v is string -%}{{- '<|"|>' + v + '<|"|>' -}}
+{%- elif v is boolean -%}{{- 'true' if v else 'false' -}}
+{%- elif v is mapping -%}{{- '{' -}}{%- for k, x in v | dictsort -%}{{- k + ':' -}}
+{{- arg(x) -}}{%- if not loop.last -%},{%- endif -%}{%- endfor -%}{{- '}' -}}
+{%- elif v is sequence -%}{{- '[' -}}{%- for x in v -%}{{- arg(x) -}}
+{%- if not loop.last -%},{%- endif -%}{%- endfor -%}{{- ']' -}}
+{%- else -%}{{- v -}}{%- endif -%}
+{%- endmacro -%}
+{%- set ns = namespace(prev='') -%}
+{%- if tools -%}{{- '<|turn>system\n' -}}{%- for tool in tools -%}
+{{- '<|tool>' + (tool | tojson) + '<tool|>' -}}{%- endfor -%}{{- '<turn|>\n' -}}{%- endif -%}
+{%- for m in messages -%}{%- set ns.prev = '' -%}
+{{- '<|turn>' + ('model' if m.role == 'assistant' else m.role) + '\n' -}}
+{%- if m.tool_calls -%}{%- for call in m.tool_calls -%}
+{{- '<|tool_call>call:' + call.function.name + arg(call.function.arguments) + '<tool_call|>' -}}
+{%- endfor -%}{%- endif -%}
+{%- if m.tool_responses -%}{%- for r in m.tool_responses -%}
+{{- '<|tool_response>response:' + r.name -}}
+{{- arg(r.response) if r.response is mapping else '{value:' + arg(r.response) + '}' -}}
+{{- '<tool_response|>' -}}{%- endfor -%}{%- set ns.prev = 'tool_response' -%}{%- endif -%}
+{%- if m.content -%}{{- m.content -}}{%- endif -%}
+{%- if not (m.tool_responses and not m.content) -%}{{- '<turn|>\n' -}}{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{%- if ns.prev != 'tool_response' -%}{{- '<|turn>model\n' -}}{%- endif -%}
+{%- if not enable_thinking | default(false) -%}{{- '<|channel>thought\n<channel|>' -}}{%- endif -%}
+{%- endif -%}"""
 # DeepSeek's way (V3, the R1 distills): one section of calls, each naming its function
 # outside the JSON of its arguments; written here for the tests
 DEEPSEEK_TEMPLATE = (
@@ -331,9 +364,12 @@ COMMANDR_WORDS = ("<|START_ACTION|>", "<|END_ACTION|>", "<|START_THINKING|>",
                   "<|END_THINKING|>")
 # GLM-4.5's argument tags (llama.cpp preserves them as GLM's special tokens)
 GLM_WORDS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
-# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's and GLM's
+# Gemma 4's markers (control tokens in its vocabulary)
+GEMMA_WORDS = ("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>", "<|turn>",
+               "<turn|>", "<|tool_response>", "<tool_response|>")
+# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's and Gemma's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                 *COMMANDR_WORDS, *GLM_WORDS)
+                 *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -404,6 +440,14 @@ def make_glm_model(directory: Path) -> Path:
     spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + GLM_WORDS)
     weights = random_weights(spec, 259 + len(spec.words))
     return write_gguf(directory / "glm.gguf", spec, weights, GLM_TEMPLATE)
+
+
+def make_gemma_model(directory: Path) -> Path:
+    """make_pair's target with the Gemma-4-style template and its markers as control tokens
+    (which show as nothing unless lsd shows them)."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + GEMMA_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / "gemma.gguf", spec, weights, GEMMA_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

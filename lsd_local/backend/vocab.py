@@ -54,13 +54,13 @@ class Vocab:
 
     def showing(self, markers: tuple[str, ...]):
         """token id -> bytes (token_bytes), except that a control token which spells one of
-        `markers` whole shows as its text (what an output parser must read: llama.cpp's
-        "preserved tokens"; an end-of-generation token still shows nothing)."""
+        `markers`, or a piece of one (Gemma 4's `<|channel>` of "<|channel>thought"), shows
+        as its text (what an output parser must read: llama.cpp's "preserved tokens"; an
+        end-of-generation token still shows nothing)."""
         shown = set()
         for marker in markers:
-            ids = self.tokenize(marker, add_special=False)
-            if len(ids) == 1 and self.is_control(ids[0]) and not self.is_eog(ids[0]):
-                shown.add(ids[0])
+            shown.update(token for token in self.tokenize(marker, add_special=False)
+                         if self.is_control(token) and not self.is_eog(token))
         if not shown:
             return self.token_bytes
         return lambda token: self.token_bytes_special(token) if token in shown \

@@ -11,9 +11,10 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from . import commandrcalls, deepseekcalls, glmcalls, jsoncalls, xmlcalls
+from . import commandrcalls, deepseekcalls, gemmacalls, glmcalls, jsoncalls, xmlcalls
 from .commandrcalls import commandr_section
 from .deepseekcalls import deepseek_section
+from .gemmacalls import gemma_block
 from .glmcalls import glm_block
 from .jsonscan import list_elements, scan_call, value_end
 from .tools import ToolFormat, hermes_block, section_calls
@@ -36,10 +37,12 @@ class Thinking:
 
 THINK = Thinking("<think>", "</think>", "\n</think>\n\n")  # DeepSeek-R1, Qwen3, QwQ, ...
 COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINKING|>")
+GEMMA_THINK = Thinking("<|channel>thought", "<channel|>", "<channel|>")  # Gemma 4's channel
 REASONING_CLOSE = THINK.budget_close
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
                   "glm": (glmcalls.OPEN, glmcalls.CLOSE, *glmcalls.TAGS),
+                  "gemma": gemmacalls.MARKERS,
                   "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
                                deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
@@ -47,8 +50,12 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
 
 
 def thinking_of(template: str | None) -> Thinking:
-    """The reasoning markers of a template's family (Command R7B's, else `<think>`)."""
-    return COMMANDR_THINK if template and COMMANDR_THINK.open in template else THINK
+    """The reasoning markers of a template's family (Command R7B's, Gemma 4's, else
+    `<think>`)."""
+    for think in (COMMANDR_THINK, GEMMA_THINK):
+        if template and think.open in template:
+            return think
+    return THINK
 
 
 @dataclass(frozen=True)
@@ -328,6 +335,8 @@ class OutputParser:
             return xml_block(section, fmt.types())[1]
         if fmt.name == "glm":
             return glm_block(section, fmt.types())[1]
+        if fmt.name == "gemma":
+            return gemma_block(section)[1]
         if fmt.name == "deepseek":
             return deepseek_section(section)[1]
         if fmt.name == "commandr":

@@ -12,6 +12,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from ..errors import ContextOverflowError, LsdError, ParameterError
+from . import gemmacalls
 from .harmony import is_harmony, template_messages
 from .literal import Shield
 from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
@@ -146,6 +147,8 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
     clean = normalize_messages(messages)
     if is_harmony(template):
         clean = template_messages(clean)
+    elif template and gemmacalls.is_gemma(template) and gemmacalls.OPENAI_MARKER not in template:
+        clean = gemmacalls.template_messages(clean)  # (an older Gemma 4 template)
     if tools and not renders_tools(template):
         clean, tools = with_fallback_tools(clean, tools), None
     import jinja2

@@ -11,6 +11,9 @@ Formats:
 - "glm": `<tool_call>NAME\n<arg_key>P</arg_key>\n<arg_value>value</arg_value>\n
   </tool_call>`, one block per call (GLM-4.5 and 4.6: templates with `<arg_key>`;
   chat/glmcalls.py);
+- "gemma": `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>`, one block per call,
+  Gemma's own notation for the arguments (Gemma 4: templates with `<|tool_call>call:`;
+  chat/gemmacalls.py);
 - "deepseek": `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
   {...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`, one section for every call (DeepSeek-V3
   and the R1 distills' templates; chat/deepseekcalls.py);
@@ -36,7 +39,7 @@ import re
 from dataclasses import dataclass, replace
 
 from ..errors import ParameterError
-from . import commandrcalls, deepseekcalls, glmcalls, harmony, jsoncalls, xmlcalls
+from . import commandrcalls, deepseekcalls, gemmacalls, glmcalls, harmony, jsoncalls, xmlcalls
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 
 FALLBACK_SYSTEM = (
@@ -69,6 +72,7 @@ class ToolFormat:
 
 FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "glm": ToolFormat("glm", glmcalls.OPEN),
+           "gemma": ToolFormat("gemma", gemmacalls.OPEN),
            "hermes": ToolFormat("hermes", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
            "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
@@ -83,6 +87,8 @@ def detect_format(template: str | None) -> ToolFormat:
     source = template or ""
     if harmony.is_harmony(source):
         return FORMATS["harmony"]
+    if gemmacalls.is_gemma(source):
+        return FORMATS["gemma"]
     if "<function=" in source and "<parameter=" in source:
         return FORMATS["xml"]
     if glmcalls.is_glm(source):
@@ -195,6 +201,7 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
                                                                          fmt.arguments_key)))
     body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
     rules_of = {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
+                "gemma": gemmacalls.call_rules,
                 "deepseek": deepseekcalls.call_rules,
                 "commandr": commandrcalls.call_rules}.get(fmt.name)
     if rules_of is not None:  # (formats whose calls are not the JSON tool-call)
@@ -203,11 +210,13 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
             "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
+            "gemma": f'("{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}")*',
             "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
             "mistral": '("," tool-ws tool-call)*', "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
             "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
+            "gemma": f'"{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}" {more}',
             "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
                         f'"{deepseekcalls.CLOSE}"',
             "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
@@ -242,6 +251,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         return [scan], end is not None
     if fmt.name == "glm":
         scan, end = glmcalls.glm_block(section, fmt.types())
+        return [scan], end is not None
+    if fmt.name == "gemma":
+        scan, end = gemmacalls.gemma_block(section)
         return [scan], end is not None
     if fmt.name == "deepseek":
         calls, end = deepseekcalls.deepseek_section(section)

@@ -1,9 +1,9 @@
 """Tool-call formats other than Hermes on real llama.cpp: the tiny agent model with a
 Qwen3-Coder-style template (calls as XML tags), a GLM-4.5-style one (key and value tags), a
-DeepSeek-style one (a section of calls,
-each naming its function outside its JSON arguments) and a Command-R7B-style one (an action
-block with a JSON list of calls). Calls are valid by construction in each tool_choice,
-streamed as OpenAI streams them, and a tool turn renders back."""
+DeepSeek-style one (a section of calls, each naming its function outside its JSON
+arguments), a Command-R7B-style one (an action block with a JSON list of calls) and a
+Gemma-4-style one (arguments in Gemma's notation). Calls are valid by construction in each
+tool_choice, streamed as OpenAI streams them, and a tool turn renders back."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import (
     COMMANDR_TEMPLATE,
     DEEPSEEK_TEMPLATE,
+    GEMMA_TEMPLATE,
     GLM_TEMPLATE,
     TINY_CTX,
     XML_TEMPLATE,
@@ -33,7 +34,8 @@ from lsd_local import Engine, RuleConfig
 FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "glm": (GLM_TEMPLATE, rb"<tool_call>(get_weather|now)\s*(<arg_key>|</tool_call>)"),
            "deepseek": (DEEPSEEK_TEMPLATE, re.escape("<｜tool▁call▁begin｜>function".encode())),
-           "commandr": (COMMANDR_TEMPLATE, rb'"tool_name"')}
+           "commandr": (COMMANDR_TEMPLATE, rb'"tool_name"'),
+           "gemma": (GEMMA_TEMPLATE, rb"<\|tool_call>call:(get_weather|now)\{")}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -103,6 +105,10 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
         assert ("<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris"
                 "</arg_value>\n<arg_key>metric</arg_key>\n<arg_value>true</arg_value>\n"
                 "</tool_call>") in text
+    elif format_agent.format == "gemma":  # (the result on the model's turn: an older template)
+        assert ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,metric:true}<tool_call|>'
+                '<|tool_response>response:get_weather{value:<|"|>18 C, sunny<|"|>}'
+                '<tool_response|>') in text and text.endswith("<|channel>thought\n<channel|>")
     elif format_agent.format == "deepseek":
         assert '<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "metric": true}' in text
     else:
