@@ -6,8 +6,9 @@ rest of the token that completed the match. When the grammar rejects that text (
 `{"name": "now"}` closed by one token `"}` where "arguments" must follow), llama.cpp throws
 through its C API and the process aborts. This guard replays the trigger on the token a
 generation is about to take: a token that would start the grammar on text it rejects, or
-inside an unclosed `<think>` block (a call drafted while reasoning is not a call), is
-refused as a forbidden token is, and never reaches llama.cpp.
+inside an unclosed `<think>` block (a call drafted while reasoning is not a call; also the
+opener's own token, where it is one), is refused as a forbidden token is, and never reaches
+llama.cpp.
 """
 
 from __future__ import annotations
@@ -63,16 +64,22 @@ class TriggerGuard:
     def safe(self, token: int) -> bool:
         """Whether taking `token` now is safe: it starts no grammar, or starts it on text the
         grammar accepts and outside a reasoning block."""
-        if not self.waiting or token in self._tokens:
+        if not self.waiting:
             return True
+        if token in self._tokens:  # the opener's own token: a call, but not while reasoning
+            return not self._reasoning(self.buffer)
         text = self.buffer + self._piece(token)
         start = self._start(text)
         if start is None:
             return True
-        before = self._opened + text[:start]
-        if before.rfind(self.think[0]) > before.rfind(self.think[1]):
+        if self._reasoning(text[:start]):
             return False
         return self._validate(text[start:].decode("utf-8", "replace"))
+
+    def _reasoning(self, text: bytes) -> bool:
+        """Whether generated `text` ends inside a reasoning block."""
+        seen = self._opened + text
+        return seen.rfind(self.think[0]) > seen.rfind(self.think[1])
 
     def advance(self, token: int) -> None:
         """The grammar takes `token` (checked safe): follow its trigger."""

@@ -8,7 +8,9 @@ the order the template sorts them (case-insensitive), several calls back to back
 Read back as the same CallScan as any JSON call (its arguments as JSON text that only grows
 while the call streams: each argument once its value is complete). The grammar makes names,
 required keys, strings, enums and scalars valid against each tool's schema; a nested object
-or array is held to Gemma's notation only (llama.cpp's own grammar checks no types at all).
+or array, or a schema mixing strings with other types, is held to Gemma's notation only
+(llama.cpp's own grammar checks no types at all). A key the notation cannot write bare (one
+with a ":") is written between the quote marks, which the reader takes too.
 
 Tool results: an older Gemma 4 template reads them as `tool_responses` on the model's turn
 (llama.cpp converts the messages for it, and so does `template_messages`); the newer one
@@ -29,7 +31,14 @@ CALL = "call:"
 MARKERS = (OPEN, CLOSE, QUOTE)  # (control tokens in Gemma 4's vocabulary)
 OPENAI_MARKER = "{#- OpenAI Chat Completions:"  # a template that reads `tool` messages itself
 _SCALAR = re.compile(r"[^,}\]\s<]+")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")  # JSON's
+_BARE_KEY = re.compile(r"[A-Za-z0-9_.$-]+\Z")  # a key the notation can write bare
 _DECODER = json.JSONDecoder()
+
+
+class _Number(str):
+    """A number as written (JSON's syntax): its text goes into the arguments unchanged, as
+    in every other format, never through a float (1e999 is no Infinity)."""
 
 
 class _More(Exception):
@@ -56,7 +65,7 @@ def gemma_block(section: str) -> tuple[CallScan, int | None]:
         return CallScan(None, "", False), None  # (the name is still being written)
     name = section[i:brace].strip() or None
     pairs, j, state = _members(section, brace + 1)
-    arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+    arguments = "{" + ", ".join(f"{json.dumps(k)}: {_json(v)}" for k, v in pairs)
     if state == "open":
         return CallScan(name, arguments, False), None
     if state == "bad":  # not Gemma's notation: the block ends where it stopped being so
@@ -143,7 +152,20 @@ def _value(text: str, i: int) -> tuple[object, int]:
     word = match.group()
     if word in ("true", "false", "null"):
         return {"true": True, "false": False, "null": None}[word], match.end()
-    return json.loads(word), match.end()  # (ValueError where it is no number)
+    if not _NUMBER.match(word):
+        raise ValueError("not a value")
+    return _Number(word), match.end()
+
+
+def _json(value: object) -> str:
+    """A read value as JSON text (numbers as written)."""
+    if isinstance(value, _Number):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(k)}: {_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_json(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def _container(text: str, i: int) -> tuple[object, int]:
@@ -177,7 +199,7 @@ GENERIC_RULES = [
     'gm-object ::= "{" (gm-key ":" gm-value ("," gm-key ":" gm-value)*)? "}"',
     'gm-array ::= "[" (gm-value ("," gm-value)*)? "]"',
     "gm-key ::= [A-Za-z_] [A-Za-z0-9_.-]*",
-    'gm-number ::= "-"? [0-9]+ ("." [0-9]+)? ([eE] [-+]? [0-9]+)?',
+    'gm-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?',
     *until_rules("gm-text", QUOTE)]
 
 
@@ -192,7 +214,8 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
         items = []
         for p, key in enumerate(sorted(props, key=str.lower)):
             value = _value_rule(props[key], f"gm{t}-{p}-", rules, to_gbnf)
-            items.append((f'"{literal(key)}:" {value}', key in required))
+            written = key if _BARE_KEY.match(key) else QUOTE + key + QUOTE  # (as read back)
+            items.append((f'"{literal(written)}:" {value}', key in required))
         head = literal(CALL + tool.name)
         alternatives.append(f'("{head}{{" {_in_order(items)} "}}")' if items else
                             f'"{head}{{}}"')
@@ -201,18 +224,33 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
 
 def _value_rule(schema: object, prefix: str, rules: list[str], to_gbnf) -> str:
     """The grammar of one parameter's value: a string (or one of its strings) between the
-    quote marks; a number, boolean or null as its JSON under the schema; anything else in
-    Gemma's notation (rules gain what it needs)."""
+    quote marks; numbers, booleans and null (types, enums, consts) as their JSON under the
+    schema; anything else (objects, arrays, schemas mixing strings with other types) in
+    Gemma's notation only (rules gain what it needs)."""
     text = string_value(schema, "gm-text")
     if text is not None:
         return f'"{literal(QUOTE)}" {text} "{literal(QUOTE)}"'
-    kind = schema.get("type") if isinstance(schema, dict) else None
-    if kind in ("integer", "number", "boolean", "null"):  # (no blank after it: the template
-        # writes none)
+    if _scalar_schema(schema):  # (no blank after it: the template writes none)
         scalar = re.sub(r"(?m)^space ::= .*$", 'space ::= ""', to_gbnf(schema))
         rules.append(renamed(scalar, prefix))
         return f"{prefix}root"
     return "gm-value"
+
+
+def _scalar_schema(schema: object) -> bool:
+    """Whether a schema admits numbers, booleans or null only (its JSON is Gemma's too)."""
+    if not isinstance(schema, dict) or any(k in schema for k in ("anyOf", "oneOf", "allOf",
+                                                                 "$ref", "not")):
+        return False
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else kinds
+    choices = [schema["const"]] if "const" in schema else schema.get("enum")
+    if kinds is None and choices is None:
+        return False
+    scalar = {"integer", "number", "boolean", "null"}
+    return (kinds is None or (isinstance(kinds, list) and set(kinds) <= scalar)) and \
+        (choices is None or (isinstance(choices, list) and all(
+            c is None or isinstance(c, (bool, int, float)) for c in choices)))
 
 
 def _in_order(items: list[tuple[str, bool]]) -> str:
@@ -232,8 +270,9 @@ def _in_order(items: list[tuple[str, bool]]) -> str:
 
 def template_messages(messages: list[dict]) -> list[dict]:
     """Messages for an older Gemma 4 template: an assistant turn's calls, the `tool`
-    messages answering them and an assistant answer that follows (content, no calls) become
-    one turn with `tool_responses` ({"name", "response": the result's JSON, or its text})."""
+    messages answering them and an assistant answer that follows (content, no calls; where
+    the calling turn has no text of its own) become one turn with `tool_responses`
+    ({"name", "response": the result's JSON, or its text})."""
     out, i = [], 0
     while i < len(messages):
         message = messages[i]
@@ -246,8 +285,8 @@ def template_messages(messages: list[dict]) -> list[dict]:
             responses.append(_response(messages[i], calls, len(responses)))
             i += 1
         merged = {**message, "tool_responses": responses}
-        if responses and i < len(messages) and messages[i].get("role") == "assistant" and \
-                not messages[i].get("tool_calls"):
+        if responses and not message.get("content") and i < len(messages) and \
+                messages[i].get("role") == "assistant" and not messages[i].get("tool_calls"):
             merged["content"] = messages[i].get("content")
             i += 1
         out.append(merged)
@@ -255,8 +294,11 @@ def template_messages(messages: list[dict]) -> list[dict]:
 
 
 def _response(tool_message: dict, calls: list, index: int) -> dict:
-    """One `tool_responses` entry: named by the call at the same place."""
-    call = calls[index] if index < len(calls) else {}
+    """One `tool_responses` entry: named by the call it answers (its id, else the call at
+    the same place)."""
+    answered = [c for c in calls if c.get("id") is not None and
+                c.get("id") == tool_message.get("tool_call_id")]
+    call = answered[0] if answered else calls[index] if index < len(calls) else {}
     name = (call.get("function") or {}).get("name") or tool_message.get("tool_call_id", "")
     content = tool_message.get("content")
     try:

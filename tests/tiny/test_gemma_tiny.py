@@ -130,3 +130,70 @@ def test_lsd_serve_speaks_gemma_to_an_openai_client(tiny_gemma):
             "messages": ASK + [message.model_dump(exclude_none=True)] + results})
         assert follow.choices[0].finish_reason in ("stop", "length")
         assert follow.usage.prompt_tokens > 0
+
+
+def test_auto_applies_the_grammar_from_the_control_token_opener_on(gemma):
+    """With "auto", free text until the model opens a call (pushed to by a bias on the
+    opener, a control token that shows as nothing unless lsd shows it); then the lazy
+    grammar makes the call valid."""
+    opener = agent_token(gemma.target.vocab, "<|tool_call>")
+    for seed in range(3):
+        gen = gemma.generate(ASK, tools=TOOLS, max_tokens=150, parallel_tool_calls=False,
+                             logit_bias=stop_bias(gemma, {opener: 60.0}), seed=seed).run()
+        assert len(gen.tool_calls) == 1 and valid(gen.tool_calls[0]), gen.tool_calls
+        assert gen.tokens[0] == opener and gen.finish_reason == "tool_calls"
+
+
+def test_an_opener_token_inside_the_thought_channel_is_no_call(tiny_gemma):
+    """The prompt opens the thought channel (as the newer Gemma 4 template does with
+    enable_thinking) and the model is pushed to the opener's token: inside the channel it
+    is refused (a call there would be filed as reasoning and lost); once the channel is
+    closed, the call comes, valid."""
+    opened = GEMMA_TEMPLATE.replace(
+        r"{%- if not enable_thinking | default(false) -%}{{- '<|channel>thought\n<channel|>' "
+        r"-}}{%- endif -%}", r"{{- '<|channel>thought\n' -}}")
+    assert opened != GEMMA_TEMPLATE
+    with Engine.load(tiny_gemma, drafter="lookup", n_ctx=TINY_CTX, chat_template=opened) as eng:
+        vocab = eng.target.vocab
+        opener, close = agent_token(vocab, "<|tool_call>"), agent_token(vocab, "<channel|>")
+        for seed in range(3):
+            gen = eng.generate(ASK, tools=TOOLS, max_tokens=80, parallel_tool_calls=False,
+                               logit_bias={opener: 60.0, close: 8.0},
+                               seed=seed).run()
+            assert close in gen.tokens and opener not in gen.tokens[:gen.tokens.index(close)]
+            assert "tool_call" not in gen.reasoning
+            assert len(gen.tool_calls) == 1 and valid(gen.tool_calls[0])
+
+
+ODD = [{"type": "function", "function": {"name": "odd", "parameters": {
+    "type": "object", "properties": {
+        "level": {"enum": [1, 2]}, "size": {"type": ["integer", "null"]},
+        "x:y": {"type": "string"}, "zip": {}}, "required": ["level", "x:y"]}}}]
+ODD_CALL = f"<|tool_call>call:odd{{level:2,size:null,{Q}x:y{Q}:{Q}v{Q},zip:0}}<tool_call|>"
+
+
+@pytest.mark.parametrize("call,whole", [
+    (ODD_CALL, True),
+    (ODD_CALL.replace("level:2", "level:3"), False),  # an enum of numbers
+    (ODD_CALL.replace("size:null", f"size:{Q}1{Q}"), False),  # integer or null, no string
+    (ODD_CALL.replace("zip:0", "zip:08540"), False),  # a number JSON cannot read
+    (ODD_CALL.replace(f"{Q}x:y{Q}:", "x:y:"), False),  # a key with ":" only between marks
+])
+def test_the_grammar_types_scalars_and_writes_odd_keys_readably(tiny_agent, call, whole):
+    from lsd_local.backend import Grammar, Model, schema_to_gbnf
+    from lsd_local.chat.tools import section_calls, tool_plan
+    from lsd_local.verify.constrain import allowed_prefix
+
+    plan = tool_plan(GEMMA_TEMPLATE, ODD, "required", False)
+    model = Model.load(tiny_agent)
+    try:
+        grammar = Grammar.compile(model, plan.grammar(schema_to_gbnf)[0], source="test")
+        spell = model.vocab.byte_tokens()
+        tokens = np.asarray([spell[b] for b in call.encode()], np.int32)
+        assert (allowed_prefix(grammar, tokens) == len(tokens)) == whole
+        grammar.close()
+    finally:
+        model.close()
+    if whole:
+        calls, _ = section_calls(plan.fmt, call)
+        assert json.loads(calls[0].arguments) == {"level": 2, "size": None, "x:y": "v", "zip": 0}

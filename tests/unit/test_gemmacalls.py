@@ -102,3 +102,23 @@ def test_tool_results_join_the_model_turn_for_an_older_template():
                                            {"name": "b", "response": "sunny"}]
     assert merged[1]["content"] == "18 C and sunny." and merged[1]["tool_calls"] == calls
     assert template_messages(messages[:1]) == messages[:1]
+
+
+def test_numbers_keep_their_text_and_one_json_cannot_read_is_no_value():
+    scan, _ = gemma_block("<|tool_call>call:f{a:1e999,b:-0.50}<tool_call|>")
+    assert scan.arguments == '{"a": 1e999, "b": -0.50}'  # (never a float's Infinity)
+    scan, end = gemma_block("<|tool_call>call:f{a:1,zip:08540}<tool_call|>")
+    assert json.loads(scan.arguments) == {"a": 1} and end < len("<|tool_call>call:f{a:1,zip")
+
+
+def test_results_are_named_by_the_call_they_answer_and_no_text_is_lost():
+    calls = [{"id": "c0", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+             {"id": "c1", "type": "function", "function": {"name": "g", "arguments": "{}"}}]
+    messages = [{"role": "assistant", "content": "Let me look.", "tool_calls": calls},
+                {"role": "tool", "tool_call_id": "c1", "content": "G"},
+                {"role": "tool", "tool_call_id": "c0", "content": "F"},
+                {"role": "assistant", "content": "F and G."}]
+    merged = template_messages(messages)
+    assert merged[0]["tool_responses"] == [{"name": "g", "response": "G"},
+                                           {"name": "f", "response": "F"}]
+    assert merged[0]["content"] == "Let me look." and merged[1]["content"] == "F and G."
