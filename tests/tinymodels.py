@@ -280,6 +280,22 @@ GLM_TEMPLATE = (
     "{{- '<arg_key>' + key + '</arg_key>\\n<arg_value>' + (value if value is string else "
     "value | tojson) + '</arg_value>\\n' }}{%- endfor %}{{- '</tool_call>' }}{%- endfor %}"
     "{{- '<|im_end|>\\n' }}" + _CHATML_TOOL_TURN_AND_END)
+# Mistral's way (v0.3, Nemo): the tools before the last user turn, calls as one JSON list
+# after [TOOL_CALLS], each with its id, which must be 9 letters and digits (the template
+# refuses others), results with the call's id; written here for the tests
+MISTRAL_TEMPLATE = (
+    "{%- for m in messages %}{%- if m.role == 'user' %}"
+    "{%- if tools and loop.last %}{{- '[AVAILABLE_TOOLS]' + tools | tojson + "
+    "'[/AVAILABLE_TOOLS]' }}{%- endif %}{{- '[INST]' + m.content + '[/INST]' }}"
+    "{%- elif m.role == 'assistant' and m.tool_calls %}{{- '[TOOL_CALLS][' }}"
+    "{%- for call in m.tool_calls %}{%- if call.id is not string or call.id|length != 9 %}"
+    "{{- raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}"
+    "{%- endif %}{{- '{\"name\": \"' + call.function.name + '\", \"arguments\": ' + "
+    "call.function.arguments | tojson + ', \"id\": \"' + call.id + '\"}' }}"
+    "{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}{{- ']</s>' }}"
+    "{%- elif m.role == 'tool' %}{{- '[TOOL_RESULTS]{\"content\": ' + m.content | tojson + "
+    "', \"call_id\": \"' + m.tool_call_id + '\"}[/TOOL_RESULTS]' }}"
+    "{%- else %}{{- m.content + '</s>' }}{%- endif %}{%- endfor %}")
 # Gemma 4's way: a call's arguments in Gemma's notation (bare keys, strings between <|"|>
 # marks), tool results on the model's turn as an older Gemma 4 template reads them, the
 # thinking channel closed in the generation prompt unless enable_thinking; written here for

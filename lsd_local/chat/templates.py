@@ -6,7 +6,9 @@ tools gets them in the system message (chat/tools.py, FALLBACK_SYSTEM)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
@@ -149,6 +151,8 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
         clean = template_messages(clean)
     elif template and gemmacalls.is_gemma(template) and gemmacalls.OPENAI_MARKER not in template:
         clean = gemmacalls.template_messages(clean)  # (an older Gemma 4 template)
+    if template and _NINE_CHAR_IDS.search(template):
+        clean = nine_char_ids(clean)
     if tools and not renders_tools(template):
         clean, tools = with_fallback_tools(clean, tools), None
     import jinja2
@@ -165,6 +169,35 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
         # a flag): the request's values, not a fault of lsd
         raise LsdError(f"the model's chat template failed on these messages and template "
                        f"kwargs: {type(exc).__name__}: {exc}") from None
+
+
+# Mistral's templates refuse a tool call id that is not 9 letters and digits
+_NINE_CHAR_IDS = re.compile(r"\bid\s*\|\s*length\s*!=\s*9\b")
+_NINE_CHARS = re.compile(r"[A-Za-z0-9]{9}")
+
+
+def nine_char_ids(messages: list[dict]) -> list[dict]:
+    """The messages with every tool call id (a call's `id`, a tool turn's `tool_call_id`)
+    made 9 letters and digits, as Mistral's templates demand (ids from lsd or any other
+    server are longer): one that is already so stays, any other becomes the first 9 hex
+    digits of its SHA-256, the same in the call and in its result and in every turn, so
+    that a conversation's prompt keeps its cached prefix. vLLM cuts them to their last 9."""
+    out = []
+    for message in messages:
+        if message.get("tool_calls"):
+            message = {**message, "tool_calls": [
+                {**call, "id": _nine_chars(call.get("id"))} if isinstance(call, dict) else call
+                for call in message["tool_calls"]]}
+        if "tool_call_id" in message:
+            message = {**message, "tool_call_id": _nine_chars(message["tool_call_id"])}
+        out.append(message)
+    return out
+
+
+def _nine_chars(call_id: object) -> object:
+    if not isinstance(call_id, str) or _NINE_CHARS.fullmatch(call_id):
+        return call_id
+    return hashlib.sha256(call_id.encode()).hexdigest()[:9]
 
 
 def _special(vocab, token: int) -> str:

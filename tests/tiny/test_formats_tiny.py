@@ -20,6 +20,7 @@ from tinymodels import (
     DEEPSEEK_TEMPLATE,
     GEMMA_TEMPLATE,
     GLM_TEMPLATE,
+    MISTRAL_TEMPLATE,
     TINY_CTX,
     XML_TEMPLATE,
     agent_token,
@@ -35,7 +36,8 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "glm": (GLM_TEMPLATE, rb"<tool_call>(get_weather|now)\s*(<arg_key>|</tool_call>)"),
            "deepseek": (DEEPSEEK_TEMPLATE, re.escape("<｜tool▁call▁begin｜>function".encode())),
            "commandr": (COMMANDR_TEMPLATE, rb'"tool_name"'),
-           "gemma": (GEMMA_TEMPLATE, rb"<\|tool_call>call:(get_weather|now)\{")}
+           "gemma": (GEMMA_TEMPLATE, rb"<\|tool_call>call:(get_weather|now)\{"),
+           "mistral": (MISTRAL_TEMPLATE, rb'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"')}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -109,6 +111,9 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
         assert ('<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,metric:true}<tool_call|>'
                 '<|tool_response>response:get_weather{value:<|"|>18 C, sunny<|"|>}'
                 '<tool_response|>') in text and text.endswith("<|channel>thought\n<channel|>")
+    elif format_agent.format == "mistral":  # (the id made 9 characters, in both places)
+        assert re.search(r'"id": "([0-9a-f]{9})"}\]</s>\[TOOL_RESULTS\]\{"content": '
+                         r'"18 C, sunny", "call_id": "\1"\}', text), text
     elif format_agent.format == "deepseek":
         assert '<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "metric": true}' in text
     else:
