@@ -296,6 +296,27 @@ MISTRAL_TEMPLATE = (
     "{%- elif m.role == 'tool' %}{{- '[TOOL_RESULTS]{\"content\": ' + m.content | tojson + "
     "', \"call_id\": \"' + m.tool_call_id + '\"}[/TOOL_RESULTS]' }}"
     "{%- else %}{{- m.content + '</s>' }}{%- endif %}{%- endfor %}")
+# Mistral's newer way (tokenizer v13: Devstral, Ministral 3): each call its own block, the
+# name before [ARGS] and its arguments' JSON after; results without ids. With v11 (Mistral
+# Small 3.2) an id of 9 letters and digits goes between them; written here for the tests
+MINISTRAL_TEMPLATE = (
+    "{%- for m in messages %}{%- if m.role == 'user' %}"
+    "{%- if tools and loop.last %}{{- '[AVAILABLE_TOOLS]' + tools | tojson + "
+    "'[/AVAILABLE_TOOLS]' }}{%- endif %}{{- '[INST]' + m.content + '[/INST]' }}"
+    "{%- elif m.role == 'assistant' %}{{- m.content or '' }}"
+    "{%- for call in m.tool_calls or [] %}{{- '[TOOL_CALLS]' + call.function.name + "
+    "'[ARGS]' + call.function.arguments | tojson }}{%- endfor %}{{- '</s>' }}"
+    "{%- elif m.role == 'tool' %}{{- '[TOOL_RESULTS]' + m.content + '[/TOOL_RESULTS]' }}"
+    "{%- endif %}{%- endfor %}")
+MISTRAL_IDS_TEMPLATE = MINISTRAL_TEMPLATE.replace(
+    "'[ARGS]' + call.function.arguments",
+    "'[CALL_ID]' + call.id + '[ARGS]' + call.function.arguments").replace(
+    "{%- for call in m.tool_calls or [] %}",
+    "{%- for call in m.tool_calls or [] %}{%- if call.id|length != 9 %}"
+    "{{- raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}"
+    "{%- endif %}").replace(
+    "'[TOOL_RESULTS]' + m.content", "'[TOOL_RESULTS]' + m.tool_call_id + '[TOOL_CONTENT]' + "
+    "m.content")
 # Gemma 4's way: a call's arguments in Gemma's notation (bare keys, strings between <|"|>
 # marks), tool results on the model's turn as an older Gemma 4 template reads them, the
 # thinking channel closed in the generation prompt unless enable_thinking; written here for

@@ -11,7 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from . import commandrcalls, deepseekcalls, gemmacalls, glmcalls, jsoncalls, xmlcalls
+from . import commandrcalls, deepseekcalls, gemmacalls, glmcalls, jsoncalls, mistralcalls, xmlcalls
 from .commandrcalls import commandr_section
 from .deepseekcalls import deepseek_section
 from .gemmacalls import gemma_block
@@ -38,6 +38,8 @@ class Thinking:
 THINK = Thinking("<think>", "</think>", "\n</think>\n\n")  # DeepSeek-R1, Qwen3, QwQ, ...
 COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINKING|>")
 GEMMA_THINK = Thinking("<|channel>thought", "<channel|>", "<channel|>")  # Gemma 4's channel
+MISTRAL_THINK = Thinking(mistralcalls.THINK_OPEN, mistralcalls.THINK_CLOSE,
+                         mistralcalls.THINK_CLOSE)  # Magistral's, Ministral 3's
 REASONING_CLOSE = THINK.budget_close
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
@@ -46,13 +48,13 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
                                deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
-                  "mistral": ("[TOOL_CALLS]",)}
+                  "mistral": ("[TOOL_CALLS]",), "mistral-args": mistralcalls.MARKERS}
 
 
 def thinking_of(template: str | None) -> Thinking:
-    """The reasoning markers of a template's family (Command R7B's, Gemma 4's, else
-    `<think>`)."""
-    for think in (COMMANDR_THINK, GEMMA_THINK):
+    """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
+    else `<think>`)."""
+    for think in (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK):
         if template and think.open in template:
             return think
     return THINK
@@ -337,6 +339,8 @@ class OutputParser:
             return glm_block(section, fmt.types())[1]
         if fmt.name == "gemma":
             return gemma_block(section)[1]
+        if fmt.name == "mistral-args":
+            return mistralcalls.args_block(section)[1]
         if fmt.name == "deepseek":
             return deepseek_section(section)[1]
         if fmt.name == "commandr":

@@ -11,9 +11,8 @@ Formats:
 - "glm": `<tool_call>NAME\n<arg_key>P</arg_key>\n<arg_value>value</arg_value>\n
   </tool_call>`, one block per call (GLM-4.5 and 4.6: templates with `<arg_key>`;
   chat/glmcalls.py);
-- "gemma": `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>`, one block per call,
-  Gemma's own notation for the arguments (Gemma 4: templates with `<|tool_call>call:`;
-  chat/gemmacalls.py);
+- "gemma": `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>` per call, Gemma's
+  notation (Gemma 4: templates with `<|tool_call>call:`; chat/gemmacalls.py);
 - "deepseek": `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
   {...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`, one section for every call (DeepSeek-V3
   and the R1 distills' templates; chat/deepseekcalls.py);
@@ -22,6 +21,8 @@ Formats:
   chat/commandrcalls.py);
 - "mistral": `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (templates with
   `[TOOL_CALLS]`);
+- "mistral-args": `[TOOL_CALLS]NAME[ARGS]{...}` per call (Mistral Small 3.2, Devstral,
+  Ministral 3: templates with `[ARGS]`; chat/mistralcalls.py);
 - "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
   (Llama 3.1/3.2/3.3 templates: `<|start_header_id|>` with `ipython`);
 - "harmony": gpt-oss's channels, a call being a message to `functions.NAME` whose body is
@@ -33,13 +34,23 @@ Formats:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from dataclasses import dataclass, replace
 
 from ..errors import ParameterError
-from . import commandrcalls, deepseekcalls, gemmacalls, glmcalls, harmony, jsoncalls, xmlcalls
+from . import (
+    commandrcalls,
+    deepseekcalls,
+    gemmacalls,
+    glmcalls,
+    harmony,
+    jsoncalls,
+    mistralcalls,
+    xmlcalls,
+)
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 
 FALLBACK_SYSTEM = (
@@ -59,6 +70,7 @@ class ToolFormat:
     # xml, glm: ((tool, parameter, JSON type or None), ...) from the request's tools: how a
     # parameter's text is read back (chat/xmlcalls.py)
     parameter_types: tuple = ()
+    call_ids: bool = False  # mistral-args: an id before the arguments (Mistral Small 3.2)
 
     def types(self) -> dict:
         """{(tool, parameter): JSON type} (xml, glm)."""
@@ -77,6 +89,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
            "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
            "mistral": ToolFormat("mistral", "[TOOL_CALLS]"),
+           "mistral-args": ToolFormat("mistral-args", mistralcalls.OPEN),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
@@ -99,6 +112,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["deepseek"]
     if commandrcalls.OPEN in source:
         return FORMATS["commandr"]
+    if mistralcalls.is_mistral_args(source):
+        return replace(FORMATS["mistral-args"], call_ids=mistralcalls.writes_call_ids(source))
     if "[TOOL_CALLS]" in source:
         return FORMATS["mistral"]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -202,6 +217,8 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
     body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
     rules_of = {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
                 "gemma": gemmacalls.call_rules,
+                "mistral-args": functools.partial(mistralcalls.call_rules,
+                                                  call_ids=fmt.call_ids),
                 "deepseek": deepseekcalls.call_rules,
                 "commandr": commandrcalls.call_rules}.get(fmt.name)
     if rules_of is not None:  # (formats whose calls are not the JSON tool-call)
@@ -212,7 +229,9 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
             "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
             "gemma": f'("{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}")*',
             "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
-            "mistral": '("," tool-ws tool-call)*', "llama3": ""}[fmt.name] if parallel else ""
+            "mistral": '("," tool-ws tool-call)*',
+            "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
+            "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
             "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
@@ -222,6 +241,7 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
             "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
                         f'"]" tool-ws "{commandrcalls.CLOSE}"',
             "mistral": f'"[TOOL_CALLS]" tool-ws "[" tool-ws tool-call {more} tool-ws "]"',
+            "mistral-args": f'"{mistralcalls.OPEN}" ma-call {more}',
             "llama3": "tool-call"}[fmt.name]
     if json_form:
         root = f"({root}) | {jsoncalls.grammar_rule(parallel)}"
@@ -254,6 +274,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         return [scan], end is not None
     if fmt.name == "gemma":
         scan, end = gemmacalls.gemma_block(section)
+        return [scan], end is not None
+    if fmt.name == "mistral-args":
+        scan, end = mistralcalls.args_block(section)
         return [scan], end is not None
     if fmt.name == "deepseek":
         calls, end = deepseekcalls.deepseek_section(section)

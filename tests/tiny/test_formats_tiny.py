@@ -20,6 +20,8 @@ from tinymodels import (
     DEEPSEEK_TEMPLATE,
     GEMMA_TEMPLATE,
     GLM_TEMPLATE,
+    MINISTRAL_TEMPLATE,
+    MISTRAL_IDS_TEMPLATE,
     MISTRAL_TEMPLATE,
     TINY_CTX,
     XML_TEMPLATE,
@@ -37,7 +39,10 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "deepseek": (DEEPSEEK_TEMPLATE, re.escape("<｜tool▁call▁begin｜>function".encode())),
            "commandr": (COMMANDR_TEMPLATE, rb'"tool_name"'),
            "gemma": (GEMMA_TEMPLATE, rb"<\|tool_call>call:(get_weather|now)\{"),
-           "mistral": (MISTRAL_TEMPLATE, rb'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"')}
+           "mistral": (MISTRAL_TEMPLATE, rb'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"'),
+           "mistral-args": (MINISTRAL_TEMPLATE, rb"\[TOOL_CALLS\](get_weather|now)\[ARGS\]\{"),
+           "mistral-ids": (MISTRAL_IDS_TEMPLATE,
+                           rb"\[TOOL_CALLS\](get_weather|now)\[CALL_ID\][a-zA-Z0-9]{9}\[ARGS\]")}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -114,6 +119,12 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "mistral":  # (the id made 9 characters, in both places)
         assert re.search(r'"id": "([0-9a-f]{9})"}\]</s>\[TOOL_RESULTS\]\{"content": '
                          r'"18 C, sunny", "call_id": "\1"\}', text), text
+    elif format_agent.format == "mistral-args":
+        assert ('[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "metric": true}</s>'
+                "[TOOL_RESULTS]18 C, sunny[/TOOL_RESULTS]") in text
+    elif format_agent.format == "mistral-ids":
+        assert re.search(r'\[TOOL_CALLS\]get_weather\[CALL_ID\]([0-9a-f]{9})\[ARGS\]\{"city": '
+                         r'"Paris", "metric": true\}</s>\[TOOL_RESULTS\]\1\[TOOL_CONTENT\]', text)
     elif format_agent.format == "deepseek":
         assert '<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "metric": true}' in text
     else:

@@ -20,7 +20,7 @@ MESSAGES = [{"role": "user", "content": "go"},
 def test_ids_become_nine_characters_alike_in_calls_and_results():
     before = copy.deepcopy(MESSAGES)
     out = nine_char_ids(MESSAGES)
-    assert MESSAGES == before  # (the caller's messages are left alone)
+    assert before == MESSAGES  # (the caller's messages are left alone)
     ids = [c["id"] for c in out[1]["tool_calls"]]
     assert all(re.fullmatch(r"[A-Za-z0-9]{9}", i) for i in ids) and ids[1] == "Ab3De6Gh9"
     assert [m["tool_call_id"] for m in out[2:]] == ids

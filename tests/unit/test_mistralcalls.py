@@ -1,0 +1,66 @@
+"""Tool calls in Mistral's newer form (`[TOOL_CALLS]NAME[ARGS]{...}` per call, an id before
+the arguments in Mistral Small 3.2's), read back as they stream, with Magistral's
+`[THINK]` reasoning apart; the older JSON list stays its own format."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lsd_local.chat.mistralcalls import args_block
+from lsd_local.chat.output import MISTRAL_THINK, OutputParser, thinking_of
+from lsd_local.chat.tools import detect_format, tool_plan
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+ARGS_TEMPLATE = "{{ '[TOOL_CALLS]' + name + '[ARGS]' }}{{ '[THINK]' }}"
+CALL = '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris [ARGS] {x}"}'
+
+
+@pytest.mark.parametrize("template,name,ids", [
+    (ARGS_TEMPLATE, "mistral-args", False),
+    ("{{ '[TOOL_CALLS]' + name + '[CALL_ID]' + id + '[ARGS]' }}", "mistral-args", True),
+    ("{{ '[TOOL_CALLS][' + calls | tojson + ']' }}", "mistral", False),
+])
+def test_the_form_is_found_in_the_template(template, name, ids):
+    fmt = detect_format(template)
+    assert (fmt.name, fmt.call_ids) == (name, ids)
+
+
+def test_every_prefix_gives_arguments_that_only_grow():
+    seen, named_at = "", None
+    for n in range(len(CALL) + 1):
+        scan, end = args_block(CALL[:n])
+        assert scan.arguments.startswith(seen), (n, scan.arguments, seen)
+        seen = scan.arguments
+        assert end is None or end == len(CALL)
+        if scan.name is not None and named_at is None:
+            named_at = n
+    assert named_at == CALL.index("{")  # (the name once [ARGS] comes)
+    assert json.loads(seen) == {"city": "Paris [ARGS] {x}"}
+
+
+def test_an_id_before_the_arguments_is_not_part_of_the_name():
+    scan, end = args_block('[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{"city": "Oslo"}')
+    assert (scan.name, json.loads(scan.arguments), scan.complete) == (
+        "get_weather", {"city": "Oslo"}, True)
+
+
+def test_reasoning_then_calls_back_to_back_stream_apart():
+    assert thinking_of(ARGS_TEMPLATE) is MISTRAL_THINK
+    plan = tool_plan(ARGS_TEMPLATE, TOOLS, "auto", True)
+    parser = OutputParser(plan.fmt, False, True, think=MISTRAL_THINK)
+    text = "[THINK]Two cities.[/THINK]Looking." + CALL + CALL.replace("Paris", "Rome")
+    reasoning, content, deltas = "", "", []
+    for i in range(0, len(text), 5):  # as rounds release it
+        parts = parser.feed([(text[i:i + 5], None)], i + 5 >= len(text))
+        reasoning += "".join(t for t, _ in parts.reasoning)
+        content += "".join(t for t, _ in parts.content)
+        deltas += parts.tool_calls
+    assert (reasoning, content) == ("Two cities.", "Looking.")
+    calls = parser.tool_calls
+    assert [json.loads(c.arguments)["city"] for c in calls] == ["Paris [ARGS] {x}",
+                                                                "Rome [ARGS] {x}"]
+    for index, call in enumerate(calls):
+        assert "".join(d.arguments for d in deltas if d.index == index) == call.arguments
