@@ -369,6 +369,14 @@ DEEPSEEK_TEMPLATE = (
     "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# DeepSeek-V3.1's way: the name before the separator and the arguments' JSON right after it
+# (no type, no fence); written here for the tests
+DEEPSEEK_V31_TEMPLATE = DEEPSEEK_TEMPLATE.replace(
+    "function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```", "NAME<｜tool▁sep｜>{...}").replace(
+    "'<｜tool▁call▁begin｜>function<｜tool▁sep｜>' + call.function.name + '\\n```json\\n' + "
+    "(call.function.arguments | tojson) + '\\n```<｜tool▁call▁end｜>'",
+    "'<｜tool▁call▁begin｜>' + call.function.name + '<｜tool▁sep｜>' + "
+    "(call.function.arguments | tojson) + '<｜tool▁call▁end｜>'")
 # Command R7B's way: an action block with a JSON list of calls (id, tool_name, parameters);
 # written here for the tests
 COMMANDR_TEMPLATE = (

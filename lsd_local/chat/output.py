@@ -17,8 +17,8 @@ from .deepseekcalls import deepseek_section
 from .gemmacalls import gemma_block
 from .glmcalls import glm_block
 from .jsonscan import list_elements, scan_call, value_end
-from .tools import ToolFormat, hermes_block, section_calls
-from .xmlcalls import xml_block
+from .tools import ToolFormat, section_calls
+from .xmlcalls import hermes_block, xml_block
 
 
 @dataclass(frozen=True)

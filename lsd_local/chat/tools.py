@@ -70,7 +70,8 @@ class ToolFormat:
     # xml, glm: ((tool, parameter, JSON type or None), ...) from the request's tools: how a
     # parameter's text is read back (chat/xmlcalls.py)
     parameter_types: tuple = ()
-    call_ids: bool = False  # mistral-args: an id before the arguments (Mistral Small 3.2)
+    variant: str = ""  # the family's other form: "ids" (mistral-args: Mistral Small 3.2's
+    # call ids), "bare" (deepseek: V3.1's calls without type and fence)
 
     def types(self) -> dict:
         """{(tool, parameter): JSON type} (xml, glm)."""
@@ -109,11 +110,13 @@ def detect_format(template: str | None) -> ToolFormat:
     if "<tool_call>" in source:
         return FORMATS["hermes"]
     if deepseekcalls.OPEN in source:
-        return FORMATS["deepseek"]
+        return replace(FORMATS["deepseek"],
+                       variant="bare" if deepseekcalls.is_bare(source) else "")
     if commandrcalls.OPEN in source:
         return FORMATS["commandr"]
     if mistralcalls.is_mistral_args(source):
-        return replace(FORMATS["mistral-args"], call_ids=mistralcalls.writes_call_ids(source))
+        return replace(FORMATS["mistral-args"],
+                       variant="ids" if mistralcalls.writes_call_ids(source) else "")
     if "[TOOL_CALLS]" in source:
         return FORMATS["mistral"]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -218,8 +221,9 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
     rules_of = {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
                 "gemma": gemmacalls.call_rules,
                 "mistral-args": functools.partial(mistralcalls.call_rules,
-                                                  call_ids=fmt.call_ids),
-                "deepseek": deepseekcalls.call_rules,
+                                                  call_ids=fmt.variant == "ids"),
+                "deepseek": functools.partial(deepseekcalls.call_rules,
+                                              bare=fmt.variant == "bare"),
                 "commandr": commandrcalls.call_rules}.get(fmt.name)
     if rules_of is not None:  # (formats whose calls are not the JSON tool-call)
         call, rules = rules_of(tools, to_gbnf)
@@ -264,7 +268,7 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     """The calls a call section (its text from the opener on, maybe unfinished) holds so far,
     and whether the section is complete."""
     if fmt.name == "hermes":
-        start, json_end, end = hermes_block(section)
+        start, json_end, end = xmlcalls.hermes_block(section)
         return [scan_call(section[start:json_end])], end is not None
     if fmt.name == "xml":
         scan, end = xmlcalls.xml_block(section, fmt.types())
@@ -292,31 +296,6 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         scan = scan_call(section, ("parameters", "arguments"))
         return [scan], scan.complete
     return _generic_calls(section)
-
-
-HERMES_CLOSE = "</tool_call>"
-
-
-def hermes_block(section: str) -> tuple[int, int | None, int | None]:
-    """(where the call's JSON starts, where it ends, where the block ends after its
-    `</tool_call>`) in a section that starts with `<tool_call>`; None while unknown. The end is
-    found from the JSON, so that a string argument may hold "</tool_call>"."""
-    start = len(FORMATS["hermes"].opener)
-    while start < len(section) and section[start] in " \t\r\n":
-        start += 1
-    if start < len(section) and section[start] != "{":  # not JSON: the first closer ends it
-        at = section.find(HERMES_CLOSE, start)
-        return start, (at if at >= 0 else None), (at + len(HERMES_CLOSE) if at >= 0 else None)
-    json_end = value_end(section, start)
-    if json_end is None:
-        return start, None, None
-    rest = section[json_end:]
-    closer = rest.lstrip()
-    if closer.startswith(HERMES_CLOSE):
-        return start, json_end, len(section) - len(closer) + len(HERMES_CLOSE)
-    if HERMES_CLOSE.startswith(closer):
-        return start, json_end, None  # (the closer may be on its way)
-    return start, json_end, json_end  # something else follows: the block ends with its JSON
 
 
 def _generic_calls(section: str) -> tuple[list[CallScan], bool]:

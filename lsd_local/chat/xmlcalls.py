@@ -12,7 +12,8 @@ A parameter's value is raw text: a string parameter takes it as it is, any other
 it as JSON (so `42` is a number where the schema says integer, text where it says string).
 Reading a call back gives the same CallScan as a JSON call (its arguments as JSON text that
 only grows while the call streams); the grammar makes the call's structure, names and
-typed values valid against each tool's schema.
+typed values valid against each tool's schema. The Hermes form shares its tags
+(`<tool_call>{"name": ..., "arguments": ...}</tool_call>`): `hermes_block` finds its bounds.
 """
 
 from __future__ import annotations
@@ -20,11 +21,33 @@ from __future__ import annotations
 import json
 
 from .gbnfparts import literal, renamed, until_rules
-from .jsonscan import CallScan, skip_space
+from .jsonscan import CallScan, skip_space, value_end
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_CLOSE = "<function=", "</function>"
 PARAMETER, PARAMETER_CLOSE = "<parameter=", "</parameter>"
+
+
+def hermes_block(section: str) -> tuple[int, int | None, int | None]:
+    """(where the call's JSON starts, where it ends, where the block ends after its
+    `</tool_call>`) in a section that starts with `<tool_call>`; None while unknown. The end is
+    found from the JSON, so that a string argument may hold "</tool_call>"."""
+    start = len(OPEN)
+    while start < len(section) and section[start] in " \t\r\n":
+        start += 1
+    if start < len(section) and section[start] != "{":  # not JSON: the first closer ends it
+        at = section.find(CLOSE, start)
+        return start, (at if at >= 0 else None), (at + len(CLOSE) if at >= 0 else None)
+    json_end = value_end(section, start)
+    if json_end is None:
+        return start, None, None
+    rest = section[json_end:]
+    closer = rest.lstrip()
+    if closer.startswith(CLOSE):
+        return start, json_end, len(section) - len(closer) + len(CLOSE)
+    if CLOSE.startswith(closer):
+        return start, json_end, None  # (the closer may be on its way)
+    return start, json_end, json_end  # something else follows: the block ends with its JSON
 
 
 def xml_block(section: str, types: dict) -> tuple[CallScan, int | None]:

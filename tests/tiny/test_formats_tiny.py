@@ -18,6 +18,7 @@ from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import (
     COMMANDR_TEMPLATE,
     DEEPSEEK_TEMPLATE,
+    DEEPSEEK_V31_TEMPLATE,
     GEMMA_TEMPLATE,
     GLM_TEMPLATE,
     MINISTRAL_TEMPLATE,
@@ -37,6 +38,8 @@ from lsd_local import Engine, RuleConfig
 FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "glm": (GLM_TEMPLATE, rb"<tool_call>(get_weather|now)\s*(<arg_key>|</tool_call>)"),
            "deepseek": (DEEPSEEK_TEMPLATE, re.escape("<｜tool▁call▁begin｜>function".encode())),
+           "deepseek-v3.1": (DEEPSEEK_V31_TEMPLATE,
+                             "<｜tool▁call▁begin｜>(get_weather|now)<｜tool▁sep｜>\\{".encode()),
            "commandr": (COMMANDR_TEMPLATE, rb'"tool_name"'),
            "gemma": (GEMMA_TEMPLATE, rb"<\|tool_call>call:(get_weather|now)\{"),
            "mistral": (MISTRAL_TEMPLATE, rb'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"'),
@@ -125,6 +128,9 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "mistral-ids":
         assert re.search(r'\[TOOL_CALLS\]get_weather\[CALL_ID\]([0-9a-f]{9})\[ARGS\]\{"city": '
                          r'"Paris", "metric": true\}</s>\[TOOL_RESULTS\]\1\[TOOL_CONTENT\]', text)
+    elif format_agent.format == "deepseek-v3.1":
+        assert ('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "metric": true}'
+                "<｜tool▁call▁end｜>") in text
     elif format_agent.format == "deepseek":
         assert '<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "metric": true}' in text
     else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from lsd_local.chat.output import OutputParser
 from lsd_local.chat.tools import detect_format, tool_plan
 from lsd_local.chat.xmlcalls import typed_value, xml_block
@@ -71,27 +73,34 @@ DS_CALLS = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜
             '```json\n{"city": "Rome"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>')
 
 
-def test_deepseek_sections_read_back_every_call_as_it_streams():
+# DeepSeek-V3.1's bare form: the name before the separator, no type and no fence
+DS_V31_CALLS = DS_CALLS.replace("function<｜tool▁sep｜>get_weather\n```json\n",
+                                "get_weather<｜tool▁sep｜>").replace("\n```<｜tool▁call▁end｜>",
+                                                                  "<｜tool▁call▁end｜>")
+
+
+@pytest.mark.parametrize("calls_text", [DS_CALLS, DS_V31_CALLS], ids=["v3", "v3.1"])
+def test_deepseek_sections_read_back_every_call_as_it_streams(calls_text):
     from lsd_local.chat.deepseekcalls import deepseek_section
 
     assert detect_format("{{ '<｜tool▁calls▁begin｜>' }}").name == "deepseek"
     seen: list[str] = []
-    for n in range(len(DS_CALLS) + 1):
-        calls, end = deepseek_section(DS_CALLS[:n])
+    for n in range(len(calls_text) + 1):
+        calls, end = deepseek_section(calls_text[:n])
         for i, scan in enumerate(calls):
             if i < len(seen):
                 assert scan.arguments.startswith(seen[i]), (n, scan.arguments, seen[i])
                 seen[i] = scan.arguments
             else:
                 seen.append(scan.arguments)
-        assert end is None or end == len(DS_CALLS)
-    calls, end = deepseek_section(DS_CALLS)
-    assert end == len(DS_CALLS) and [c.name for c in calls] == ["get_weather"] * 2
+        assert end is None or end == len(calls_text)
+    calls, end = deepseek_section(calls_text)
+    assert end == len(calls_text) and [c.name for c in calls] == ["get_weather"] * 2
     assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo", "days": 2},
                                                         {"city": "Rome"}]
     parser = OutputParser(tool_plan("{{ '<｜tool▁calls▁begin｜>' }}", TOOLS, "auto", True).fmt,
                           False, True)
-    parts = parser.feed([("Sure. " + DS_CALLS, None)], True)
+    parts = parser.feed([("Sure. " + calls_text, None)], True)
     assert "".join(t for t, _ in parts.content) == "Sure. "
     assert [json.loads(c.arguments)["city"] for c in parser.tool_calls] == ["Oslo", "Rome"]
 
