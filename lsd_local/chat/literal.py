@@ -33,10 +33,13 @@ def _alternation(texts) -> re.Pattern:
 
 
 class Shield:
-    """Markers for one rendering (`vocab`: a backend Vocab)."""
+    """Markers for one rendering (`vocab`: a backend Vocab); `hide`: other spellings to
+    mark in the user's strings (a family's reasoning markers where they are no control
+    tokens: the rendered text then shows only the template's own)."""
 
-    def __init__(self, vocab) -> None:
+    def __init__(self, vocab, hide: tuple[str, ...] = ()) -> None:
         self.vocab = vocab
+        self._hide = hide
         self._prefix = f"{_MARK_OPEN}{secrets.token_hex(8)}:"
         self._originals: list[str] = []
         self._marker = re.compile(re.escape(self._prefix) + r"(\d+)" + _MARK_CLOSE)
@@ -53,10 +56,11 @@ class Shield:
         return value
 
     def _text(self, text: str) -> str:
-        controls = _controls_in(text, self.vocab) if text else {}
-        if not controls:
+        spellings = set(_controls_in(text, self.vocab)) if text else set()
+        spellings.update(h for h in self._hide if h in text)
+        if not spellings:
             return text
-        return _alternation(controls).sub(lambda m: self._mark(m.group()), text)
+        return _alternation(spellings).sub(lambda m: self._mark(m.group()), text)
 
     def _mark(self, original: str) -> str:
         self._originals.append(original)

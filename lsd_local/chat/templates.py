@@ -14,9 +14,12 @@ from datetime import datetime
 from functools import lru_cache
 
 from ..errors import ContextOverflowError, LsdError, ParameterError
+from ..utf8 import utf8_bytes
 from . import gemmacalls
+from .harmony import MARKERS as HARMONY_MARKERS
 from .harmony import is_harmony, template_messages
 from .literal import Shield
+from .output import COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, THINK
 from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
 
 # Used only when a GGUF ships no template at all: ChatML, which many instruct models know.
@@ -171,8 +174,12 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
                        f"kwargs: {type(exc).__name__}: {exc}") from None
 
 
+# The families' reasoning and message markers that are no control tokens in some
+# vocabularies: the user's spellings of them are masked where the answer's start is read
+MARKUP = tuple(m for think in (THINK, COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK)
+               for m in (think.open, think.close)) + HARMONY_MARKERS
 # Mistral's templates refuse a tool call id that is not 9 letters and digits
-_NINE_CHAR_IDS = re.compile(r"\bid\s*\|\s*length\s*!=\s*9\b")
+_NINE_CHAR_IDS = re.compile(r"id\W{0,3}\s*\|\s*length\)?\s*!=\s*9\b")
 _NINE_CHARS = re.compile(r"[A-Za-z0-9]{9}")
 
 
@@ -195,9 +202,12 @@ def nine_char_ids(messages: list[dict]) -> list[dict]:
 
 
 def _nine_chars(call_id: object) -> object:
-    if not isinstance(call_id, str) or _NINE_CHARS.fullmatch(call_id):
-        return call_id
-    return hashlib.sha256(call_id.encode()).hexdigest()[:9]
+    if call_id is None or isinstance(call_id, (dict, list, bool)):
+        return call_id  # (the template's own check names what is wrong)
+    text = str(call_id)  # (a number too)
+    if _NINE_CHARS.fullmatch(text):
+        return text
+    return hashlib.sha256(utf8_bytes(text)).hexdigest()[:9]  # (lone surrogates too)
 
 
 def _special(vocab, token: int) -> str:
@@ -219,13 +229,21 @@ def render_literal(template: str | None, messages: Sequence[dict], vocab,
     """(prompt text, its tokens) of chat messages, the template given the vocabulary's BOS
     and EOS text (`vocab`: a backend Vocab). The messages' and tools' text is tokenized as
     text: only the template's markup yields control tokens (chat/literal.py)."""
+    marked, shield = _render_marked(template, messages, vocab, tools, (), template_kwargs)
+    return shield.reveal(marked), shield.tokens(marked)
+
+
+def _render_marked(template: str | None, messages: Sequence[dict], vocab, tools,
+                   hide: tuple[str, ...], template_kwargs: dict) -> tuple[str, Shield]:
+    """The rendered text with the user's spellings of control tokens (and of `hide`)
+    marked, and the Shield that reveals them."""
     check_template_kwargs(template_kwargs)
-    shield = Shield(vocab)
+    shield = Shield(vocab, hide)
     marked = render_chat(template, shield.value(list(messages)),
                          bos_token=_special(vocab, vocab.bos_token),
                          eos_token=_special(vocab, vocab.eos_token),
                          tools=shield.value(list(tools)) if tools else None, **template_kwargs)
-    return shield.reveal(marked), shield.tokens(marked)
+    return marked, shield
 
 
 def render_prompt(template: str | None, messages: Sequence[dict], vocab,
@@ -260,16 +278,19 @@ def prompt_and_tokens(template: str | None, vocab, n_ctx: int, prompt: str | Seq
                       ) -> tuple[str | None, list[int]]:
     """(the rendered chat text, or None for a raw prompt; its tokens), checked to be a
     prompt that fits a context of n_ctx with room for one answer token. `plan`: the
-    request's chat.tools.ToolPlan or None."""
+    request's chat.tools.ToolPlan or None. The text is for reading the answer's start (does
+    the prompt open a reasoning block?): in it, what the user's strings spell of a family's
+    markers is masked, so that a question about "<think>" opens nothing."""
     if isinstance(prompt, str):
         if plan is not None:
             raise ParameterError("invalid tools: a raw prompt has no chat template to show "
                                  "them; send chat messages", param="tools")
         text, ids = None, vocab.tokenize(prompt, add_special=True)
     else:
-        text, ids = render_literal(template, prompt, vocab,
-                                   plan.specs if plan is not None else None,
-                                   **(template_kwargs or {}))
+        text, shield = _render_marked(template, prompt, vocab,
+                                      plan.specs if plan is not None else None,
+                                      MARKUP, template_kwargs or {})
+        ids = shield.tokens(text)
     if not ids:
         raise ParameterError("invalid prompt: it is empty (no tokens)", param="prompt")
     if len(ids) + 1 > n_ctx:

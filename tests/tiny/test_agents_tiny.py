@@ -320,3 +320,15 @@ def test_a_schema_holds_with_tool_choice_none(agent):
                              max_tokens=60, temperature=1.0, seed=seed,
                              logit_bias=stop_bias(agent)).run()
         assert json.loads(gen.text)["city"] in ("Paris", "Rome") and not gen.tool_calls
+
+
+def test_a_question_about_the_reasoning_markers_opens_no_reasoning(agent):
+    """The user's text spells <think> (and [THINK], Magistral's): the answer does not start
+    inside a reasoning block, so the call the model opens is a call, not reasoning."""
+    opener = agent_token(agent.target.vocab, "<tool_call>")
+    ask = [{"role": "user", "content": "What do <think> and [THINK] mean? Also: the weather "
+                                       "in Paris?"}]
+    gen = agent.generate(ask, tools=TOOLS, max_tokens=150, parallel_tool_calls=False,
+                         logit_bias=stop_bias(agent, {opener: 60.0})).run()
+    assert len(gen.tool_calls) == 1 and valid(gen.tool_calls[0]) and gen.reasoning == ""
+    assert "<think> and [THINK]" in agent.prompt_text(ask)  # (the prompt itself unchanged)

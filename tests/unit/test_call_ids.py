@@ -26,3 +26,16 @@ def test_ids_become_nine_characters_alike_in_calls_and_results():
     assert [m["tool_call_id"] for m in out[2:]] == ids
     assert nine_char_ids(MESSAGES) == out  # (the same every turn: the prefix stays cached)
     assert nine_char_ids(MESSAGES[:1]) == MESSAGES[:1]
+
+
+def test_odd_ids_and_other_spellings_of_the_check():
+    from lsd_local.chat.templates import render_chat
+
+    odd = [{**CALLS[0], "id": "a\ud800b"}, {**CALLS[1], "id": 12345678}]
+    out = nine_char_ids([{"role": "assistant", "content": None, "tool_calls": odd}])
+    assert all(re.fullmatch(r"[A-Za-z0-9]{9}", c["id"]) for c in out[0]["tool_calls"])
+    for check in ("tool_call['id']|length != 9", "(tool_call.id|length) != 9"):
+        template = ("{%- for m in messages %}{%- for tool_call in m.tool_calls or [] %}"
+                    "{%- if " + check + " %}{{- raise_exception('bad id') }}{%- endif %}"
+                    "{{- tool_call.id }}{%- endfor %}{%- endfor %}")
+        assert re.fullmatch(r"[0-9a-f]{9}Ab3De6Gh9", render_chat(template, MESSAGES[:2]))
