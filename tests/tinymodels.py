@@ -317,6 +317,31 @@ MISTRAL_IDS_TEMPLATE = MINISTRAL_TEMPLATE.replace(
     "{%- endif %}").replace(
     "'[TOOL_RESULTS]' + m.content", "'[TOOL_RESULTS]' + m.tool_call_id + '[TOOL_CONTENT]' + "
     "m.content")
+# Nemotron Nano v2's way: the calls as one JSON list between <TOOLCALL> and </TOOLCALL>;
+# Granite 3's: one JSON list after <|tool_call|>; written here for the tests
+NEMOTRON_TEMPLATE = (
+    "{%- if tools %}{{- 'System\n<AVAILABLE_TOOLS>' + tools | tojson + '</AVAILABLE_TOOLS>\n"
+    "Call them as <TOOLCALL>[{\"name\": ..., \"arguments\": ...}]</TOOLCALL>\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{{- 'Assistant\n' + (m.content or '') }}{%- if m.tool_calls %}{{- '<TOOLCALL>[' }}"
+    "{%- for call in m.tool_calls %}{{- '{\"name\": \"' + call.function.name + "
+    "'\", \"arguments\": ' + call.function.arguments | tojson + '}' }}"
+    "{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}{{- ']</TOOLCALL>' }}"
+    "{%- endif %}{{- '\n' }}"
+    "{%- elif m.role == 'tool' %}{{- 'User\n<TOOL_RESPONSE>[' + m.content + "
+    "']</TOOL_RESPONSE>\n' }}{%- else %}{{- 'User\n' + m.content + '\n' }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- 'Assistant\n' }}{%- endif %}")
+GRANITE_TEMPLATE = (
+    "{%- if tools %}{{- '<|start_of_role|>available_tools<|end_of_role|>' + tools | tojson + "
+    "'<|end_of_text|>\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' and m.tool_calls %}"
+    "{{- '<|start_of_role|>assistant<|end_of_role|><|tool_call|>' + "
+    "m.tool_calls | map(attribute='function') | list | tojson + '<|end_of_text|>\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|start_of_role|>tool_response<|end_of_role|>' + "
+    "m.content + '<|end_of_text|>\n' }}{%- else %}{{- '<|start_of_role|>' + m.role + "
+    "'<|end_of_role|>' + m.content + '<|end_of_text|>\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}"
+    "{%- endif %}")
 # Gemma 4's way: a call's arguments in Gemma's notation (bare keys, strings between <|"|>
 # marks), tool results on the model's turn as an older Gemma 4 template reads them, the
 # thinking channel closed in the generation prompt unless enable_thinking; written here for

@@ -6,7 +6,7 @@ outside the JSON of its arguments, blocks back to back:
 
 Mistral Small 3.2's template (v11) puts the call's id between the two, nine letters and
 digits (`[TOOL_CALLS]get_weather[CALL_ID]a1b2c3d4e[ARGS]{...}`); the later ones write none.
-The older form, one JSON list after `[TOOL_CALLS]`, is the "mistral" format (chat/tools.py).
+The older form, one JSON list after `[TOOL_CALLS]`, is the "mistral" format (chat/listcalls.py).
 Read back as the same CallScan as any JSON call (the arguments' text only grows while it
 streams); the grammar makes names and arguments valid against each tool's schema.
 """

@@ -11,12 +11,21 @@ import re
 import uuid
 from dataclasses import dataclass, field
 
-from . import commandrcalls, deepseekcalls, gemmacalls, glmcalls, jsoncalls, mistralcalls, xmlcalls
+from . import (
+    commandrcalls,
+    deepseekcalls,
+    gemmacalls,
+    glmcalls,
+    jsoncalls,
+    listcalls,
+    mistralcalls,
+    xmlcalls,
+)
 from .commandrcalls import commandr_section
 from .deepseekcalls import deepseek_section
 from .gemmacalls import gemma_block
 from .glmcalls import glm_block
-from .jsonscan import list_elements, scan_call, value_end
+from .jsonscan import scan_call, value_end
 from .tools import ToolFormat, section_calls
 from .xmlcalls import hermes_block, xml_block
 
@@ -48,7 +57,9 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
                                deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
-                  "mistral": ("[TOOL_CALLS]",), "mistral-args": mistralcalls.MARKERS}
+                  "mistral-args": mistralcalls.MARKERS,
+                  **{name: tuple(m for m in markers if m)
+                     for name, markers in listcalls.LIST_FORMATS.items()}}
 
 
 def thinking_of(template: str | None) -> Thinking:
@@ -345,6 +356,6 @@ class OutputParser:
             return deepseek_section(section)[1]
         if fmt.name == "commandr":
             return commandr_section(section)[1]
-        if fmt.name == "mistral":
-            return list_elements(section, len(fmt.opener))[1]
+        if fmt.name in listcalls.LIST_FORMATS:
+            return listcalls.list_block(section, fmt.name)[1]
         return value_end(section, 0)

@@ -19,8 +19,8 @@ Formats:
 - "commandr": `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters":
   {...}}, ...]<|END_ACTION|>` (Command R7B: templates with `<|START_ACTION|>`;
   chat/commandrcalls.py);
-- "mistral": `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (templates with
-  `[TOOL_CALLS]`);
+- "mistral", "nemotron", "granite": one JSON list of `{"name": ..., "arguments": {...}}` after
+  `[TOOL_CALLS]`, in `<TOOLCALL>...</TOOLCALL>`, after `<|tool_call|>` (chat/listcalls.py);
 - "mistral-args": `[TOOL_CALLS]NAME[ARGS]{...}` per call (Mistral Small 3.2, Devstral,
   Ministral 3: templates with `[ARGS]`; chat/mistralcalls.py);
 - "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
@@ -48,6 +48,7 @@ from . import (
     glmcalls,
     harmony,
     jsoncalls,
+    listcalls,
     mistralcalls,
     xmlcalls,
 )
@@ -89,7 +90,8 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "hermes": ToolFormat("hermes", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
            "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
-           "mistral": ToolFormat("mistral", "[TOOL_CALLS]"),
+           **{name: ToolFormat(name, opener) for name, (opener, _) in
+              listcalls.LIST_FORMATS.items()},
            "mistral-args": ToolFormat("mistral-args", mistralcalls.OPEN),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
            "llama3": ToolFormat("llama3", "", "parameters"),
@@ -117,8 +119,8 @@ def detect_format(template: str | None) -> ToolFormat:
     if mistralcalls.is_mistral_args(source):
         return replace(FORMATS["mistral-args"],
                        variant="ids" if mistralcalls.writes_call_ids(source) else "")
-    if "[TOOL_CALLS]" in source:
-        return FORMATS["mistral"]
+    if listcalls.list_format(source):
+        return FORMATS[listcalls.list_format(source)]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
         return FORMATS["llama3"]
     return FORMATS["generic"]
@@ -233,7 +235,7 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
             "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
             "gemma": f'("{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}")*',
             "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
-            "mistral": '("," tool-ws tool-call)*',
+            **dict.fromkeys(listcalls.LIST_FORMATS, '("," tool-ws tool-call)*'),
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
             "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
@@ -244,7 +246,7 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
                         f'"{deepseekcalls.CLOSE}"',
             "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
                         f'"]" tool-ws "{commandrcalls.CLOSE}"',
-            "mistral": f'"[TOOL_CALLS]" tool-ws "[" tool-ws tool-call {more} tool-ws "]"',
+            **{name: listcalls.list_root(name, more) for name in listcalls.LIST_FORMATS},
             "mistral-args": f'"{mistralcalls.OPEN}" ma-call {more}',
             "llama3": "tool-call"}[fmt.name]
     if json_form:
@@ -288,10 +290,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     if fmt.name == "commandr":
         calls, end = commandrcalls.commandr_section(section)
         return calls, end is not None
-    if fmt.name == "mistral":
-        elements, end = list_elements(section, len(fmt.opener))
-        return [scan_call(section[a:b] if b else section[a:]) for a, b in elements], \
-            end is not None
+    if fmt.name in listcalls.LIST_FORMATS:
+        calls, end = listcalls.list_block(section, fmt.name)
+        return calls, end is not None
     if fmt.name == "llama3":
         scan = scan_call(section, ("parameters", "arguments"))
         return [scan], scan.complete

@@ -21,9 +21,11 @@ from tinymodels import (
     DEEPSEEK_V31_TEMPLATE,
     GEMMA_TEMPLATE,
     GLM_TEMPLATE,
+    GRANITE_TEMPLATE,
     MINISTRAL_TEMPLATE,
     MISTRAL_IDS_TEMPLATE,
     MISTRAL_TEMPLATE,
+    NEMOTRON_TEMPLATE,
     TINY_CTX,
     XML_TEMPLATE,
     agent_token,
@@ -44,6 +46,9 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "gemma": (GEMMA_TEMPLATE, rb"<\|tool_call>call:(get_weather|now)\{"),
            "mistral": (MISTRAL_TEMPLATE, rb'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"'),
            "mistral-args": (MINISTRAL_TEMPLATE, rb"\[TOOL_CALLS\](get_weather|now)\[ARGS\]\{"),
+           "nemotron": (NEMOTRON_TEMPLATE,
+                        rb'<TOOLCALL>\s*\[\s*\{\s*"name"[\s\S]*\]\s*</TOOLCALL>'),
+           "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
            "mistral-ids": (MISTRAL_IDS_TEMPLATE,
                            rb"\[TOOL_CALLS\](get_weather|now)\[CALL_ID\][a-zA-Z0-9]{9}\[ARGS\]")}
 
@@ -128,6 +133,12 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "mistral-ids":
         assert re.search(r'\[TOOL_CALLS\]get_weather\[CALL_ID\]([0-9a-f]{9})\[ARGS\]\{"city": '
                          r'"Paris", "metric": true\}</s>\[TOOL_RESULTS\]\1\[TOOL_CONTENT\]', text)
+    elif format_agent.format == "nemotron":
+        assert ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
+                "true}}]</TOOLCALL>\nUser\n<TOOL_RESPONSE>[18 C, sunny]</TOOL_RESPONSE>") in text
+    elif format_agent.format == "granite":
+        assert ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
+                "true}}]<|end_of_text|>") in text
     elif format_agent.format == "deepseek-v3.1":
         assert ('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "metric": true}'
                 "<｜tool▁call▁end｜>") in text

@@ -64,3 +64,22 @@ def test_reasoning_then_calls_back_to_back_stream_apart():
                                                                 "Rome [ARGS] {x}"]
     for index, call in enumerate(calls):
         assert "".join(d.arguments for d in deltas if d.index == index) == call.arguments
+
+
+@pytest.mark.parametrize("template,name", [
+    ("{{ '<TOOLCALL>[' }}...{{ ']</TOOLCALL>' }}", "nemotron"),
+    ("{{ '<|tool_call|>' + calls | tojson }}", "granite"),
+    ("{{ '[TOOL_CALLS][' }}", "mistral"),
+])
+def test_json_list_families_are_told_apart_and_read_with_their_closer(template, name):
+    from lsd_local.chat.listcalls import LIST_FORMATS, list_block
+
+    assert detect_format(template).name == name
+    opener, closer = LIST_FORMATS[name]
+    section = opener + ' [{"name": "get_weather", "arguments": {"city": "Oslo"}}] ' + closer
+    for n in range(len(section)):  # a closer not yet written keeps the section open
+        _, end = list_block(section[:n], name)
+        assert end is None or (not closer and end == section.rindex("]") + 1)
+    calls, end = list_block(section + "Done.", name)
+    assert end == (len(section) if closer else section.rindex("]") + 1)
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo"}]

@@ -1,0 +1,50 @@
+"""Tool calls as one JSON list of `{"name": ..., "arguments": {...}}` objects after an opener,
+and before a closer where the family writes one:
+
+- "mistral": `[TOOL_CALLS][...]` (Mistral 7B v0.3, Nemo: templates with `[TOOL_CALLS]`);
+- "nemotron": `<TOOLCALL>[...]</TOOLCALL>` (NVIDIA Nemotron Nano v2: templates with
+  `<TOOLCALL>`);
+- "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`).
+
+Read back as the same CallScans as any JSON call; the grammar (chat/tools.py) makes each
+element a valid call of one of the tools.
+"""
+
+from __future__ import annotations
+
+from .gbnfparts import literal
+from .jsonscan import CallScan, list_elements, scan_call, skip_space
+
+# name -> (opener, closer or ""), in the order they are looked for in a template
+LIST_FORMATS = {"nemotron": ("<TOOLCALL>", "</TOOLCALL>"), "granite": ("<|tool_call|>", ""),
+                "mistral": ("[TOOL_CALLS]", "")}
+
+
+def list_format(template: str) -> str | None:
+    """The list format a template writes calls in (None: none of them)."""
+    return next((name for name, (opener, _) in LIST_FORMATS.items() if opener in template),
+                None)
+
+
+def list_block(section: str, name: str) -> tuple[list[CallScan], int | None]:
+    """The calls a section starting with format `name`'s opener holds so far, and where it
+    ends (after its closer, where it has one; None while unknown)."""
+    opener, closer = LIST_FORMATS[name]
+    elements, list_end = list_elements(section, len(opener))
+    calls = [scan_call(section[a:b] if b else section[a:]) for a, b in elements]
+    if list_end is None or not closer:
+        return calls, list_end
+    i = skip_space(section, list_end)
+    if section.startswith(closer, i):
+        return calls, i + len(closer)
+    if closer.startswith(section[i:]):
+        return calls, None  # (the closer may be on its way)
+    return calls, list_end
+
+
+def list_root(name: str, more: str) -> str:
+    """The grammar root of format `name`'s calls (`tool-call`, `tool-ws`: the tool grammar's
+    rules; `more`: the rule for further calls, "" for one)."""
+    opener, closer = LIST_FORMATS[name]
+    close = f' tool-ws "{literal(closer)}"' if closer else ""
+    return f'"{literal(opener)}" tool-ws "[" tool-ws tool-call {more} tool-ws "]"{close}'
