@@ -44,8 +44,10 @@ def _compile(template: str):
     import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+    from .jinjaext import GenerationTag
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols])
+                                        extensions=[jinja2.ext.loopcontrols, GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
