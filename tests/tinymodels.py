@@ -342,6 +342,24 @@ GRANITE_TEMPLATE = (
     "'<|end_of_role|>' + m.content + '<|end_of_text|>\n' }}{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}"
     "{%- endif %}")
+# LFM2.5's way: Python calls with keyword arguments between two markers, strings in single
+# quotes, the assistant's turns in transformers' {% generation %} blocks; written here for
+# the tests
+PYTHONIC_TEMPLATE = (
+    "{%- macro arg(v) -%}{%- if v is string -%}{{- \"'\" + v + \"'\" -}}"
+    "{%- elif v is mapping -%}{{- v | tojson -}}{%- else -%}{{- v | string -}}{%- endif -%}"
+    "{%- endmacro -%}"
+    "{%- if tools -%}{{- '<|im_start|>system\nList of tools: ' + tools | tojson + "
+    "'<|im_end|>\n' -}}{%- endif -%}"
+    "{%- for m in messages -%}{{- '<|im_start|>' + m.role + '\n' -}}"
+    "{%- if m.role == 'assistant' -%}{%- generation -%}{{- m.content or '' -}}"
+    "{%- if m.tool_calls -%}{{- '<|tool_call_start|>[' -}}{%- for call in m.tool_calls -%}"
+    "{{- call.function.name + '(' -}}{%- for k, v in call.function.arguments.items() -%}"
+    "{{- k + '=' + arg(v) -}}{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}{%- endfor -%}"
+    "{{- ')' -}}{%- if not loop.last -%}{{- ', ' -}}{%- endif -%}{%- endfor -%}"
+    "{{- ']<|tool_call_end|>' -}}{%- endif -%}{{- '<|im_end|>\n' -}}{%- endgeneration -%}"
+    "{%- else -%}{{- (m.content or '') + '<|im_end|>\n' -}}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}")
 # Gemma 4's way: a call's arguments in Gemma's notation (bare keys, strings between <|"|>
 # marks), tool results on the model's turn as an older Gemma 4 template reads them, the
 # thinking channel closed in the generation prompt unless enable_thinking; written here for

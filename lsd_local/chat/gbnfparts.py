@@ -33,3 +33,16 @@ def until_rules(name: str, end: str) -> list[str]:
         go_on = f'"{char}" {name}{i + 1} | ' if i + 1 < len(end) else ""
         rules.append(f'{name}{i} ::= ({go_on}"{first}" {name}1 | [^{char}{first}] {name}0)?')
     return rules
+
+
+def in_order(items: list[tuple[str, bool]], sep: str = '","') -> str:
+    """GBNF for `items` ((grammar, required)) in order, each optional one maybe left out,
+    with `sep` (a GBNF expression) between two that are written (a call's arguments)."""
+    after = ""  # the items from i on, once one before them was written
+    start = ""  # the items from i on, none written before them
+    for grammar, needed in reversed(items):
+        tail = f"({sep} {grammar})" + ("" if needed else "?")
+        first = f"{grammar} {after}".strip()
+        start = first if needed else (f"({first} | {start})" if start else f"({first})?")
+        after = f"{tail} {after}".strip()
+    return start

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 
-from .gbnfparts import literal, renamed, until_rules
+from .gbnfparts import in_order, literal, renamed, until_rules
 from .jsonscan import CallScan, skip_space
 from .xmlcalls import string_value
 
@@ -217,7 +217,7 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
             written = key if _BARE_KEY.match(key) else QUOTE + key + QUOTE  # (as read back)
             items.append((f'"{literal(written)}:" {value}', key in required))
         head = literal(CALL + tool.name)
-        alternatives.append(f'("{head}{{" {_in_order(items)} "}}")' if items else
+        alternatives.append(f'("{head}{{" {in_order(items)} "}}")' if items else
                             f'"{head}{{}}"')
     return "gm-call ::= " + " | ".join(alternatives), rules
 
@@ -251,19 +251,6 @@ def _scalar_schema(schema: object) -> bool:
     return (kinds is None or (isinstance(kinds, list) and set(kinds) <= scalar)) and \
         (choices is None or (isinstance(choices, list) and all(
             c is None or isinstance(c, (bool, int, float)) for c in choices)))
-
-
-def _in_order(items: list[tuple[str, bool]]) -> str:
-    """GBNF for `items` ((grammar, required)) in order, each optional one maybe left out,
-    with a "," between two that are written."""
-    after = ""  # the items from i on, once one before them was written
-    start = ""  # the items from i on, none written before them
-    for grammar, needed in reversed(items):
-        tail = f'("," {grammar})' + ("" if needed else "?")
-        first = f"{grammar} {after}".strip()
-        start = first if needed else (f"({first} | {start})" if start else f"({first})?")
-        after = f"{tail} {after}".strip()
-    return start
 
 
 # --- tool results, for a template that reads them from the model's turn -----------------

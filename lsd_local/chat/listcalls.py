@@ -4,7 +4,9 @@ and before a closer where the family writes one:
 - "mistral": `[TOOL_CALLS][...]` (Mistral 7B v0.3, Nemo: templates with `[TOOL_CALLS]`);
 - "nemotron": `<TOOLCALL>[...]</TOOLCALL>` (NVIDIA Nemotron Nano v2: templates with
   `<TOOLCALL>`);
-- "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`).
+- "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`);
+- "lfm2-json": `<|tool_call_start|>[...]<|tool_call_end|>` (llama.cpp's own LFM2 template,
+  which asks for JSON objects where LFM2's asks for Python calls: chat/pythoncalls.py).
 
 Read back as the same CallScans as any JSON call; the grammar (chat/tools.py) makes each
 element a valid call of one of the tools.
@@ -17,7 +19,8 @@ from .jsonscan import CallScan, list_elements, scan_call, skip_space
 
 # name -> (opener, closer or ""), in the order they are looked for in a template
 LIST_FORMATS = {"nemotron": ("<TOOLCALL>", "</TOOLCALL>"), "granite": ("<|tool_call|>", ""),
-                "mistral": ("[TOOL_CALLS]", "")}
+                "mistral": ("[TOOL_CALLS]", ""),
+                "lfm2-json": ("<|tool_call_start|>", "<|tool_call_end|>")}
 
 
 def list_format(template: str) -> str | None:

@@ -19,6 +19,7 @@ from . import (
     jsoncalls,
     listcalls,
     mistralcalls,
+    pythoncalls,
     xmlcalls,
 )
 from .commandrcalls import commandr_section
@@ -57,7 +58,7 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
                                deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
-                  "mistral-args": mistralcalls.MARKERS,
+                  "mistral-args": mistralcalls.MARKERS, "pythonic": pythoncalls.MARKERS,
                   **{name: tuple(m for m in markers if m)
                      for name, markers in listcalls.LIST_FORMATS.items()}}
 
@@ -358,4 +359,6 @@ class OutputParser:
             return commandr_section(section)[1]
         if fmt.name in listcalls.LIST_FORMATS:
             return listcalls.list_block(section, fmt.name)[1]
+        if fmt.name == "pythonic":
+            return pythoncalls.python_section(section)[1]
         return value_end(section, 0)

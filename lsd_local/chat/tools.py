@@ -19,6 +19,8 @@ Formats:
 - "commandr": `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters":
   {...}}, ...]<|END_ACTION|>` (Command R7B: templates with `<|START_ACTION|>`;
   chat/commandrcalls.py);
+- "pythonic": `<|tool_call_start|>[NAME(key='value', n=3)]<|tool_call_end|>`, Python calls
+  (LFM2, LFM2.5; chat/pythoncalls.py);
 - "mistral", "nemotron", "granite": one JSON list of `{"name": ..., "arguments": {...}}` after
   `[TOOL_CALLS]`, in `<TOOLCALL>...</TOOLCALL>`, after `<|tool_call|>` (chat/listcalls.py);
 - "mistral-args": `[TOOL_CALLS]NAME[ARGS]{...}` per call (Mistral Small 3.2, Devstral,
@@ -50,6 +52,7 @@ from . import (
     jsoncalls,
     listcalls,
     mistralcalls,
+    pythoncalls,
     xmlcalls,
 )
 from .jsonscan import CallScan, list_elements, scan_call, value_end
@@ -93,6 +96,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            **{name: ToolFormat(name, opener) for name, (opener, _) in
               listcalls.LIST_FORMATS.items()},
            "mistral-args": ToolFormat("mistral-args", mistralcalls.OPEN),
+           "pythonic": ToolFormat("pythonic", pythoncalls.OPEN),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
@@ -119,6 +123,8 @@ def detect_format(template: str | None) -> ToolFormat:
     if mistralcalls.is_mistral_args(source):
         return replace(FORMATS["mistral-args"],
                        variant="ids" if mistralcalls.writes_call_ids(source) else "")
+    if pythoncalls.is_python_calls(source):
+        return FORMATS["pythonic"]
     if listcalls.list_format(source):
         return FORMATS[listcalls.list_format(source)]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -221,7 +227,7 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
                                                                          fmt.arguments_key)))
     body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
     rules_of = {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
-                "gemma": gemmacalls.call_rules,
+                "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
                 "mistral-args": functools.partial(mistralcalls.call_rules,
                                                   call_ids=fmt.variant == "ids"),
                 "deepseek": functools.partial(deepseekcalls.call_rules,
@@ -237,6 +243,7 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
             "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
             **dict.fromkeys(listcalls.LIST_FORMATS, '("," tool-ws tool-call)*'),
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
+            "pythonic": '(", " py-call)*',
             "llama3": ""}[fmt.name] if parallel else ""
     root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
@@ -248,6 +255,7 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
                         f'"]" tool-ws "{commandrcalls.CLOSE}"',
             **{name: listcalls.list_root(name, more) for name in listcalls.LIST_FORMATS},
             "mistral-args": f'"{mistralcalls.OPEN}" ma-call {more}',
+            "pythonic": f'"{pythoncalls.OPEN}[" py-call {more} "]{pythoncalls.CLOSE}"',
             "llama3": "tool-call"}[fmt.name]
     if json_form:
         root = f"({root}) | {jsoncalls.grammar_rule(parallel)}"
@@ -292,6 +300,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         return calls, end is not None
     if fmt.name in listcalls.LIST_FORMATS:
         calls, end = listcalls.list_block(section, fmt.name)
+        return calls, end is not None
+    if fmt.name == "pythonic":
+        calls, end = pythoncalls.python_section(section)
         return calls, end is not None
     if fmt.name == "llama3":
         scan = scan_call(section, ("parameters", "arguments"))

@@ -26,6 +26,7 @@ from tinymodels import (
     MISTRAL_IDS_TEMPLATE,
     MISTRAL_TEMPLATE,
     NEMOTRON_TEMPLATE,
+    PYTHONIC_TEMPLATE,
     TINY_CTX,
     XML_TEMPLATE,
     agent_token,
@@ -48,6 +49,7 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "mistral-args": (MINISTRAL_TEMPLATE, rb"\[TOOL_CALLS\](get_weather|now)\[ARGS\]\{"),
            "nemotron": (NEMOTRON_TEMPLATE,
                         rb'<TOOLCALL>\s*\[\s*\{\s*"name"[\s\S]*\]\s*</TOOLCALL>'),
+           "pythonic": (PYTHONIC_TEMPLATE, rb"<\|tool_call_start\|>\[(get_weather|now)\("),
            "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
            "mistral-ids": (MISTRAL_IDS_TEMPLATE,
                            rb"\[TOOL_CALLS\](get_weather|now)\[CALL_ID\][a-zA-Z0-9]{9}\[ARGS\]")}
@@ -136,6 +138,9 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "nemotron":
         assert ('<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
                 "true}}]</TOOLCALL>\nUser\n<TOOL_RESPONSE>[18 C, sunny]</TOOL_RESPONSE>") in text
+    elif format_agent.format == "pythonic":
+        assert ("<|tool_call_start|>[get_weather(city='Paris', metric=True)]<|tool_call_end|>"
+                "<|im_end|>\n<|im_start|>tool\n18 C, sunny<|im_end|>") in text
     elif format_agent.format == "granite":
         assert ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
                 "true}}]<|end_of_text|>") in text

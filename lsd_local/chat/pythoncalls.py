@@ -1,0 +1,191 @@
+"""Tool calls as Python calls, as LFM2's and LFM2.5's templates ask for them: a list of calls
+with keyword arguments whose values are Python literals, between two markers:
+
+    <|tool_call_start|>[get_weather(city='Oslo', days=3), now()]<|tool_call_end|>
+
+Strings in single or double quotes (with Python's escapes), numbers, True, False and None,
+lists and dicts (JSON's true, false and null are read too). Read back as the same CallScans
+as any JSON call, each argument once its value is complete (the arguments' JSON text only
+grows while a call streams); the grammar makes names, required keys, strings, enums and
+scalars valid against each tool's schema, and holds nested values to Python's literals.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+
+from .gbnfparts import in_order, literal, renamed
+from .jsonscan import CallScan, skip_space
+
+OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
+MARKERS = (OPEN, CLOSE)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
+_WORDS = {"True": "true", "False": "false", "None": "null", "true": "true",
+          "false": "false", "null": "null"}
+
+
+def is_python_calls(template: str) -> bool:
+    """Whether a chat template asks for calls in this form (its calls between these markers,
+    and not as JSON objects: llama.cpp's own LFM2 template writes those)."""
+    return OPEN in template and '"arguments"' not in template
+
+
+def python_section(section: str) -> tuple[list[CallScan], int | None]:
+    """The calls a section starting with `<|tool_call_start|>` holds so far, and where it
+    ends after its closer (None while unknown)."""
+    i = skip_space(section, len(OPEN))
+    if i >= len(section):
+        return [], None
+    if section[i] != "[":
+        return [], i  # (not the form: the section ends at once)
+    calls, i = [], skip_space(section, i + 1)
+    while i < len(section) and section[i] != "]":
+        scan, i = _call(section, i)
+        calls.append(scan)
+        if i is None:
+            return calls, None
+        i = skip_space(section, i)
+        if section.startswith(",", i):
+            i = skip_space(section, i + 1)
+        elif i < len(section) and section[i] != "]":
+            return calls, i  # (not the form)
+    if i >= len(section):
+        return calls, None
+    j = skip_space(section, i + 1)
+    if section.startswith(CLOSE, j):
+        return calls, j + len(CLOSE)
+    return calls, (None if CLOSE.startswith(section[j:]) else i + 1)
+
+
+def _call(text: str, i: int) -> tuple[CallScan, int | None]:
+    """One call `name(k=v, ...)` from text[i]: (what is known of it, the index after its
+    ")" or None while it goes on)."""
+    match = _NAME.match(text, i)
+    paren = match.end() if match else i
+    if paren >= len(text):
+        return CallScan(None, "", False), None
+    if text[paren] != "(":
+        return CallScan(None, "", False), i  # (not a call: reading stops there)
+    name, pairs, i = match.group(), [], skip_space(text, paren + 1)
+    while True:
+        if i >= len(text):
+            return CallScan(name, _arguments(pairs), False), None
+        if text[i] == ")":
+            return CallScan(name, _arguments(pairs) + "}", True), i + 1
+        key = _NAME.match(text, i)
+        eq = skip_space(text, key.end()) if key else i
+        if key is None or eq >= len(text) or text[eq] != "=":
+            done = key is not None and eq >= len(text)
+            return CallScan(name, _arguments(pairs), False), None if done else i
+        end = value_end(text, skip_space(text, eq + 1))
+        if end is None:
+            return CallScan(name, _arguments(pairs), False), None
+        value = json_value(text[eq + 1:end])
+        if value is None:
+            return CallScan(name, _arguments(pairs) + "}", True), i  # (not a literal)
+        pairs.append((key.group(), value))
+        i = skip_space(text, end)
+        if text.startswith(",", i):
+            i = skip_space(text, i + 1)
+
+
+def _arguments(pairs: list[tuple[str, str]]) -> str:
+    """The arguments' JSON text so far ("}" not yet)."""
+    return "{" + ", ".join(f"{json.dumps(key)}: {value}" for key, value in pairs)
+
+
+def value_end(text: str, i: int) -> int | None:
+    """The index after the Python literal at text[i] (before the "," or ")" that ends it);
+    None while the text ends inside it. Quotes, escapes and nesting are followed."""
+    depth, quote, j = 0, "", i
+    while j < len(text):
+        ch = text[j]
+        if quote:
+            if ch == "\\":
+                j += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                return j
+            depth -= 1
+        elif ch == "," and depth == 0:
+            return j
+        j += 1
+    return None
+
+
+def json_value(source: str) -> str | None:
+    """A Python literal's text as JSON text (a number keeps its digits; None where it is
+    no literal)."""
+    source = source.strip()
+    if _NUMBER.match(source) or source in _WORDS:
+        return _WORDS.get(source, source)
+    try:
+        value = ast.literal_eval(source)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        try:
+            value = json.loads(source)
+        except ValueError:
+            return None
+    try:
+        return json.dumps(value, allow_nan=False, default=_listed)
+    except (TypeError, ValueError):
+        return None
+
+
+def _listed(value: object) -> list:
+    if isinstance(value, (tuple, set, frozenset)):
+        return list(value)
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+# --- the grammar ---------------------------------------------------------------------------
+
+GENERIC_RULES = [
+    'py-value ::= py-string | py-number | "True" | "False" | "None" | py-list | py-dict',
+    "py-string ::= \"'\" py-chars \"'\"",
+    r"py-chars ::= ([^'\\\n] | " + '"\\\\" ' + r"[^\n])*",
+    'py-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?',
+    'py-list ::= "[" (py-value (", " py-value)*)? "]"',
+    'py-dict ::= "{" (py-string ": " py-value (", " py-string ": " py-value)*)? "}"']
+
+
+def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
+    """(the rule `py-call` for one call to any of `tools`, and the rules it needs): keyword
+    arguments in the schema's order, a required one always, an optional one maybe."""
+    rules, alternatives = list(GENERIC_RULES), []
+    for t, tool in enumerate(tools):
+        props = tool.parameters.get("properties") or {}
+        required = set(tool.parameters.get("required") or ())
+        items = [(f'"{literal(key)}=" {_value_rule(schema, f"py{t}-{p}-", rules, to_gbnf)}',
+                  key in required) for p, (key, schema) in enumerate(props.items())]
+        arguments = in_order(items, sep='", "') if items else ""
+        alternatives.append(f'("{literal(tool.name)}(" {arguments} ")")')
+    return "py-call ::= " + " | ".join(alternatives), rules
+
+
+def _value_rule(schema: object, prefix: str, rules: list[str], to_gbnf) -> str:
+    """One argument's value: a string (or one of its strings) in single quotes, a number as
+    JSON writes it, True/False, None; anything else any Python literal."""
+    if not isinstance(schema, dict):
+        return "py-value"
+    kind = schema.get("type")
+    choices = [schema["const"]] if "const" in schema else schema.get("enum")
+    if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
+        quoted = (repr(c) if "'" in c else f"'{c}'" for c in choices)
+        return "(" + " | ".join(f'"{literal(q)}"' for q in quoted) + ")"
+    if kind == "string" and choices is None:
+        return "py-string"
+    if kind in ("integer", "number") and choices is None:
+        number = re.sub(r"(?m)^space ::= .*$", 'space ::= ""', to_gbnf(schema))
+        rules.append(renamed(number, prefix))
+        return f"{prefix}root"
+    return {"boolean": '("True" | "False")', "null": '"None"'}.get(kind, "py-value")
