@@ -12,7 +12,7 @@ parameters valid against the tools' schemas.
 from __future__ import annotations
 
 from .gbnfparts import renamed
-from .jsonscan import CallScan, list_elements, scan_call, skip_space
+from .jsonscan import CallScan, closed_at, list_elements, scan_call
 
 OPEN, CLOSE = "<|START_ACTION|>", "<|END_ACTION|>"
 NAME_KEY, ARGUMENTS_KEY = "tool_name", "parameters"
@@ -26,12 +26,7 @@ def commandr_section(section: str) -> tuple[list[CallScan], int | None]:
              for a, b in elements]
     if list_end is None:
         return calls, None
-    i = skip_space(section, list_end)
-    if section.startswith(CLOSE, i):
-        return calls, i + len(CLOSE)
-    if CLOSE.startswith(section[i:]):
-        return calls, None  # (the closer may be on its way)
-    return calls, list_end
+    return calls, closed_at(section, list_end, CLOSE)
 
 
 def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:

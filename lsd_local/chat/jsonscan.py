@@ -120,3 +120,12 @@ def list_elements(text: str, start: int) -> tuple[list[tuple[int, int | None]], 
         if end is None:
             return elements, None
         i = end
+
+
+def closed_at(text: str, i: int, closer: str) -> int | None:
+    """Where a call section whose JSON ended at text[i] ends: after `closer` when it comes
+    next (blanks first), None while it may still be coming, else at i."""
+    j = skip_space(text, i)
+    if text.startswith(closer, j):
+        return j + len(closer)
+    return None if closer.startswith(text[j:]) else i

@@ -4,9 +4,7 @@ and before a closer where the family writes one:
 - "mistral": `[TOOL_CALLS][...]` (Mistral 7B v0.3, Nemo: templates with `[TOOL_CALLS]`);
 - "nemotron": `<TOOLCALL>[...]</TOOLCALL>` (NVIDIA Nemotron Nano v2: templates with
   `<TOOLCALL>`);
-- "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`);
-- "lfm2-json": `<|tool_call_start|>[...]<|tool_call_end|>` (llama.cpp's own LFM2 template,
-  which asks for JSON objects where LFM2's asks for Python calls: chat/pythoncalls.py).
+- "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`).
 
 Read back as the same CallScans as any JSON call; the grammar (chat/tools.py) makes each
 element a valid call of one of the tools.
@@ -15,12 +13,11 @@ element a valid call of one of the tools.
 from __future__ import annotations
 
 from .gbnfparts import literal
-from .jsonscan import CallScan, list_elements, scan_call, skip_space
+from .jsonscan import CallScan, closed_at, list_elements, scan_call
 
 # name -> (opener, closer or ""), in the order they are looked for in a template
 LIST_FORMATS = {"nemotron": ("<TOOLCALL>", "</TOOLCALL>"), "granite": ("<|tool_call|>", ""),
-                "mistral": ("[TOOL_CALLS]", ""),
-                "lfm2-json": ("<|tool_call_start|>", "<|tool_call_end|>")}
+                "mistral": ("[TOOL_CALLS]", "")}
 
 
 def list_format(template: str) -> str | None:
@@ -37,12 +34,7 @@ def list_block(section: str, name: str) -> tuple[list[CallScan], int | None]:
     calls = [scan_call(section[a:b] if b else section[a:]) for a, b in elements]
     if list_end is None or not closer:
         return calls, list_end
-    i = skip_space(section, list_end)
-    if section.startswith(closer, i):
-        return calls, i + len(closer)
-    if closer.startswith(section[i:]):
-        return calls, None  # (the closer may be on its way)
-    return calls, list_end
+    return calls, closed_at(section, list_end, closer)
 
 
 def list_root(name: str, more: str) -> str:

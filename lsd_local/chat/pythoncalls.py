@@ -21,16 +21,21 @@ from .jsonscan import CallScan, skip_space
 
 OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 MARKERS = (OPEN, CLOSE)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
+# how llama.cpp knows LFM2's templates (LFM2.5's plain list, LFM2's marked one)
+_TEMPLATE_SIGNS = ("List of tools: [", "<|tool_list_start|>", OPEN)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # a tool's name
+_KEY = re.compile(r"[^\W\d][\w.-]*")  # a keyword (Python's identifiers: any letters)
+_JSON_WORDS = re.compile(r"\b(?:true|false|null)\b")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 _WORDS = {"True": "true", "False": "false", "None": "null", "true": "true",
           "false": "false", "null": "null"}
+_PYTHON_WORDS = {"true": "True", "false": "False", "null": "None"}
 
 
 def is_python_calls(template: str) -> bool:
-    """Whether a chat template asks for calls in this form (its calls between these markers,
-    and not as JSON objects: llama.cpp's own LFM2 template writes those)."""
-    return OPEN in template and '"arguments"' not in template
+    """Whether a chat template is LFM2's (its tool list, plain or between markers, or its
+    call markers): its model writes calls in this form whatever the template shows."""
+    return any(sign in template for sign in _TEMPLATE_SIGNS)
 
 
 def python_section(section: str) -> tuple[list[CallScan], int | None]:
@@ -64,22 +69,25 @@ def _call(text: str, i: int) -> tuple[CallScan, int | None]:
     """One call `name(k=v, ...)` from text[i]: (what is known of it, the index after its
     ")" or None while it goes on)."""
     match = _NAME.match(text, i)
-    paren = match.end() if match else i
+    if match is None:
+        return CallScan(None, "", False), i  # (not a call: reading stops there)
+    paren = match.end()
     if paren >= len(text):
         return CallScan(None, "", False), None
     if text[paren] != "(":
-        return CallScan(None, "", False), i  # (not a call: reading stops there)
+        return CallScan(None, "", False), i
     name, pairs, i = match.group(), [], skip_space(text, paren + 1)
     while True:
         if i >= len(text):
             return CallScan(name, _arguments(pairs), False), None
         if text[i] == ")":
             return CallScan(name, _arguments(pairs) + "}", True), i + 1
-        key = _NAME.match(text, i)
+        key = _KEY.match(text, i)
         eq = skip_space(text, key.end()) if key else i
-        if key is None or eq >= len(text) or text[eq] != "=":
-            done = key is not None and eq >= len(text)
-            return CallScan(name, _arguments(pairs), False), None if done else i
+        if key is not None and eq >= len(text):
+            return CallScan(name, _arguments(pairs), False), None  # (the key goes on)
+        if key is None or text[eq] != "=":
+            return CallScan(name, _arguments(pairs) + "}", True), i  # (not the form)
         end = value_end(text, skip_space(text, eq + 1))
         if end is None:
             return CallScan(name, _arguments(pairs), False), None
@@ -128,17 +136,31 @@ def json_value(source: str) -> str | None:
     source = source.strip()
     if _NUMBER.match(source) or source in _WORDS:
         return _WORDS.get(source, source)
-    try:
-        value = ast.literal_eval(source)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    for attempt in (source, _pythonized(source)):  # (JSON's words inside a list or dict)
         try:
-            value = json.loads(source)
-        except ValueError:
-            return None
-    try:
-        return json.dumps(value, allow_nan=False, default=_listed)
-    except (TypeError, ValueError):
-        return None
+            value = ast.literal_eval(attempt)
+            return json.dumps(value, allow_nan=False, default=_listed)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return None
+
+
+def _pythonized(source: str) -> str:
+    """`source` with JSON's true, false and null outside strings as Python's words."""
+    parts, quote, start = [], "", 0
+    for j, ch in enumerate(source):
+        if quote and ch == quote and source[j - 1] != "\\":
+            quote = ""
+        elif not quote and ch in "'\"":
+            parts.append(_JSON_WORDS.sub(lambda m: _PYTHON_WORDS[m.group()], source[start:j]))
+            quote, start = ch, j
+        elif not quote and start < j and source[start] in "'\"":
+            parts.append(source[start:j])
+            start = j
+    rest = source[start:]
+    parts.append(rest if quote or rest[:1] in ("'", '"') else
+                 _JSON_WORDS.sub(lambda m: _PYTHON_WORDS[m.group()], rest))
+    return "".join(parts)
 
 
 def _listed(value: object) -> list:
@@ -152,8 +174,11 @@ def _listed(value: object) -> list:
 GENERIC_RULES = [
     'py-value ::= py-string | py-number | "True" | "False" | "None" | py-list | py-dict',
     "py-string ::= \"'\" py-chars \"'\"",
-    r"py-chars ::= ([^'\\\n] | " + '"\\\\" ' + r"[^\n])*",
-    'py-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?',
+    # (escapes Python reads one way only: no \\x, \\N{...}, \\u, line continuations)
+    r"py-chars ::= ([^'\\\n] | " + '"\\\\" ' + r"['\"\\nrtabfv])*",
+    # (no float that overflows, no integer Python will not read: its text is kept only at
+    # the top level)
+    'py-number ::= "-"? ("0" | [1-9] [0-9]{0,17}) ("." [0-9]{1,17})? ([eE] [-+]? [0-9]{1,2})?',
     'py-list ::= "[" (py-value (", " py-value)*)? "]"',
     'py-dict ::= "{" (py-string ": " py-value (", " py-string ": " py-value)*)? "}"']
 
@@ -178,10 +203,12 @@ def _value_rule(schema: object, prefix: str, rules: list[str], to_gbnf) -> str:
     if not isinstance(schema, dict):
         return "py-value"
     kind = schema.get("type")
+    kind = kind if isinstance(kind, str) else None  # (a list of types: any literal)
     choices = [schema["const"]] if "const" in schema else schema.get("enum")
-    if isinstance(choices, list) and choices and all(isinstance(c, str) for c in choices):
-        quoted = (repr(c) if "'" in c else f"'{c}'" for c in choices)
-        return "(" + " | ".join(f'"{literal(q)}"' for q in quoted) + ")"
+    if isinstance(choices, list) and choices and all(
+            c is None or isinstance(c, (str, bool, int, float)) for c in choices):
+        # each as Python writes it (repr: escapes and quotes that read back exactly)
+        return "(" + " | ".join(f'"{literal(repr(c))}"' for c in choices) + ")"
     if kind == "string" and choices is None:
         return "py-string"
     if kind in ("integer", "number") and choices is None:

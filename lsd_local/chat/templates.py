@@ -53,7 +53,7 @@ def _compile(template: str):
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     try:
         return env.from_string(template)
-    except jinja2.TemplateError as exc:
+    except (jinja2.TemplateError, SyntaxError) as exc:  # (a {% break %} out of its loop)
         raise LsdError(f"the model's chat template does not parse: {exc}") from None
 
 

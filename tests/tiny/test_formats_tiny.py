@@ -30,6 +30,7 @@ from tinymodels import (
     TINY_CTX,
     XML_TEMPLATE,
     agent_token,
+    plan_admits,
     stop_bias,
     streamed_pieces,
 )
@@ -212,20 +213,10 @@ def test_the_glm_grammar_admits_typed_calls_and_nothing_else(tiny_agent, call, w
     """GLM-4.5's call grammar, checked by llama.cpp's grammar engine: string values are raw
     text (tags and line breaks included), other types their JSON, required keys present;
     and the call reads back typed."""
-    from lsd_local.backend import Grammar, Model, schema_to_gbnf
     from lsd_local.chat.tools import section_calls, tool_plan
-    from lsd_local.verify.constrain import allowed_prefix
 
     plan = tool_plan(GLM_TEMPLATE, GLM_TOOL, "required", False)
-    model = Model.load(tiny_agent)
-    try:
-        grammar = Grammar.compile(model, plan.grammar(schema_to_gbnf)[0], source="test")
-        spell = model.vocab.byte_tokens()  # one token per byte: the text exactly
-        tokens = np.asarray([spell[b] for b in call.encode()], np.int32)
-        assert (allowed_prefix(grammar, tokens) == len(tokens)) == whole
-        grammar.close()
-    finally:
-        model.close()
+    assert plan_admits(tiny_agent, plan, call) == whole
     if whole:
         calls, complete = section_calls(plan.fmt, call)
         assert complete and calls[0].name == "plan_trip"

@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 from tinymodels import AGENT_ASK as ASK
 from tinymodels import AGENT_TOOLS as TOOLS
-from tinymodels import GEMMA_TEMPLATE, TINY_CTX, agent_token, stop_bias
+from tinymodels import GEMMA_TEMPLATE, TINY_CTX, agent_token, plan_admits, stop_bias
 from tinymodels import valid_call as valid
 
 from lsd_local import Engine
@@ -81,20 +80,10 @@ TRIP_CALL = (f"<|tool_call>call:plan_trip{{budget:{{eur:12.5}},city:{Q}Rome, \"2
      False),  # keys in the template's order only (sorted, ignoring case)
 ])
 def test_the_grammar_admits_typed_calls_and_nothing_else(tiny_agent, call, whole):
-    from lsd_local.backend import Grammar, Model, schema_to_gbnf
     from lsd_local.chat.tools import section_calls, tool_plan
-    from lsd_local.verify.constrain import allowed_prefix
 
     plan = tool_plan(GEMMA_TEMPLATE, TRIP, "required", False)
-    model = Model.load(tiny_agent)
-    try:
-        grammar = Grammar.compile(model, plan.grammar(schema_to_gbnf)[0], source="test")
-        spell = model.vocab.byte_tokens()  # one token per byte: the text exactly
-        tokens = np.asarray([spell[b] for b in call.encode()], np.int32)
-        assert (allowed_prefix(grammar, tokens) == len(tokens)) == whole
-        grammar.close()
-    finally:
-        model.close()
+    assert plan_admits(tiny_agent, plan, call) == whole
     if whole:
         calls, complete = section_calls(plan.fmt, call)
         assert complete and calls[0].name == "plan_trip"
@@ -180,20 +169,10 @@ ODD_CALL = f"<|tool_call>call:odd{{level:2,size:null,{Q}x:y{Q}:{Q}v{Q},zip:0}}<t
     (ODD_CALL.replace(f"{Q}x:y{Q}:", "x:y:"), False),  # a key with ":" only between marks
 ])
 def test_the_grammar_types_scalars_and_writes_odd_keys_readably(tiny_agent, call, whole):
-    from lsd_local.backend import Grammar, Model, schema_to_gbnf
     from lsd_local.chat.tools import section_calls, tool_plan
-    from lsd_local.verify.constrain import allowed_prefix
 
     plan = tool_plan(GEMMA_TEMPLATE, ODD, "required", False)
-    model = Model.load(tiny_agent)
-    try:
-        grammar = Grammar.compile(model, plan.grammar(schema_to_gbnf)[0], source="test")
-        spell = model.vocab.byte_tokens()
-        tokens = np.asarray([spell[b] for b in call.encode()], np.int32)
-        assert (allowed_prefix(grammar, tokens) == len(tokens)) == whole
-        grammar.close()
-    finally:
-        model.close()
+    assert plan_admits(tiny_agent, plan, call) == whole
     if whole:
         calls, _ = section_calls(plan.fmt, call)
         assert json.loads(calls[0].arguments) == {"level": 2, "size": None, "x:y": "v", "zip": 0}

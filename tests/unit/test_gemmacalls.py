@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from callstream import feed_in_chunks, growing_prefixes, single, streamed_arguments
 
 from lsd_local.chat.gemmacalls import gemma_block, template_messages
 from lsd_local.chat.output import GEMMA_THINK, OutputParser, thinking_of
@@ -37,16 +38,9 @@ def test_a_whole_call_reads_back_as_json():
 
 
 def test_every_prefix_gives_arguments_that_only_grow():
-    seen, named_at = "", None
-    for n in range(len(CALL) + 1):
-        scan, end = gemma_block(CALL[:n])
-        assert scan.arguments.startswith(seen), (n, scan.arguments, seen)
-        seen = scan.arguments
-        assert end is None or end == len(CALL)
-        if scan.name is not None and named_at is None:
-            named_at = n
+    seen, named_at = growing_prefixes(single(gemma_block), CALL)
     assert named_at == CALL.index("{") + 1  # (the name once its "{" comes)
-    assert json.loads(seen) == ARGUMENTS
+    assert json.loads(seen[0]) == ARGUMENTS
 
 
 @pytest.mark.parametrize("call,name,arguments", [
@@ -73,18 +67,11 @@ def test_streamed_calls_and_text_around_them():
     plan = tool_plan(TEMPLATE, TOOLS, "auto", True)
     parser = OutputParser(plan.fmt, False, True)
     second = CALL.replace("days:3", "days:5")
-    text = "Let me look.\n" + CALL + second
-    content, deltas = "", []
-    for i in range(0, len(text), 7):  # as rounds release it
-        parts = parser.feed([(text[i:i + 7], None)], i + 7 >= len(text))
-        content += "".join(t for t, _ in parts.content)
-        deltas += parts.tool_calls
+    content, _, deltas = feed_in_chunks(parser, "Let me look.\n" + CALL + second, 7)
     assert content == "Let me look.\n"
     calls = parser.tool_calls
     assert [json.loads(c.arguments)["days"] for c in calls] == [3, 5]
-    for index, call in enumerate(calls):
-        streamed = "".join(d.arguments or "" for d in deltas if d.index == index)
-        assert streamed == call.arguments
+    assert [streamed_arguments(deltas, i) for i in range(2)] == [c.arguments for c in calls]
 
 
 def test_tool_results_join_the_model_turn_for_an_older_template():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from callstream import feed_in_chunks, growing_prefixes, single, streamed_arguments
 
 from lsd_local.chat.glmcalls import glm_block
 from lsd_local.chat.output import OutputParser
@@ -40,16 +41,9 @@ def test_a_whole_call_reads_back_typed_by_the_schema():
 
 def test_every_prefix_gives_arguments_that_only_grow():
     types = plan().fmt.types()
-    seen, named_at = "", None
-    for n in range(len(CALL) + 1):
-        scan, end = glm_block(CALL[:n], types)
-        assert scan.arguments.startswith(seen), (n, scan.arguments, seen)
-        seen = scan.arguments
-        assert end is None or end == len(CALL)
-        if scan.name is not None and named_at is None:
-            named_at = n
+    seen, named_at = growing_prefixes(single(lambda text: glm_block(text, types)), CALL)
     assert named_at == len("<tool_call>get_weather\n")  # (the name once its line ends)
-    assert json.loads(seen)["days"] == 3
+    assert json.loads(seen[0])["days"] == 3
 
 
 @pytest.mark.parametrize("call,arguments", [
@@ -66,18 +60,12 @@ def test_calls_written_without_the_line_breaks_read_back(call, arguments):
 def test_streamed_calls_and_text_around_them():
     parser = OutputParser(plan().fmt, False, True)
     text = "Let me look.\n" + CALL + "\n" + CALL.replace(">3<", ">5<")
-    content, deltas = "", []
-    for i in range(0, len(text), 7):  # as rounds release it
-        parts = parser.feed([(text[i:i + 7], None)], i + 7 >= len(text))
-        content += "".join(t for t, _ in parts.content)
-        deltas += parts.tool_calls
+    content, _, deltas = feed_in_chunks(parser, text, 7)  # as rounds release it
     assert content == "Let me look.\n"
     calls = parser.tool_calls
     assert [c.name for c in calls] == ["get_weather", "get_weather"]
     assert [json.loads(c.arguments)["days"] for c in calls] == [3, 5]
-    for index, call in enumerate(calls):
-        streamed = "".join(d.arguments or "" for d in deltas if d.index == index)
-        assert streamed == call.arguments
+    assert [streamed_arguments(deltas, i) for i in range(2)] == [c.arguments for c in calls]
 
 
 @pytest.mark.parametrize("text,arguments,content", [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from callstream import feed_in_chunks, growing_prefixes, single, streamed_arguments
 
 from lsd_local.chat.mistralcalls import args_block
 from lsd_local.chat.output import MISTRAL_THINK, OutputParser, thinking_of
@@ -29,16 +30,9 @@ def test_the_form_is_found_in_the_template(template, name, variant):
 
 
 def test_every_prefix_gives_arguments_that_only_grow():
-    seen, named_at = "", None
-    for n in range(len(CALL) + 1):
-        scan, end = args_block(CALL[:n])
-        assert scan.arguments.startswith(seen), (n, scan.arguments, seen)
-        seen = scan.arguments
-        assert end is None or end == len(CALL)
-        if scan.name is not None and named_at is None:
-            named_at = n
+    seen, named_at = growing_prefixes(single(args_block), CALL)
     assert named_at == CALL.index("{")  # (the name once [ARGS] comes)
-    assert json.loads(seen) == {"city": "Paris [ARGS] {x}"}
+    assert json.loads(seen[0]) == {"city": "Paris [ARGS] {x}"}
 
 
 def test_an_id_before_the_arguments_is_not_part_of_the_name():
@@ -52,18 +46,12 @@ def test_reasoning_then_calls_back_to_back_stream_apart():
     plan = tool_plan(ARGS_TEMPLATE, TOOLS, "auto", True)
     parser = OutputParser(plan.fmt, False, True, think=MISTRAL_THINK)
     text = "[THINK]Two cities.[/THINK]Looking." + CALL + CALL.replace("Paris", "Rome")
-    reasoning, content, deltas = "", "", []
-    for i in range(0, len(text), 5):  # as rounds release it
-        parts = parser.feed([(text[i:i + 5], None)], i + 5 >= len(text))
-        reasoning += "".join(t for t, _ in parts.reasoning)
-        content += "".join(t for t, _ in parts.content)
-        deltas += parts.tool_calls
+    content, reasoning, deltas = feed_in_chunks(parser, text, 5)
     assert (reasoning, content) == ("Two cities.", "Looking.")
     calls = parser.tool_calls
     assert [json.loads(c.arguments)["city"] for c in calls] == ["Paris [ARGS] {x}",
                                                                 "Rome [ARGS] {x}"]
-    for index, call in enumerate(calls):
-        assert "".join(d.arguments for d in deltas if d.index == index) == call.arguments
+    assert [streamed_arguments(deltas, i) for i in range(2)] == [c.arguments for c in calls]
 
 
 @pytest.mark.parametrize("template,name", [

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from callstream import feed_in_chunks, growing_prefixes, streamed_arguments
 
 from lsd_local.chat.output import OutputParser
 from lsd_local.chat.pythoncalls import json_value, python_section
@@ -22,22 +23,14 @@ FIRST = {"city": 'Rome, "Lazio" (it)', "days": 3, "stops": ["a", "b'c"],
 
 def test_the_form_is_found_in_the_template():
     assert detect_format(TEMPLATE).name == "pythonic"
-    # llama.cpp's own LFM2 template asks for JSON objects between the same markers
-    assert detect_format(TEMPLATE + """{{ '{"name": ' + n + ', "arguments": ' }}""").name == \
-        "lfm2-json"
+    # LFM2.5's plain tool list, LFM2's marked one: Python calls whatever the template shows
+    # (as llama.cpp reads them)
+    for sign in ("{{ 'List of tools: [' }}", "{{ '<|tool_list_start|>[' }}"):
+        assert detect_format(sign).name == "pythonic"
 
 
 def test_every_prefix_gives_arguments_that_only_grow():
-    seen: list[str] = []
-    for n in range(len(CALLS) + 1):
-        calls, end = python_section(CALLS[:n])
-        for i, scan in enumerate(calls):
-            if i < len(seen):
-                assert scan.arguments.startswith(seen[i]), (n, scan.arguments, seen[i])
-                seen[i] = scan.arguments
-            else:
-                seen.append(scan.arguments)
-        assert end is None or end == len(CALLS)
+    growing_prefixes(python_section, CALLS)
     calls, end = python_section(CALLS)
     assert [c.name for c in calls] == ["plan_trip", "now"] and end == len(CALLS)
     assert json.loads(calls[0].arguments) == FIRST and calls[1].arguments == "{}"
@@ -67,12 +60,29 @@ def test_streamed_calls_and_text_around_them():
     tools = [{"type": "function", "function": {"name": n, "parameters": {"type": "object"}}}
              for n in ("plan_trip", "now")]
     parser = OutputParser(tool_plan(TEMPLATE, tools, "auto", True).fmt, False, True)
-    text = "Planning." + CALLS
-    content, deltas = "", []
-    for i in range(0, len(text), 3):
-        parts = parser.feed([(text[i:i + 3], None)], i + 3 >= len(text))
-        content += "".join(t for t, _ in parts.content)
-        deltas += parts.tool_calls
-    assert content == "Planning." and [c.name for c in parser.tool_calls] == ["plan_trip", "now"]
-    for index, call in enumerate(parser.tool_calls):
-        assert "".join(d.arguments for d in deltas if d.index == index) == call.arguments
+    content, _, deltas = feed_in_chunks(parser, "Planning." + CALLS, 3)
+    calls = parser.tool_calls
+    assert content == "Planning." and [c.name for c in calls] == ["plan_trip", "now"]
+    assert [streamed_arguments(deltas, i) for i in range(2)] == [c.arguments for c in calls]
+
+
+@pytest.mark.parametrize("text", [
+    "<|tool_call_start|>[(", "<|tool_call_start|>[f(a={[1]})]", "<|tool_call_start|>[f(a={{}})]",
+    "<|tool_call_start|>[f(a=" + "[" * 1200 + "]" * 1200 + ")]<|tool_call_end|>",
+    "<|tool_call_start|>[f(x y=1)]", "<|tool_call_start|>[f(a='\\x')]<|tool_call_end|>",
+])
+def test_text_that_is_not_the_form_ends_without_an_error(text):
+    calls, end = python_section(text)
+    assert end is not None and all(json.loads(c.arguments) is not None for c in calls
+                                   if c.complete)
+
+
+def test_json_words_inside_lists_and_dicts_and_unicode_keywords_read():
+    calls, _ = python_section("<|tool_call_start|>[f(città={'a': true, 'b': [null]})]"
+                              "<|tool_call_end|>")
+    assert json.loads(calls[0].arguments) == {"città": {"a": True, "b": [None]}}
+
+
+def test_a_real_lfm25_template_reading_arguments_by_key_is_python_calls():
+    assert detect_format('{{- tool_call["function"]["arguments"] -}}'
+                         "{{- '<|tool_call_start|>[' -}}").name == "pythonic"

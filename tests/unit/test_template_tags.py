@@ -22,3 +22,13 @@ def test_a_generation_block_renders_its_body():
     assert render_chat(TEMPLATE, messages) == (
         "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n"
         "<|im_start|>user\nbye<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_a_loop_control_out_of_its_loop_in_a_generation_block_is_a_clear_error():
+    import pytest
+
+    from lsd_local.errors import LsdError
+
+    bad = "{% for m in messages %}{% generation %}{% break %}{% endgeneration %}{% endfor %}"
+    with pytest.raises(LsdError, match="does not parse"):
+        render_chat(bad, [{"role": "user", "content": "hi"}])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from callstream import feed_in_chunks, growing_prefixes, single, streamed_arguments
 
 from lsd_local.chat.output import OutputParser
 from lsd_local.chat.tools import detect_format, tool_plan
@@ -41,30 +42,19 @@ def test_a_whole_call_reads_back_typed_by_the_schema():
 
 def test_every_prefix_gives_arguments_that_only_grow():
     types = plan().fmt.types()
-    seen = ""
-    for n in range(len(CALL) + 1):
-        scan, end = xml_block(CALL[:n], types)
-        assert scan.arguments.startswith(seen), (n, scan.arguments, seen)
-        seen = scan.arguments
-        assert end is None or end == len(CALL)
-    assert json.loads(seen)["days"] == 3
+    seen, _ = growing_prefixes(single(lambda text: xml_block(text, types)), CALL)
+    assert json.loads(seen[0])["days"] == 3
 
 
 def test_streamed_calls_and_text_around_them():
     parser = OutputParser(plan().fmt, False, True)
     text = "Let me look.\n" + CALL + "\n" + CALL.replace("3", "5")
-    content, deltas = "", []
-    for i in range(0, len(text), 7):  # as rounds release it
-        parts = parser.feed([(text[i:i + 7], None)], i + 7 >= len(text))
-        content += "".join(t for t, _ in parts.content)
-        deltas += parts.tool_calls
+    content, _, deltas = feed_in_chunks(parser, text, 7)  # as rounds release it
     assert content == "Let me look.\n"
     calls = parser.tool_calls
     assert [c.name for c in calls] == ["get_weather", "get_weather"]
     assert [json.loads(c.arguments)["days"] for c in calls] == [3, 5]
-    for index, call in enumerate(calls):
-        streamed = "".join(d.arguments or "" for d in deltas if d.index == index)
-        assert streamed == call.arguments
+    assert [streamed_arguments(deltas, i) for i in range(2)] == [c.arguments for c in calls]
 
 
 DS_CALLS = ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
@@ -84,16 +74,7 @@ def test_deepseek_sections_read_back_every_call_as_it_streams(calls_text):
     from lsd_local.chat.deepseekcalls import deepseek_section
 
     assert detect_format("{{ '<｜tool▁calls▁begin｜>' }}").name == "deepseek"
-    seen: list[str] = []
-    for n in range(len(calls_text) + 1):
-        calls, end = deepseek_section(calls_text[:n])
-        for i, scan in enumerate(calls):
-            if i < len(seen):
-                assert scan.arguments.startswith(seen[i]), (n, scan.arguments, seen[i])
-                seen[i] = scan.arguments
-            else:
-                seen.append(scan.arguments)
-        assert end is None or end == len(calls_text)
+    growing_prefixes(deepseek_section, calls_text)
     calls, end = deepseek_section(calls_text)
     assert end == len(calls_text) and [c.name for c in calls] == ["get_weather"] * 2
     assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo", "days": 2},
