@@ -35,18 +35,27 @@ def _raise(message: str) -> None:
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+                      sort_keys=sort_keys, default=_listed)
+
+
+def _listed(value: object) -> list:
+    """What Jinja's filters hand on lazily (`map`, `select`: generators) as a JSON list."""
+    if isinstance(value, (map, filter, range)) or hasattr(value, "__next__"):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 @lru_cache(maxsize=8)
 def _compile(template: str):
     import jinja2
     import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from jinja2.sandbox import SandboxedEnvironment
 
     from .jinjaext import GenerationTag
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+    # (sandboxed, but a template may append to its own lists, as Kimi K2's does and
+    # llama.cpp allows: the messages and tools it gets are lsd's copies)
+    env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=[jinja2.ext.loopcontrols, GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
@@ -119,6 +128,61 @@ def normalize_messages(messages: Sequence[dict]) -> list[dict]:
     return out
 
 
+_NO_SYSTEM = "System role not supported"  # what Gemma 2's template raises on a system message
+
+
+def system_into_user(messages: list[dict]) -> list[dict]:
+    """The system messages' text at the head of the first user message, for a template that
+    refuses the role (Gemma 2's), as llama.cpp does for it; a conversation with no user
+    message gets it as one."""
+    system = "\n\n".join(m["content"] for m in messages if m.get("role") == "system")
+    rest = [m for m in messages if m.get("role") != "system"]
+    if not system:
+        return messages
+    for i, message in enumerate(rest):
+        if message.get("role") == "user":
+            return rest[:i] + [{**message, "content": f"{system}\n\n{message['content']}"}] + \
+                rest[i + 1:]
+    return [{"role": "user", "content": system}] + rest
+
+
+def tool_turns_as_text(messages: list[dict]) -> list[dict]:
+    """Earlier calls and their results as text, for a template that shows no tools (Gemma's
+    refuses any role but user and model, in turn): a call as the JSON the fallback asks
+    for, a result as a user turn (joined to the user turns next to it), as llama.cpp's
+    polyfills write them."""
+    out: list[dict] = []
+    names, changed = {}, False
+    for message in messages:
+        changed = changed or bool(message.get("tool_calls")) or message.get("role") == "tool"
+        if message.get("tool_calls"):
+            calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+                     for c in message["tool_calls"]]
+            names.update((c.get("id"), c["function"]["name"]) for c in message["tool_calls"])
+            text = json.dumps({"tool_calls": calls}, ensure_ascii=False)
+            message = {"role": "assistant",
+                       "content": f"{message['content']}\n{text}" if message.get("content")
+                       else text}
+        elif message.get("role") == "tool":
+            response = {"tool": names.get(message.get("tool_call_id"), ""),
+                        "content": message.get("content")}
+            message = {"role": "user",
+                       "content": json.dumps({"tool_response": response}, ensure_ascii=False)}
+        out.append(message)
+    return _joined_user_turns(out) if changed else messages
+
+
+def _joined_user_turns(messages: list[dict]) -> list[dict]:
+    """Adjacent user turns as one (a template that checks that roles alternate)."""
+    out: list[dict] = []
+    for message in messages:
+        if out and message.get("role") == "user" == out[-1].get("role"):
+            out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{message['content']}"}
+        else:
+            out.append(message)
+    return out
+
+
 def with_fallback_tools(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
     """The tools in the system message, for a template that cannot render them."""
     note = FALLBACK_SYSTEM.format(tools=json.dumps(list(tools), ensure_ascii=False, indent=1))
@@ -158,8 +222,13 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
         clean = gemmacalls.template_messages(clean)  # (an older Gemma 4 template)
     if template and _NINE_CHAR_IDS.search(template):
         clean = nine_char_ids(clean)
-    if tools and not renders_tools(template):
-        clean, tools = with_fallback_tools(clean, tools), None
+    if not renders_tools(template):
+        if "tool_calls" not in (template or ""):  # (else it shows calls its own way)
+            clean = tool_turns_as_text(clean)
+        if tools:
+            clean, tools = with_fallback_tools(clean, tools), None
+    if template and _NO_SYSTEM in template:
+        clean = system_into_user(clean)
     import jinja2
 
     compiled = _compile(template or CHATML)

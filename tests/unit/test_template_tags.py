@@ -32,3 +32,38 @@ def test_a_loop_control_out_of_its_loop_in_a_generation_block_is_a_clear_error()
     bad = "{% for m in messages %}{% generation %}{% break %}{% endgeneration %}{% endfor %}"
     with pytest.raises(LsdError, match="does not parse"):
         render_chat(bad, [{"role": "user", "content": "hi"}])
+
+
+# written here, the way Gemma 2's and Gemma 3's templates check their roles: no system
+# role (Gemma 2), user and model in turn, no tool role
+ALTERNATING = ("{%- if messages[0].role == 'system' -%}"
+               "{{- raise_exception('System role not supported') -}}{%- endif -%}"
+               "{%- for m in messages -%}{%- if (m.role == 'user') != (loop.index0 % 2 == 0) -%}"
+               "{{- raise_exception('Conversation roles must alternate user/assistant/...') -}}"
+               "{%- endif -%}{{- m.role + ': ' + m.content + '\\n' -}}{%- endfor -%}")
+
+
+def test_a_template_without_system_role_or_tools_gets_them_as_user_text():
+    call = {"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weather in Oslo?"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "-3 C"},
+                {"role": "user", "content": "And tomorrow?"}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}]
+    text = render_chat(ALTERNATING, messages, tools=tools)
+    lines = text.split("\n")
+    assert lines[0].startswith("user: Be brief.") and "get_weather" in text  # tools told
+    assert 'assistant: {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]}' \
+        in lines
+    assert '{"tool_response": {"tool": "get_weather", "content": "-3 C"}}' in text
+    assert text.rstrip().endswith("And tomorrow?")  # (the result and the question: one turn)
+
+
+def test_templates_may_append_to_their_own_lists_and_dump_lazy_filters():
+    template = ("{%- set ids = [] -%}{%- for m in messages -%}{%- set _ = ids.append(m.role) -%}"
+                "{%- endfor -%}{{- ids | tojson -}}|"
+                "{{- messages | map(attribute='role') | tojson -}}")
+    assert render_chat(template, [{"role": "user", "content": "hi"}]) == '["user"]|["user"]'
