@@ -15,7 +15,7 @@ from functools import lru_cache
 
 from ..errors import ContextOverflowError, LsdError, ParameterError
 from ..utf8 import utf8_bytes
-from . import gemmacalls
+from . import gemmacalls, pythoncalls
 from .harmony import MARKERS as HARMONY_MARKERS
 from .harmony import is_harmony, template_messages
 from .literal import Shield
@@ -128,6 +128,14 @@ def normalize_messages(messages: Sequence[dict]) -> list[dict]:
     return out
 
 
+def with_thinking(messages: list[dict]) -> list[dict]:
+    """Each assistant turn's `reasoning_content` also as `thinking` (where a template reads
+    it, as llama.cpp gives it to LFM2's)."""
+    return [{**m, "thinking": m["reasoning_content"]}
+            if isinstance(m.get("reasoning_content"), str) and "thinking" not in m else m
+            for m in messages]
+
+
 _NO_SYSTEM = "System role not supported"  # what Gemma 2's template raises on a system message
 
 
@@ -220,6 +228,8 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
         clean = template_messages(clean)
     elif template and gemmacalls.is_gemma(template) and gemmacalls.OPENAI_MARKER not in template:
         clean = gemmacalls.template_messages(clean)  # (an older Gemma 4 template)
+    elif template and pythoncalls.is_python_calls(template):
+        clean = with_thinking(clean)  # (LFM2's templates read an earlier turn's reasoning so)
     if template and _NINE_CHAR_IDS.search(template):
         clean = nine_char_ids(clean)
     if not renders_tools(template):

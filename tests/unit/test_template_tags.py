@@ -67,3 +67,12 @@ def test_templates_may_append_to_their_own_lists_and_dump_lazy_filters():
                 "{%- endfor -%}{{- ids | tojson -}}|"
                 "{{- messages | map(attribute='role') | tojson -}}")
     assert render_chat(template, [{"role": "user", "content": "hi"}]) == '["user"]|["user"]'
+
+
+def test_an_earlier_turns_reasoning_reaches_lfm2s_template_as_thinking():
+    template = ("{{- 'List of tools: [' -}}{%- for m in messages -%}"
+                "{%- if m.thinking is defined -%}{{- '<think>' + m.thinking + '</think>' -}}"
+                "{%- endif -%}{{- m.content + '|' -}}{%- endfor -%}")
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello", "reasoning_content": "greet back"}]
+    assert render_chat(template, messages) == "List of tools: [hi|<think>greet back</think>hello|"
