@@ -6,6 +6,7 @@ tools gets them in the system message (chat/tools.py, FALLBACK_SYSTEM)."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -140,18 +141,22 @@ _NO_SYSTEM = "System role not supported"  # what Gemma 2's template raises on a 
 
 
 def system_into_user(messages: list[dict]) -> list[dict]:
-    """The system messages' text at the head of the first user message, for a template that
-    refuses the role (Gemma 2's), as llama.cpp does for it; a conversation with no user
-    message gets it as one."""
-    system = "\n\n".join(m["content"] for m in messages if m.get("role") == "system")
-    rest = [m for m in messages if m.get("role") != "system"]
-    if not system:
-        return messages
-    for i, message in enumerate(rest):
-        if message.get("role") == "user":
-            return rest[:i] + [{**message, "content": f"{system}\n\n{message['content']}"}] + \
-                rest[i + 1:]
-    return [{"role": "user", "content": system}] + rest
+    """Each system message's text at the head of the user turn after it, for a template that
+    refuses the role (Gemma 2's), as llama.cpp does for a first one; with no user turn
+    after it, a user turn of its own; an empty one is left out."""
+    out, pending = [], []
+    for message in messages:
+        if message.get("role") == "system":
+            pending += [message["content"]] if message.get("content") else []
+            continue
+        if pending and message.get("role") == "user":
+            message = {**message, _JOINS: True,
+                       "content": "\n\n".join([*pending, message.get("content") or ""])}
+            pending = []
+        out.append(message)
+    if pending:
+        out.append({"role": "user", _JOINS: True, "content": "\n\n".join(pending)})
+    return _joined_user_turns(out)
 
 
 def tool_turns_as_text(messages: list[dict]) -> list[dict]:
@@ -174,21 +179,33 @@ def tool_turns_as_text(messages: list[dict]) -> list[dict]:
         elif message.get("role") == "tool":
             response = {"tool": names.get(message.get("tool_call_id"), ""),
                         "content": message.get("content")}
-            message = {"role": "user",
+            message = {"role": "user", _JOINS: True,
                        "content": json.dumps({"tool_response": response}, ensure_ascii=False)}
         out.append(message)
     return _joined_user_turns(out) if changed else messages
 
 
+_JOINS = "lsd joins"  # a user turn lsd made from another role: joined to user turns beside it
+
+
 def _joined_user_turns(messages: list[dict]) -> list[dict]:
-    """Adjacent user turns as one (a template that checks that roles alternate)."""
+    """User turns side by side as one where lsd made one of them (a template that checks
+    that roles alternate); the user's own turns stay apart, so that a conversation's
+    earlier prompts stay its prefix."""
     out: list[dict] = []
+    parts: list[list] = []
     for message in messages:
-        if out and message.get("role") == "user" == out[-1].get("role"):
-            out[-1] = {**out[-1], "content": f"{out[-1]['content']}\n\n{message['content']}"}
+        user = message.get("role") == "user"
+        if user and out and out[-1].get("role") == "user" and (
+                message.get(_JOINS) or out[-1].get(_JOINS)):
+            parts[-1].append(message["content"])
+            out[-1] = {**out[-1], _JOINS: True}
         else:
             out.append(message)
-    return out
+            parts.append([message.get("content")])
+    return [{**{k: v for k, v in m.items() if k != _JOINS},
+             "content": "\n\n".join(p) if len(p) > 1 else m.get("content")}
+            if m.get("role") == "user" else m for m, p in zip(out, parts, strict=True)]
 
 
 def with_fallback_tools(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
@@ -243,9 +260,11 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
 
     compiled = _compile(template or CHATML)
     try:
-        return compiled.render(**template_kwargs, messages=clean, bos_token=bos_token,
-                               eos_token=eos_token, add_generation_prompt=add_generation_prompt,
-                               tools=list(tools) if tools else None)
+        # (copies: a template may change the lists and dicts it is given)
+        return compiled.render(**copy.deepcopy(template_kwargs), messages=clean,
+                               bos_token=bos_token, eos_token=eos_token,
+                               add_generation_prompt=add_generation_prompt,
+                               tools=copy.deepcopy(list(tools)) if tools else None)
     except jinja2.TemplateError as exc:
         raise LsdError(f"the model's chat template failed on these messages: {exc}") from None
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:

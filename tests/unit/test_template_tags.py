@@ -76,3 +76,29 @@ def test_an_earlier_turns_reasoning_reaches_lfm2s_template_as_thinking():
     messages = [{"role": "user", "content": "hi"},
                 {"role": "assistant", "content": "hello", "reasoning_content": "greet back"}]
     assert render_chat(template, messages) == "List of tools: [hi|<think>greet back</think>hello|"
+
+
+def test_every_system_message_heads_the_user_turn_after_it_and_an_empty_one_goes():
+    messages = [{"role": "system", "content": ""}, {"role": "user", "content": "A"},
+                {"role": "assistant", "content": "a"}, {"role": "user", "content": "B"},
+                {"role": "system", "content": "Now in French."},
+                {"role": "user", "content": "C"}]
+    assert render_chat(ALTERNATING, messages) == (
+        "user: A\nassistant: a\nuser: B\n\nNow in French.\n\nC\n")
+
+
+def test_the_users_own_turns_stay_apart_so_a_conversation_keeps_its_prefix():
+    chatml = ("{%- for m in messages -%}{{- '<|im_start|>' + m.role + '\\n' + m.content + "
+              "'<|im_end|>\\n' -}}{%- endfor -%}")
+    first = [{"role": "user", "content": "A"}, {"role": "user", "content": "B"}]
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    later = first + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": "c1", "content": "done"}]
+    assert render_chat(chatml, later).startswith(render_chat(chatml, first))
+
+
+def test_a_template_cannot_change_what_it_is_given_for_the_next_request():
+    kwargs = {"seen": ["a"]}
+    template = "{%- set _ = seen.append('x') -%}{{- seen | length -}}"
+    assert [render_chat(template, [{"role": "user", "content": "hi"}], **kwargs)
+            for _ in range(2)] == ["2", "2"] and kwargs == {"seen": ["a"]}
