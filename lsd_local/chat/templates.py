@@ -2,7 +2,10 @@
 Transformers' apply_chat_template gives it: `messages` (assistant turns with `tool_calls`,
 `tool` turns with `tool_call_id`), `tools`, `add_generation_prompt`, the BOS/EOS text and
 template kwargs (`enable_thinking`, `reasoning_effort`, ...). A template that cannot render
-tools gets them in the system message (chat/tools.py, FALLBACK_SYSTEM)."""
+tools gets them in the system message (chat/tools.py, FALLBACK_SYSTEM) and earlier calls and
+results as text; where a family's template expects messages otherwise (Gemma 2's refuses a
+system turn, Mistral's 9-character ids, LFM2's `thinking`), they are made so, as llama.cpp
+makes them."""
 
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ def _compile(template: str):
     # (sandboxed, but a template may append to its own lists, as Kimi K2's does and
     # llama.cpp allows: the messages and tools it gets are lsd's copies)
     env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[jinja2.ext.loopcontrols, GenerationTag])
+                               extensions=[jinja2.ext.loopcontrols, GenerationTag])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
