@@ -10,21 +10,26 @@ makes them."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from functools import lru_cache
 
 from ..errors import ContextOverflowError, LsdError, ParameterError
-from ..utf8 import utf8_bytes
 from . import gemmacalls, pythoncalls
 from .harmony import MARKERS as HARMONY_MARKERS
 from .harmony import is_harmony, template_messages
 from .literal import Shield
 from .output import COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, THINK
 from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
+from .turns import (
+    NINE_CHAR_IDS,
+    NO_SYSTEM,
+    nine_char_ids,
+    system_into_user,
+    tool_turns_as_text,
+    with_thinking,
+)
 
 # Used only when a GGUF ships no template at all: ChatML, which many instruct models know.
 CHATML = (
@@ -132,85 +137,6 @@ def normalize_messages(messages: Sequence[dict]) -> list[dict]:
     return out
 
 
-def with_thinking(messages: list[dict]) -> list[dict]:
-    """Each assistant turn's `reasoning_content` also as `thinking` (where a template reads
-    it, as llama.cpp gives it to LFM2's)."""
-    return [{**m, "thinking": m["reasoning_content"]}
-            if isinstance(m.get("reasoning_content"), str) and "thinking" not in m else m
-            for m in messages]
-
-
-_NO_SYSTEM = "System role not supported"  # what Gemma 2's template raises on a system message
-
-
-def system_into_user(messages: list[dict]) -> list[dict]:
-    """Each system message's text at the head of the user turn after it, for a template that
-    refuses the role (Gemma 2's), as llama.cpp does for a first one; with no user turn
-    after it, a user turn of its own; an empty one is left out."""
-    out, pending = [], []
-    for message in messages:
-        if message.get("role") == "system":
-            pending += [message["content"]] if message.get("content") else []
-            continue
-        if pending and message.get("role") == "user":
-            message = {**message, _JOINS: True,
-                       "content": "\n\n".join([*pending, message.get("content") or ""])}
-            pending = []
-        out.append(message)
-    if pending:
-        out.append({"role": "user", _JOINS: True, "content": "\n\n".join(pending)})
-    return _joined_user_turns(out)
-
-
-def tool_turns_as_text(messages: list[dict]) -> list[dict]:
-    """Earlier calls and their results as text, for a template that shows no tools (Gemma's
-    refuses any role but user and model, in turn): a call as the JSON the fallback asks
-    for, a result as a user turn (joined to the user turns next to it), as llama.cpp's
-    polyfills write them."""
-    out: list[dict] = []
-    names, changed = {}, False
-    for message in messages:
-        changed = changed or bool(message.get("tool_calls")) or message.get("role") == "tool"
-        if message.get("tool_calls"):
-            calls = [{"name": c["function"]["name"], "arguments": c["function"]["arguments"]}
-                     for c in message["tool_calls"]]
-            names.update((c.get("id"), c["function"]["name"]) for c in message["tool_calls"])
-            text = json.dumps({"tool_calls": calls}, ensure_ascii=False)
-            message = {"role": "assistant",
-                       "content": f"{message['content']}\n{text}" if message.get("content")
-                       else text}
-        elif message.get("role") == "tool":
-            response = {"tool": names.get(message.get("tool_call_id"), ""),
-                        "content": message.get("content")}
-            message = {"role": "user", _JOINS: True,
-                       "content": json.dumps({"tool_response": response}, ensure_ascii=False)}
-        out.append(message)
-    return _joined_user_turns(out) if changed else messages
-
-
-_JOINS = "lsd joins"  # a user turn lsd made from another role: joined to user turns beside it
-
-
-def _joined_user_turns(messages: list[dict]) -> list[dict]:
-    """User turns side by side as one where lsd made one of them (a template that checks
-    that roles alternate); the user's own turns stay apart, so that a conversation's
-    earlier prompts stay its prefix."""
-    out: list[dict] = []
-    parts: list[list] = []
-    for message in messages:
-        user = message.get("role") == "user"
-        if user and out and out[-1].get("role") == "user" and (
-                message.get(_JOINS) or out[-1].get(_JOINS)):
-            parts[-1].append(message["content"])
-            out[-1] = {**out[-1], _JOINS: True}
-        else:
-            out.append(message)
-            parts.append([message.get("content")])
-    return [{**{k: v for k, v in m.items() if k != _JOINS},
-             "content": "\n\n".join(p) if len(p) > 1 else m.get("content")}
-            if m.get("role") == "user" else m for m, p in zip(out, parts, strict=True)]
-
-
 def with_fallback_tools(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
     """The tools in the system message, for a template that cannot render them."""
     note = FALLBACK_SYSTEM.format(tools=json.dumps(list(tools), ensure_ascii=False, indent=1))
@@ -250,14 +176,14 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
         clean = gemmacalls.template_messages(clean)  # (an older Gemma 4 template)
     elif template and pythoncalls.is_python_calls(template):
         clean = with_thinking(clean)  # (LFM2's templates read an earlier turn's reasoning so)
-    if template and _NINE_CHAR_IDS.search(template):
+    if template and NINE_CHAR_IDS.search(template):
         clean = nine_char_ids(clean)
     if not renders_tools(template):
         if "tool_calls" not in (template or ""):  # (else it shows calls its own way)
             clean = tool_turns_as_text(clean)
         if tools:
             clean, tools = with_fallback_tools(clean, tools), None
-    if template and _NO_SYSTEM in template:
+    if template and NO_SYSTEM in template:
         clean = system_into_user(clean)
     import jinja2
 
@@ -281,38 +207,6 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
 # vocabularies: the user's spellings of them are masked where the answer's start is read
 MARKUP = tuple(m for think in (THINK, COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK)
                for m in (think.open, think.close)) + HARMONY_MARKERS
-# Mistral's templates refuse a tool call id that is not 9 letters and digits
-_NINE_CHAR_IDS = re.compile(r"id\W{0,3}\s*\|\s*length\)?\s*!=\s*9\b")
-_NINE_CHARS = re.compile(r"[A-Za-z0-9]{9}")
-
-
-def nine_char_ids(messages: list[dict]) -> list[dict]:
-    """The messages with every tool call id (a call's `id`, a tool turn's `tool_call_id`)
-    made 9 letters and digits, as Mistral's templates demand (ids from lsd or any other
-    server are longer): one that is already so stays, any other becomes the first 9 hex
-    digits of its SHA-256, the same in the call and in its result and in every turn, so
-    that a conversation's prompt keeps its cached prefix. vLLM cuts them to their last 9."""
-    out = []
-    for message in messages:
-        if message.get("tool_calls"):
-            message = {**message, "tool_calls": [
-                {**call, "id": _nine_chars(call.get("id"))} if isinstance(call, dict) else call
-                for call in message["tool_calls"]]}
-        if "tool_call_id" in message:
-            message = {**message, "tool_call_id": _nine_chars(message["tool_call_id"])}
-        out.append(message)
-    return out
-
-
-def _nine_chars(call_id: object) -> object:
-    if call_id is None or isinstance(call_id, (dict, list, bool)):
-        return call_id  # (the template's own check names what is wrong)
-    text = str(call_id)  # (a number too)
-    if _NINE_CHARS.fullmatch(text):
-        return text
-    return hashlib.sha256(utf8_bytes(text)).hexdigest()[:9]  # (lone surrogates too)
-
-
 def _special(vocab, token: int) -> str:
     return vocab.token_bytes(token).decode("utf-8", "replace")
 

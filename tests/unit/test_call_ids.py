@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import re
 
-from lsd_local.chat.templates import nine_char_ids
+from lsd_local.chat.turns import nine_char_ids
 
 CALLS = [{"id": "call_0123456789abcdef01234567", "type": "function",
           "function": {"name": "f", "arguments": "{}"}},
