@@ -38,13 +38,17 @@ def test_auto_strict_equals_greedy(tiny_pair, plain, drafter, k, with_draft):
     assert drafted > 0  # auto did speculate: equal to greedy is not plain decoding's merit
 
 
-def flat_verification(eng: Engine) -> None:
+def flat_verification(eng: Engine, pinned: bool = False) -> None:
     """Tell auto that verification costs nearly the same for any batch (as on a GPU), so
     that it drafts whenever a drafter proposes something; on the tiny models the measured
     curve alone may make plain steps the best choice, and then strict == greedy would be
-    tested on plain decoding only. What it measures later moves the curve slowly."""
+    tested on plain decoding only. What it measures later moves the curve slowly; `pinned`:
+    not at all (a test of something else than auto's pricing must not depend on how fast
+    this machine runs a tiny model at the moment)."""
     for n in range(1, 66):
         eng.drafter.cost.observe(n, 0.001 + 0.00001 * n)
+    if pinned:
+        eng.drafter.cost.observe = lambda *args, **kwargs: None
 
 
 def test_auto_drafts_when_copying_pays(tiny_pair):

@@ -35,7 +35,7 @@ def suffix_files(cache_dir):
 def test_an_answer_asked_for_again_is_drafted_from_the_index(tiny_pair, plain, drafter, k):
     with load_tiny(tiny_pair, drafter, k=k) as eng:
         if drafter == "auto":  # (measured tiny-model timings alone may make plain steps best)
-            flat_verification(eng)
+            flat_verification(eng, pinned=True)
         for prompt in PROMPTS:
             greedy = plain.generate(prompt, max_tokens=60).run().tokens
             first = eng.generate(prompt, max_tokens=60).run()
