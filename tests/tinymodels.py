@@ -360,6 +360,22 @@ PYTHONIC_TEMPLATE = (
     "{{- ']<|tool_call_end|>' -}}{%- endif -%}{{- '<|im_end|>\n' -}}{%- endgeneration -%}"
     "{%- else -%}{{- (m.content or '') + '<|im_end|>\n' -}}{%- endif -%}{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}")
+# MiniMax-M2's way: one block of invokes, each argument a named parameter whose value is raw
+# text for a string and JSON otherwise; written here for the tests
+MINIMAX_TEMPLATE = (
+    "{%- if tools %}{{- ']~!b[]~b]system\n<tools>' + tools | tojson + '</tools>\nCall them as "
+    "<minimax:tool_call><invoke name=...><parameter name=...>...</parameter></invoke>"
+    "</minimax:tool_call>[e~[\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{{- ']~b]ai\n' + (m.content or '') }}{%- if m.tool_calls %}"
+    "{{- '\n<minimax:tool_call>\n' }}{%- for call in m.tool_calls %}"
+    "{{- '<invoke name=\"' + call.function.name + '\">' }}"
+    "{%- for k, v in call.function.arguments.items() %}{{- '<parameter name=\"' + k + '\">' }}"
+    "{{- v | tojson if v is not string else v }}{{- '</parameter>\n' }}{%- endfor %}"
+    "{{- '</invoke>\n' }}{%- endfor %}{{- '</minimax:tool_call>' }}{%- endif %}"
+    "{{- '[e~[\n' }}{%- elif m.role == 'tool' %}{{- ']~b]tool\n<response>' + m.content + "
+    "'</response>[e~[\n' }}{%- else %}{{- ']~b]' + m.role + '\n' + m.content + '[e~[\n' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- ']~b]ai\n' }}{%- endif %}")
 # Gemma 4's way: a call's arguments in Gemma's notation (bare keys, strings between <|"|>
 # marks), tool results on the model's turn as an older Gemma 4 template reads them, the
 # thinking channel closed in the generation prompt unless enable_thinking; written here for

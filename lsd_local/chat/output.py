@@ -18,6 +18,7 @@ from . import (
     glmcalls,
     jsoncalls,
     listcalls,
+    minimaxcalls,
     mistralcalls,
     pythoncalls,
     xmlcalls,
@@ -59,6 +60,7 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                                deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
                   "mistral-args": mistralcalls.MARKERS, "pythonic": pythoncalls.MARKERS,
+                  "minimax": (minimaxcalls.OPEN, minimaxcalls.CLOSE),
                   **{name: tuple(m for m in markers if m)
                      for name, markers in listcalls.LIST_FORMATS.items()}}
 
@@ -361,4 +363,6 @@ class OutputParser:
             return listcalls.list_block(section, fmt.name)[1]
         if fmt.name == "pythonic":
             return pythoncalls.python_section(section)[1]
+        if fmt.name == "minimax":
+            return minimaxcalls.minimax_section(section, fmt.types())[1]
         return value_end(section, 0)

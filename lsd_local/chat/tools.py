@@ -1,24 +1,23 @@
 """Tool calls: which format a chat template's model writes them in (found in the template, as
-llama.cpp's common/chat.cpp does), the grammar that makes every call valid against the
-tools' parameter schemas, and reading the calls back out of the text.
+llama.cpp's common/chat.cpp does), the tools a request gives, and reading the calls back out
+of the text (the grammar that makes every call valid: chat/toolgrammar.py).
 
 Formats:
 - "hermes": `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`, one block per
   call (Qwen2.5/Qwen3, Hermes, and the many templates with `<tool_call>`);
-- "xml": `<tool_call>\n<function=NAME>\n<parameter=P>\nvalue\n</parameter>\n</function>\n
-  </tool_call>`, one block per call (Qwen3-Coder: templates with `<function=` and
-  `<parameter=`; chat/xmlcalls.py);
-- "glm": `<tool_call>NAME\n<arg_key>P</arg_key>\n<arg_value>value</arg_value>\n
-  </tool_call>`, one block per call (GLM-4.5 and 4.6: templates with `<arg_key>`;
-  chat/glmcalls.py);
+- "xml": `<tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>`
+  per call (Qwen3-Coder: `<function=` and `<parameter=`; chat/xmlcalls.py);
+- "glm": `<tool_call>NAME<arg_key>P</arg_key><arg_value>value</arg_value></tool_call>` per
+  call (GLM-4.5 and 4.6: `<arg_key>`; chat/glmcalls.py);
 - "gemma": `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>` per call, Gemma's
   notation (Gemma 4: templates with `<|tool_call>call:`; chat/gemmacalls.py);
 - "deepseek": `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
   {...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`, one section for every call (DeepSeek-V3
   and the R1 distills' templates; chat/deepseekcalls.py);
 - "commandr": `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters":
-  {...}}, ...]<|END_ACTION|>` (Command R7B: templates with `<|START_ACTION|>`;
-  chat/commandrcalls.py);
+  {...}}, ...]<|END_ACTION|>` (Command R7B; chat/commandrcalls.py);
+- "minimax": `<minimax:tool_call><invoke name="NAME"><parameter name="P">value</parameter>
+  </invoke></minimax:tool_call>`, values typed as "xml"'s (MiniMax-M2; chat/minimaxcalls.py);
 - "pythonic": `<|tool_call_start|>[NAME(key='value', n=3)]<|tool_call_end|>`, Python calls
   (LFM2, LFM2.5; chat/pythoncalls.py);
 - "mistral", "nemotron", "granite": one JSON list of `{"name": ..., "arguments": {...}}` after
@@ -36,7 +35,6 @@ Formats:
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -49,13 +47,14 @@ from . import (
     gemmacalls,
     glmcalls,
     harmony,
-    jsoncalls,
     listcalls,
+    minimaxcalls,
     mistralcalls,
     pythoncalls,
     xmlcalls,
 )
 from .jsonscan import CallScan, list_elements, scan_call, value_end
+from .toolgrammar import call_grammar, lazy_triggers
 
 FALLBACK_SYSTEM = (
     "You can call these tools (OpenAI function specifications):\n{tools}\n\n"
@@ -97,6 +96,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
               listcalls.LIST_FORMATS.items()},
            "mistral-args": ToolFormat("mistral-args", mistralcalls.OPEN),
            "pythonic": ToolFormat("pythonic", pythoncalls.OPEN),
+           "minimax": ToolFormat("minimax", minimaxcalls.OPEN),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
@@ -125,6 +125,8 @@ def detect_format(template: str | None) -> ToolFormat:
                        variant="ids" if mistralcalls.writes_call_ids(source) else "")
     if pythoncalls.is_python_calls(source):
         return FORMATS["pythonic"]
+    if minimaxcalls.is_minimax(source):
+        return FORMATS["minimax"]
     if listcalls.list_format(source):
         return FORMATS[listcalls.list_format(source)]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -198,80 +200,6 @@ def choose_tools(tools: tuple[Tool, ...], tool_choice: object) -> tuple[str, tup
     return "required", tuple(named)
 
 
-# --- grammar -------------------------------------------------------------------------------
-
-def call_schema(tools: tuple[Tool, ...], arguments_key: str) -> dict:
-    """The JSON schema of one call: its name is one of the tools', its arguments that tool's
-    parameters."""
-    return {"anyOf": [{"type": "object",
-                       "properties": {"name": {"const": tool.name},
-                                      arguments_key: tool.parameters},
-                       "required": ["name", arguments_key], "additionalProperties": False}
-                      for tool in tools]}
-
-
-def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
-                 to_gbnf, json_form: bool = False) -> str:
-    """GBNF for one or more calls in `fmt` (only one unless `parallel`), its root starting
-    with the format's opener (what a lazy grammar is triggered by); with `json_form`, or a
-    call in JSON form from its "{" (chat/jsoncalls.py). `to_gbnf(schema)` is the JSON-schema
-    converter (backend.schema_to_gbnf)."""
-    if fmt.name == "generic":
-        calls = {"type": "array", "items": call_schema(tools, "arguments"), "minItems": 1}
-        if not parallel:
-            calls["maxItems"] = 1
-        schema = {"type": "object", "properties": {"tool_calls": calls},
-                  "required": ["tool_calls"], "additionalProperties": False}
-        return to_gbnf(schema)
-    body = re.sub(r"(?m)^root ::=", "tool-call ::=", to_gbnf(call_schema(tools,
-                                                                         fmt.arguments_key)))
-    body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
-    rules_of = {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
-                "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
-                "mistral-args": functools.partial(mistralcalls.call_rules,
-                                                  call_ids=fmt.variant == "ids"),
-                "deepseek": functools.partial(deepseekcalls.call_rules,
-                                              bare=fmt.variant == "bare"),
-                "commandr": commandrcalls.call_rules}.get(fmt.name)
-    if rules_of is not None:  # (formats whose calls are not the JSON tool-call)
-        call, rules = rules_of(tools, to_gbnf)
-        body = "\n".join([body, call, *rules])
-    more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
-            "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
-            "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
-            "gemma": f'("{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}")*',
-            "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
-            **dict.fromkeys(listcalls.LIST_FORMATS, '("," tool-ws tool-call)*'),
-            "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
-            "pythonic": '(", " py-call)*',
-            "llama3": ""}[fmt.name] if parallel else ""
-    root = {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
-            "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
-            "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
-            "gemma": f'"{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}" {more}',
-            "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
-                        f'"{deepseekcalls.CLOSE}"',
-            "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
-                        f'"]" tool-ws "{commandrcalls.CLOSE}"',
-            **{name: listcalls.list_root(name, more) for name in listcalls.LIST_FORMATS},
-            "mistral-args": f'"{mistralcalls.OPEN}" ma-call {more}',
-            "pythonic": f'"{pythoncalls.OPEN}[" py-call {more} "]{pythoncalls.CLOSE}"',
-            "llama3": "tool-call"}[fmt.name]
-    if json_form:
-        root = f"({root}) | {jsoncalls.grammar_rule(parallel)}"
-    return f"root ::= {root}\ntool-ws ::= [ \\t\\n]{{0,2}}\n{body}"  # (bounded: no endless blanks)
-
-
-def lazy_triggers(fmt: ToolFormat, json_names: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """llama.cpp trigger patterns for a lazy grammar (free text until a call starts): the
-    opener anywhere, or for a whole-answer format, a "{" as the answer's first text; and
-    calls in JSON form that name one of `json_names`."""
-    if fmt.at_start_only:
-        return (r"^\s*(\{[\s\S]*)$",)
-    return (re.escape(fmt.opener), *(jsoncalls.trigger_patterns(json_names)
-                                     if json_names else ()))
-
-
 # --- reading calls back --------------------------------------------------------------------
 
 def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
@@ -301,8 +229,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     if fmt.name in listcalls.LIST_FORMATS:
         calls, end = listcalls.list_block(section, fmt.name)
         return calls, end is not None
-    if fmt.name == "pythonic":
-        calls, end = pythoncalls.python_section(section)
+    if fmt.name in ("pythonic", "minimax"):
+        calls, end = pythoncalls.python_section(section) if fmt.name == "pythonic" else \
+            minimaxcalls.minimax_section(section, fmt.types())
         return calls, end is not None
     if fmt.name == "llama3":
         scan = scan_call(section, ("parameters", "arguments"))
@@ -375,7 +304,7 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     mode, callable_tools = choose_tools(checked, tool_choice)
     named = isinstance(tool_choice, dict)  # "call this function": once, as OpenAI does
     fmt = detect_format(template)
-    if fmt.name in ("xml", "glm"):  # (how each parameter's text reads back)
+    if fmt.name in ("xml", "glm", "minimax"):  # (how each parameter's text reads back)
         fmt = replace(fmt, parameter_types=tuple(
             (tool, key, kind) for (tool, key), kind in xmlcalls.parameter_types(checked).items()))
     return ToolPlan(fmt, mode, checked, callable_tools, bool(parallel) and not named)

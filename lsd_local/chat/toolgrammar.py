@@ -1,0 +1,112 @@
+"""The grammar that makes every tool call valid against the tools' parameter schemas, in the
+format the template asks for (chat/tools.py finds the format; each format's module gives
+the rules of one call), and the lazy grammar's triggers."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import TYPE_CHECKING
+
+from . import (
+    commandrcalls,
+    deepseekcalls,
+    gemmacalls,
+    glmcalls,
+    jsoncalls,
+    listcalls,
+    minimaxcalls,
+    mistralcalls,
+    pythoncalls,
+    xmlcalls,
+)
+
+if TYPE_CHECKING:
+    from .tools import Tool, ToolFormat
+
+
+def call_schema(tools: tuple[Tool, ...], arguments_key: str) -> dict:
+    """The JSON schema of one call: its name is one of the tools', its arguments that tool's
+    parameters."""
+    return {"anyOf": [{"type": "object",
+                       "properties": {"name": {"const": tool.name},
+                                      arguments_key: tool.parameters},
+                       "required": ["name", arguments_key], "additionalProperties": False}
+                      for tool in tools]}
+
+
+def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
+                 to_gbnf, json_form: bool = False) -> str:
+    """GBNF for one or more calls in `fmt` (only one unless `parallel`), its root starting
+    with the format's opener (what a lazy grammar is triggered by); with `json_form`, or a
+    call in JSON form from its "{" (chat/jsoncalls.py). `to_gbnf(schema)` is the JSON-schema
+    converter (backend.schema_to_gbnf)."""
+    if fmt.name == "generic":
+        calls = {"type": "array", "items": call_schema(tools, "arguments"), "minItems": 1}
+        if not parallel:
+            calls["maxItems"] = 1
+        schema = {"type": "object", "properties": {"tool_calls": calls},
+                  "required": ["tool_calls"], "additionalProperties": False}
+        return to_gbnf(schema)
+    body = re.sub(r"(?m)^root ::=", "tool-call ::=", to_gbnf(call_schema(tools,
+                                                                         fmt.arguments_key)))
+    body = re.sub(r"(?m)^space ::= .*$", lambda _: f"space ::= {jsoncalls.SPACE_RULE}", body)
+    rules_of = _call_rules(fmt)
+    if rules_of is not None:  # (formats whose calls are not the JSON tool-call)
+        call, rules = rules_of(tools, to_gbnf)
+        body = "\n".join([body, call, *rules])
+    root = _root(fmt.name, parallel)
+    if json_form:
+        root = f"({root}) | {jsoncalls.grammar_rule(parallel)}"
+    return f"root ::= {root}\ntool-ws ::= [ \\t\\n]{{0,2}}\n{body}"  # (bounded: no endless blanks)
+
+
+def _call_rules(fmt: ToolFormat):
+    """The function that gives a format's call rule and the rules it needs (None: the
+    JSON tool-call's)."""
+    return {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
+            "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
+            "minimax": minimaxcalls.call_rules,
+            "mistral-args": functools.partial(mistralcalls.call_rules,
+                                              call_ids=fmt.variant == "ids"),
+            "deepseek": functools.partial(deepseekcalls.call_rules,
+                                          bare=fmt.variant == "bare"),
+            "commandr": commandrcalls.call_rules}.get(fmt.name)
+
+
+def _root(name: str, parallel: bool) -> str:
+    """The grammar root of format `name`'s calls, from its opener; one call unless
+    `parallel`."""
+    more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
+            "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
+            "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
+            "gemma": f'("{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}")*',
+            "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
+            **dict.fromkeys(listcalls.LIST_FORMATS, '("," tool-ws tool-call)*'),
+            "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
+            "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
+            "llama3": ""}[name] if parallel else ""
+    return {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
+            "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
+            "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
+            "gemma": f'"{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}" {more}',
+            "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
+                        f'"{deepseekcalls.CLOSE}"',
+            "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
+                        f'"]" tool-ws "{commandrcalls.CLOSE}"',
+            **{n: listcalls.list_root(n, more) for n in listcalls.LIST_FORMATS},
+            "mistral-args": f'"{mistralcalls.OPEN}" ma-call {more}',
+            "pythonic": f'"{pythoncalls.OPEN}[" py-call {more} "]{pythoncalls.CLOSE}"',
+            "minimax": f'"{minimaxcalls.OPEN}" "\\n"? mm-call {more} "\\n"? '
+                       f'"{minimaxcalls.CLOSE}"',
+            "llama3": "tool-call"}[name]
+
+
+def lazy_triggers(fmt: ToolFormat, json_names: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """llama.cpp trigger patterns for a lazy grammar (free text until a call starts): the
+    opener anywhere, or for a whole-answer format, a "{" as the answer's first text; and
+    calls in JSON form that name one of `json_names`."""
+    if fmt.at_start_only:
+        return (r"^\s*(\{[\s\S]*)$",)
+    return (re.escape(fmt.opener), *(jsoncalls.trigger_patterns(json_names)
+                                     if json_names else ()))

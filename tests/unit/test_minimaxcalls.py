@@ -1,0 +1,51 @@
+"""Tool calls in MiniMax-M2's form (a block of invokes, each argument a named parameter:
+raw text for a string, JSON for another type), read back as they stream."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from callstream import feed_in_chunks, growing_prefixes, streamed_arguments
+
+from lsd_local.chat.minimaxcalls import minimax_section
+from lsd_local.chat.output import OutputParser
+from lsd_local.chat.tools import detect_format, tool_plan
+
+TOOLS = [{"type": "function", "function": {"name": "plan_trip", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                                     "stops": {"type": "array"}}}}},
+         {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}]
+TEMPLATE = "{{ '<minimax:tool_call>' }}<invoke name=...>"
+CALLS = ('<minimax:tool_call>\n<invoke name="plan_trip"><parameter name="city">Rome </p>\n'
+         '"x"</parameter>\n<parameter name="days">3</parameter>\n<parameter name="stops">'
+         '["a", 2]</parameter>\n</invoke>\n<invoke name="now">\n</invoke>\n'
+         "</minimax:tool_call>")
+
+
+def types() -> dict:
+    return tool_plan(TEMPLATE, TOOLS, "auto", True).fmt.types()
+
+
+def test_the_format_is_found_and_every_prefix_gives_arguments_that_only_grow():
+    assert detect_format(TEMPLATE).name == "minimax"
+    seen, named_at = growing_prefixes(lambda text: minimax_section(text, types()), CALLS)
+    assert json.loads(seen[0]) == {"city": 'Rome </p>\n"x"', "days": 3, "stops": ["a", 2]}
+    assert seen[1] == "{}" and named_at == CALLS.index('">') + 2
+
+
+@pytest.mark.parametrize("text,calls", [
+    ("<minimax:tool_call>\nNo call here.", []),  # text that is no invoke ends the block
+    ('<minimax:tool_call><invoke name="now">oops</invoke>', [{}]),  # text that is no parameter
+])
+def test_text_that_is_not_the_form_ends_the_block(text, calls):
+    found, end = minimax_section(text, types())
+    assert [json.loads(c.arguments) for c in found] == calls and end is not None
+
+
+def test_streamed_calls_and_text_around_them():
+    parser = OutputParser(tool_plan(TEMPLATE, TOOLS, "auto", True).fmt, False, True)
+    content, _, deltas = feed_in_chunks(parser, "Let me plan.\n" + CALLS + "\nDone.", 6)
+    calls = parser.tool_calls
+    assert content == "Let me plan.\nDone." and [c.name for c in calls] == ["plan_trip", "now"]
+    assert [streamed_arguments(deltas, i) for i in range(2)] == [c.arguments for c in calls]
