@@ -19,6 +19,7 @@ import json
 
 from .gbnfparts import literal, renamed, until_rules
 from .jsonscan import CallScan, skip_space
+from .jsonscan import value_end as json_end
 from .xmlcalls import string_value, typed_value
 
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
@@ -67,12 +68,31 @@ def _invoke(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
                 return CallScan(name, arguments, False), None
             return CallScan(name, arguments + "}", True), i  # (not the form: it ends here)
         key_end = section.find('">', i + len(PARAMETER))
-        value_end = section.find(PARAMETER_CLOSE, key_end + 2) if key_end >= 0 else -1
-        if value_end < 0:
-            return CallScan(name, arguments, False), None
         key = section[i + len(PARAMETER):key_end]
-        pairs.append((key, typed_value(section[key_end + 2:value_end], types.get((name, key)))))
-        i = value_end + len(PARAMETER_CLOSE)
+        end = _value_end(section, key_end + 2, types.get((name, key))) if key_end >= 0 else None
+        if end is None:
+            return CallScan(name, arguments, False), None
+        pairs.append((key, typed_value(section[key_end + 2:end], types.get((name, key)))))
+        i = end + len(PARAMETER_CLOSE)
+
+
+def _value_end(section: str, start: int, kind: str | None) -> int | None:
+    """Where a parameter's value ends (its closer's index; None while unknown): a string's at
+    the first closer; another type's JSON at its own end, since a string inside it may hold
+    the closer (JSON that starts a container or string and is not done yet: wait)."""
+    if kind != "string":
+        i = skip_space(section, start)
+        end = json_end(section, i)
+        if end is not None:
+            after = skip_space(section, end)
+            if section.startswith(PARAMETER_CLOSE, after):
+                return after
+            if PARAMETER_CLOSE.startswith(section[after:]):
+                return None  # (the closer may be on its way)
+        elif section[i:i + 1] in ("{", "[", '"'):
+            return None
+    at = section.find(PARAMETER_CLOSE, start)
+    return at if at >= 0 else None
 
 
 # --- the grammar ---------------------------------------------------------------------------

@@ -131,6 +131,8 @@ def parameter_types(tools) -> dict:
             kind = schema.get("type") if isinstance(schema, dict) else None
             if kind is None and string_value(schema) not in (None, "xml-text"):
                 kind = "string"  # (an enum or const of strings only: written raw)
+            if isinstance(kind, list) and "string" in kind:
+                kind = "string"  # (its grammar is raw text: read back as written)
             out[(tool.name, key)] = kind if isinstance(kind, str) else None
     return out
 

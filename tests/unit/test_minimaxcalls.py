@@ -49,3 +49,15 @@ def test_streamed_calls_and_text_around_them():
     calls = parser.tool_calls
     assert content == "Let me plan.\nDone." and [c.name for c in calls] == ["plan_trip", "now"]
     assert [streamed_arguments(deltas, i) for i in range(2)] == [c.arguments for c in calls]
+
+
+def test_a_json_value_may_hold_the_closer_and_text_of_a_string_type_stays_text():
+    tools = [{"type": "function", "function": {"name": "w", "parameters": {
+        "type": "object", "properties": {"o": {"type": "object"},
+                                         "s": {"type": ["string", "null"]}}}}}]
+    plan = tool_plan(TEMPLATE, tools, "auto", True)
+    call = ('<minimax:tool_call>\n<invoke name="w">\n<parameter name="o">{"html": '
+            '"</parameter>"}</parameter>\n<parameter name="s">3</parameter>\n</invoke>\n'
+            "</minimax:tool_call>")
+    seen, _ = growing_prefixes(lambda text: minimax_section(text, plan.fmt.types()), call)
+    assert json.loads(seen[0]) == {"o": {"html": "</parameter>"}, "s": "3"}
