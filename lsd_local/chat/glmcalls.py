@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 
-from .gbnfparts import literal, renamed, until_rules
+from .gbnfparts import literal, until_rules
 from .jsonscan import CallScan, skip_space
-from .xmlcalls import string_value, typed_value
+from .xmlcalls import typed_value, value_rule
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 KEY, KEY_CLOSE = "<arg_key>", "</arg_key>"
@@ -88,12 +88,7 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
         required = set(tool.parameters.get("required") or ())
         parts = []
         for p, (key, schema) in enumerate(props.items()):
-            value = string_value(schema, "glm-text")
-            if value is None:  # any other type: its JSON, as the schema admits it
-                prefix = f"g{t}-{p}-"
-                rules.append(renamed(to_gbnf(schema if isinstance(schema, dict) else {}),
-                                      prefix))
-                value = f"{prefix}root"
+            value = value_rule(schema, "glm-text", f"g{t}-{p}-", rules, to_gbnf)
             item = (f'"{KEY}{literal(key)}{KEY_CLOSE}" "\\n"? "{VALUE}" {value} '
                     f'"{VALUE_CLOSE}" "\\n"?')
             parts.append(f"({item})" + ("" if key in required else "?"))

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import json
 
-from .gbnfparts import literal, renamed, until_rules
+from .gbnfparts import literal, until_rules
 from .jsonscan import CallScan, skip_space
 from .jsonscan import value_end as json_end
-from .xmlcalls import string_value, typed_value
+from .xmlcalls import typed_value, value_rule
 
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
 INVOKE, INVOKE_CLOSE = '<invoke name="', "</invoke>"
@@ -108,12 +108,7 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
         required = set(tool.parameters.get("required") or ())
         parts = []
         for p, (key, schema) in enumerate(props.items()):
-            value = string_value(schema, "mm-text")
-            if value is None:  # any other type: its JSON, as the schema admits it
-                prefix = f"mm{t}-{p}-"
-                rules.append(renamed(to_gbnf(schema if isinstance(schema, dict) else {}),
-                                     prefix))
-                value = f"{prefix}root"
+            value = value_rule(schema, "mm-text", f"mm{t}-{p}-", rules, to_gbnf)
             item = f'"{literal(PARAMETER + key)}\\">" {value} "{PARAMETER_CLOSE}" "\\n"?'
             parts.append(f"({item})" + ("" if key in required else "?"))
         alternatives.append(f'("{literal(INVOKE + tool.name)}\\">" "\\n"? {" ".join(parts)} '

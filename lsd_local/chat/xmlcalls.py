@@ -156,12 +156,7 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
         required = set(tool.parameters.get("required") or ())
         parts = []
         for p, (key, schema) in enumerate(props.items()):
-            value = string_value(schema)
-            if value is None:  # any other type: its JSON, as the schema admits it
-                prefix = f"x{t}-{p}-"
-                rules.append(renamed(to_gbnf(schema if isinstance(schema, dict) else {}),
-                                      prefix))
-                value = f"{prefix}root"
+            value = value_rule(schema, "xml-text", f"x{t}-{p}-", rules, to_gbnf)
             # (a line break on each side of the value, exactly: what the reader strips)
             item = (f'"{PARAMETER}{literal(key)}>\\n" {value} "\\n{PARAMETER_CLOSE}" '
                     'tool-ws')
@@ -170,6 +165,17 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
         alternatives.append(f'("{FUNCTION}{literal(tool.name)}>" tool-ws {body} '
                             f'"{FUNCTION_CLOSE}")')
     return "xml-call ::= " + " | ".join(alternatives), rules
+
+
+def value_rule(schema: object, text_rule: str, prefix: str, rules: list[str], to_gbnf) -> str:
+    """The grammar of a parameter's value where a string is written raw (string_value) and
+    any other type as its JSON under the schema (`rules` gains that schema's rules, named
+    with `prefix`)."""
+    value = string_value(schema, text_rule)
+    if value is None:
+        rules.append(renamed(to_gbnf(schema if isinstance(schema, dict) else {}), prefix))
+        value = f"{prefix}root"
+    return value
 
 
 def string_value(schema: object, text_rule: str = "xml-text") -> str | None:
