@@ -23,7 +23,7 @@ import json
 import re
 
 from .gbnfparts import in_order, literal, renamed, until_rules
-from .jsonscan import CallScan, skip_space
+from .jsonscan import JSON_NUMBER, CallScan, skip_space
 from .xmlcalls import string_value
 
 OPEN, CLOSE, QUOTE = "<|tool_call>", "<tool_call|>", '<|"|>'
@@ -31,7 +31,6 @@ CALL = "call:"
 MARKERS = (OPEN, CLOSE, QUOTE)  # (control tokens in Gemma 4's vocabulary)
 OPENAI_MARKER = "{#- OpenAI Chat Completions:"  # a template that reads `tool` messages itself
 _SCALAR = re.compile(r"[^,}\]\s<]+")
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")  # JSON's
 _BARE_KEY = re.compile(r"[A-Za-z0-9_.$-]+\Z")  # a key the notation can write bare
 _DECODER = json.JSONDecoder()
 
@@ -152,7 +151,7 @@ def _value(text: str, i: int) -> tuple[object, int]:
     word = match.group()
     if word in ("true", "false", "null"):
         return {"true": True, "false": False, "null": None}[word], match.end()
-    if not _NUMBER.match(word):
+    if not JSON_NUMBER.match(word):
         raise ValueError("not a value")
     return _Number(word), match.end()
 

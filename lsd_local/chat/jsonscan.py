@@ -5,9 +5,12 @@ starts and ends. Pure Python over strings; a prefix of valid JSON is never an er
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 _DECODER = json.JSONDecoder()
+# a number as JSON writes it, whole (formats that write numbers bare keep this text as is)
+JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 
 
 def value_end(text: str, start: int) -> int | None:

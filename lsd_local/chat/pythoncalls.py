@@ -17,7 +17,7 @@ import json
 import re
 
 from .gbnfparts import in_order, literal, renamed
-from .jsonscan import CallScan, skip_space
+from .jsonscan import JSON_NUMBER, CallScan, skip_space
 
 OPEN, CLOSE = "<|tool_call_start|>", "<|tool_call_end|>"
 MARKERS = (OPEN, CLOSE)
@@ -26,7 +26,6 @@ _TEMPLATE_SIGNS = ("List of tools: [", "<|tool_list_start|>", OPEN)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # a tool's name
 _KEY = re.compile(r"[^\W\d][\w.-]*")  # a keyword (Python's identifiers: any letters)
 _JSON_WORDS = re.compile(r"\b(?:true|false|null)\b")
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?\Z")
 _WORDS = {"True": "true", "False": "false", "None": "null", "true": "true",
           "false": "false", "null": "null"}
 _PYTHON_WORDS = {"true": "True", "false": "False", "null": "None"}
@@ -134,7 +133,7 @@ def json_value(source: str) -> str | None:
     """A Python literal's text as JSON text (a number keeps its digits; None where it is
     no literal)."""
     source = source.strip()
-    if _NUMBER.match(source) or source in _WORDS:
+    if JSON_NUMBER.match(source) or source in _WORDS:
         return _WORDS.get(source, source)
     for attempt in (source, _pythonized(source)):  # (JSON's words inside a list or dict)
         try:
