@@ -30,6 +30,13 @@ from .loop import PendingRound
 from .stats import RoundEvent
 
 MIN_PROMPT_CHUNK = 64  # prompt tokens a step reads at least while a prompt is being read
+# How many more tokens a request is expected to write, to weigh what each commits in a shared
+# step: about as many as it has written, plus this (answer lengths are heavy-tailed: the
+# longer one has run, the longer it likely runs on), at most what max_tokens leaves. A request
+# expected to end soon weighs more, so a long answer's block does not slow a short one's
+# steps unless it gains more than that costs (shortest expected work first, as schedulers
+# that minimise mean latency do; with lengths unknown, least work done first).
+EXPECTED_LENGTH_PRIOR = 32
 
 
 class SlotClaim:
@@ -86,6 +93,7 @@ class SideBySide:
         # closed is collected (and closed) as any object is, never stepped on for nobody
         self._refs: list[weakref.ref] = []
         self._last_block: dict[int, int] = {}  # id(generation) -> its last block's size
+        self._last_yield: dict[int, int] = {}  # id(generation) -> tokens its last round committed
 
     @property
     def _members(self) -> list:
@@ -133,12 +141,16 @@ class SideBySide:
         overflow it). The draft model's decodes for all of them are batched too."""
         with self.lock:
             blocks: list[tuple] = []  # (gen, PendingRound | None, tokens, n_logit_rows)
-            expected = sum(self._last_block.get(id(g), 1) for g in self._members)
+            members = self._members
+            expected = sum(self._last_block.get(id(g), 1) for g in members)
+            others_yield = weighed_others([(expected_length(g), self._yield_of(g))
+                                           for g in members])
             planning = []  # (gen, its plan in steps)
-            for gen in list(self._members):
+            for gen, weighed in zip(members, others_yield, strict=True):
                 drafter = gen._parts.drafter
                 if drafter is not None:  # what the others will likely add (their last)
                     drafter.batch_tokens = expected - self._last_block.get(id(gen), 1)
+                    drafter.batch_yield = weighed
                 steps = self._plan_steps(gen)
                 if steps is not None:
                     planning.append((gen, steps))
@@ -147,6 +159,8 @@ class SideBySide:
                 if id(gen) in planned:
                     self._planned(gen, planned[id(gen)], blocks)
             self._last_block = {id(b[0]): len(b[2]) for b in blocks if b[1] is not None}
+            self._last_yield = {key: n for key, n in self._last_yield.items()
+                                if key in self._last_block}
             # prompts still being read fill the rest, and always move on (a full batch of
             # rounds must not hold a new request back: then they take a decode of their own)
             budget = max(self.model.n_batch - sum(len(b[2]) for b in blocks), MIN_PROMPT_CHUNK)
@@ -157,6 +171,11 @@ class SideBySide:
                     budget -= n
             for group in _groups(blocks, self.model.n_batch):
                 self._score(group)
+
+    def _yield_of(self, gen) -> int:
+        """Tokens the generation is expected to commit this step: as many as last time (one
+        at first), none while its prompt is being read."""
+        return 0 if gen.prefill_left else self._last_yield.get(id(gen), 1)
 
     def _plan_steps(self, gen):
         """The generation's next round in steps (Generation._plan_steps), or None when it has
@@ -248,7 +267,9 @@ class SideBySide:
                     continue
                 if gen._parts.drafter is not None:  # (the decode's size: others' and its)
                     gen._parts.drafter.batch_tokens = total - len(tokens)
-                gen.outbox.append(gen._finish_round(planned, logits, grew, seconds))
+                event = gen._finish_round(planned, logits, grew, seconds)
+                self._last_yield[id(gen)] = len(event.tokens)
+                gen.outbox.append(event)
                 self._done(gen)
             except Exception as exc:  # noqa: BLE001 - see _plan
                 self._fail(gen, exc)
@@ -267,6 +288,21 @@ class SideBySide:
             gen._close_life()
         except Exception as more:  # noqa: BLE001 - the first failure is the one to tell
             gen.outbox.append(more)
+
+
+def expected_length(gen) -> int:
+    """Tokens the generation is expected to write yet (EXPECTED_LENGTH_PRIOR)."""
+    written = gen.stats.generated_tokens
+    return max(1, min(gen._settings.max_tokens - written, written + EXPECTED_LENGTH_PRIOR))
+
+
+def weighed_others(members: list[tuple[int, int]]) -> list[float]:
+    """members: (expected length, tokens expected this step) of each generation in a step.
+    Per generation, what the others commit, each weighed by how much sooner it is expected to
+    end (its length against theirs): a step's worth is its weighed tokens, so a block that
+    lengthens the step pays for the delay of those that have least left to write."""
+    total = sum(tokens / length for length, tokens in members)
+    return [max(0.0, length * total - tokens) for length, tokens in members]
 
 
 def draft_decodes(waiting: list[tuple]) -> Iterator[tuple[list[tuple], list]]:

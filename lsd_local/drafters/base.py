@@ -80,9 +80,16 @@ class Drafter(ABC):
     Only `propose` is required."""
 
     name = "drafter"
-    # tokens other requests put in the same decode (side by side, sidebyside.py: set before
-    # each round); a drafter that prices its block (auto) pays only what it adds to theirs
+    # tokens others put in the same decode (side by side, other requests' blocks:
+    # sidebyside.py sets it before each round; a grammar's forced tokens: Forced); what the
+    # other requests are expected to commit, weighed against this request's (batch_yield);
+    # and of those tokens, the ones whose cost is not the block's (batch_free: a forced head,
+    # verified whatever is drafted). A drafter that prices its block (auto) maximises the
+    # decode's weighed tokens per second: a long block that slows the others' step costs
+    # what they would have committed in that time.
     batch_tokens = 0
+    batch_yield = 0.0
+    batch_free = 0
 
     def begin(self, family: str | None = None) -> None:  # noqa: B027 - a no-op by default
         """A request starts: drop what belonged to the previous one (not what was learned).

@@ -163,7 +163,8 @@ class Forced(Drafter):
     then what the grammar forces after those (a value copied from the prompt, then the next
     key). The draft says how many of its tokens were forced first and last (Draft.forced_head,
     forced_tail: the statistics credit them to "forced"); `inner` hears only its own tokens'
-    verdict, the forced ones counted as other tokens of the same decode (batch_tokens).
+    verdict, the forced ones counted as other tokens of the same decode (batch_tokens) that
+    it does not pay for (batch_free: they are verified whatever it drafts).
     `forced`: the request's ForcedDraft, which follows the committed tokens (read from the
     history at each proposal)."""
 
@@ -191,7 +192,7 @@ class Forced(Drafter):
         more = EMPTY_DRAFT
         if self.inner is not None and k > len(head):
             # (the grammar state is before the forced tokens: the block checks them)
-            with _beside(self.inner, self.batch_tokens + len(head)):
+            with _beside(self, self.inner, len(head)):
                 more = yield from self.inner.propose_steps(
                     np.concatenate([history, head]) if len(head) else history,
                     k - len(head), sampler, rng, None if len(head) else grammar)
@@ -219,7 +220,7 @@ class Forced(Drafter):
         if self.inner is None:
             return
         n_own = n_drafted - head - tail
-        with _beside(self.inner, self.batch_tokens + head + tail):
+        with _beside(self, self.inner, head + tail):
             if n_own <= 0 or n_accept < head:
                 self.inner.accept(0, 0, verify_seconds, grew_logits)
             else:
@@ -236,15 +237,19 @@ class Forced(Drafter):
 
 
 @contextlib.contextmanager
-def _beside(drafter: Drafter, others: int):
-    """The drafter counts `others` tokens in the decode for one call, then what it counted
-    before (it is the pool's, kept for later requests that have no grammar)."""
-    before = drafter.batch_tokens
-    drafter.batch_tokens = others
+def _beside(outer: Drafter, drafter: Drafter, n_forced: int):
+    """For one call, the drafter counts what `outer` counts in the decode (side by side, the
+    other requests' tokens and what they commit) and `n_forced` forced tokens it does not pay
+    for; then what it counted before (it is the pool's, kept for later requests that have no
+    grammar)."""
+    before = drafter.batch_tokens, drafter.batch_yield, drafter.batch_free
+    drafter.batch_tokens = outer.batch_tokens + n_forced
+    drafter.batch_yield = outer.batch_yield
+    drafter.batch_free = outer.batch_free + n_forced
     try:
         yield
     finally:
-        drafter.batch_tokens = before
+        drafter.batch_tokens, drafter.batch_yield, drafter.batch_free = before
 
 
 def _joined(head: np.ndarray, more: Draft, tail: np.ndarray, inner: Drafter | None) -> Draft:

@@ -335,3 +335,36 @@ def test_one_read_after_another_gets_every_round(tiny_pair, plain):
             assert [t for e in events for t in e.tokens] == gen.tokens == alone(plain,
                                                                                prompt, n)
             assert "".join(e.text for e in events) == gen.text and events[-1].finish_reason
+
+
+def test_a_long_answer_is_told_to_weigh_a_short_request_beside_it(tiny_pair):
+    """Each step tells every generation's drafter what the others commit, weighed by how much
+    sooner they are expected to end: a long answer beside a new short request counts the
+    short one's tokens for more than its own, the short one the long one's for less, and a
+    generation alone in its step counts nothing. (Near the end of its max_tokens, the long
+    one would weigh more: it too would be about to end.)"""
+    seen: dict[str, list[float]] = {"long": [], "short": []}
+
+    def recording(name: str, drafter) -> None:
+        propose_steps = drafter.propose_steps
+
+        def record(*args, **kwargs):
+            seen[name].append(drafter.batch_yield)
+            return propose_steps(*args, **kwargs)
+        drafter.propose_steps = record
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=2) as eng:
+        long = eng.generate(PROMPTS[0], max_tokens=300)  # (expected: 62 more at 30)
+        recording("long", long._parts.drafter)
+        rounds = iter(long)
+        while long.stats.generated_tokens < 30:
+            next(rounds)
+        n_alone = len(seen["long"])
+        short = eng.generate(PROMPTS[1], max_tokens=9)
+        recording("short", short._parts.drafter)
+        short.run()
+        for _ in rounds:
+            pass
+    assert n_alone and set(seen["long"][:n_alone]) == {0.0}  # (alone before it came)
+    assert seen["short"] and max(seen["short"]) < 1.0
+    assert max(seen["long"]) > 2.0  # (beside it)
+    assert seen["long"][-1] == 0.0  # (alone again once the short one ended)

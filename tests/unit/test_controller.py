@@ -560,13 +560,14 @@ def kinked(n):
     return 0.030 + 0.0005 * min(n, 8) + 0.024 * max(n - 8, 0)
 
 
-def simulate_beside(drafter, world, rounds, others: int):
-    """As simulate, with `others` tokens of other requests in every decode (side by side):
-    the decode costs kinked(others + k + 1), and the drafter is told `others`."""
+def simulate_beside(drafter, world, rounds, others: int, others_yield: float = 0.0):
+    """As simulate, with `others` tokens of other requests in every decode (side by side),
+    committing `others_yield` (weighed): the decode costs kinked(others + k + 1), and the
+    drafter is told both."""
     history, log = np.zeros(0, np.int32), []
     for _ in range(rounds):
         n = len(history)
-        drafter.batch_tokens = others
+        drafter.batch_tokens, drafter.batch_yield = others, others_yield
         draft = drafter.propose(history, 32)
         k = len(draft)
         truth = world.truth[n:n + k + 1]
@@ -578,18 +579,58 @@ def simulate_beside(drafter, world, rounds, others: int):
     return log
 
 
-def test_side_by_side_a_block_is_priced_by_what_it_adds_to_the_others():
+def _knows_kinked(drafter):
+    for n in range(1, 48):  # the curve is known (pricing, not exploring, is tested)
+        drafter.cost.observe(n, kinked(n))
+    return drafter
+
+
+def test_side_by_side_a_block_is_priced_with_what_the_others_commit():
     """Alone, drafts up to the kink are nearly free and auto drafts; beside 8 tokens of other
-    requests every drafted token costs a full step, and at 80 % acceptance auto stops."""
-    alone = AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.8, seed=4)))
-    beside = AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.8, seed=4)))
-    for drafter in (alone, beside):  # the curve is known (pricing, not exploring, is tested)
-        for n in range(1, 48):
-            drafter.cost.observe(n, kinked(n))
+    requests that commit 4, every drafted token costs a full step of theirs, and at 80 %
+    acceptance auto stops."""
+    alone = _knows_kinked(AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.8, seed=4))))
+    beside = _knows_kinked(AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.8, seed=4))))
     k_alone = simulate_beside(alone, alone.lookup.world, 600, 0)[300:]
-    k_beside = simulate_beside(beside, beside.lookup.world, 600, 8)[300:]
+    k_beside = simulate_beside(beside, beside.lookup.world, 600, 8, 4.0)[300:]
     assert np.mean(k_alone) >= 4, np.mean(k_alone)
     assert np.mean([k > 0 for k in k_beside]) < 0.1, k_beside[:40]
+
+
+def cpu_t(n):
+    """t(n) of this project's 2-core VMs (docs: t(16) ~ 10 t(1), t(32) ~ 18 t(1))."""
+    return 0.064 * float(np.interp(n, [1, 2, 4, 8, 16, 32, 64], [1, 1.65, 3.3, 8, 10.5, 18.5, 34]))
+
+
+@pytest.mark.parametrize("weighed_yield, long_block", [(0.0, True), (0.15, True), (7.0, False)])
+def test_a_copy_beside_a_request_expected_to_end_sooner_drafts_short_blocks(weighed_yield,
+                                                                            long_block):
+    """A long answer copying a passage (every drafted token right) beside one short request
+    (one token a step): when the short one is weighed as little (it has more left to write),
+    the copy drafts long blocks, as alone; weighed 7 times its own (it has 7 times less
+    left), a block of 32 would make its steps 12 times slower, and the copy drafts little."""
+    drafter = AutoDrafter(FakeLookup(World(0, 0, p_lookup=1.0, seed=5)))
+    for n in range(1, 70):
+        drafter.cost.observe(n, cpu_t(n))
+    ks = simulate_beside_curve(drafter, 200, 1, weighed_yield)[100:]
+    assert (np.median(ks) >= 15) == long_block, ks[:20]
+    if not long_block:
+        assert np.median(ks) <= 3, ks[:20]
+
+
+def simulate_beside_curve(drafter, rounds, others, others_yield):
+    """simulate_beside on the cpu_t curve (every draft right: the world drafts the truth)."""
+    world = drafter.lookup.world
+    history, log = np.zeros(0, np.int32), []
+    for _ in range(rounds):
+        drafter.batch_tokens, drafter.batch_yield = others, others_yield
+        draft = drafter.propose(history, 32)
+        k = len(draft)
+        n = len(history)
+        drafter.accept(k, k, cpu_t(others + k + 1))
+        history = np.concatenate([history, world.truth[n:n + k + 1]])
+        log.append(k)
+    return log
 
 
 def test_the_draft_models_cost_is_learned_only_when_no_other_request_shares_the_step():

@@ -284,3 +284,25 @@ def test_the_chained_tail_obeys_the_cap_after_a_miss():
     forced.cap = 3  # as after a guess that missed at its third token
     tail = forced.propose_after(np.asarray(vocab.tokenize('z"'), np.int32), 16)
     assert len(tail) == 3 and list(tail) == list(whole[:3])
+
+
+def test_the_inner_drafter_prices_a_forced_head_as_free_beside_other_requests():
+    """Side by side, the wrapper is told the other requests' tokens and what they commit; the
+    drafter inside hears both, with the forced head added to the decode's tokens as free
+    ones (verified whatever it drafts), and afterwards what it had before (it is pooled)."""
+    target = FakeTarget(n_ctx=256)
+    prompt = [1, 5, 9]
+    expected = target.greedy(prompt, 12)
+    heard = []
+
+    class Listening(SixDrafter):
+        def propose(self, history, k, sampler=None, rng=None, grammar=None):
+            heard.append((self.batch_tokens, self.batch_yield, self.batch_free))
+            return super().propose(history, k, sampler, rng, grammar)
+    inner = Listening(target)
+    wrapper = Forced(inner, TailForced(expected[:2], ()), len(prompt))
+    wrapper.batch_tokens, wrapper.batch_yield = 5, 2.5
+    draft = wrapper.propose(np.asarray(prompt, np.int32), 8)
+    assert len(draft) == 8 and draft.forced_head == 2
+    assert heard == [(5 + 2, 2.5, 2)]
+    assert (inner.batch_tokens, inner.batch_yield, inner.batch_free) == (0, 0.0, 0)

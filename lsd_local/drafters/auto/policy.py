@@ -209,7 +209,7 @@ class AutoDrafter(Drafter):
         if not n_lookup and no_model:
             return _Choice("none", 0, 0.0)
         t = self._block_costs()
-        plain = _Choice("none", 0, 1.0 / max(t[0], 1e-9))
+        plain = _Choice("none", 0, (1.0 + self.batch_yield) / max(t[0], 1e-9))
         if not self.cost.observed:  # the first round: a plain step measures t(1)
             return plain
         options = [plain]
@@ -233,17 +233,15 @@ class AutoDrafter(Drafter):
                              float(t[0]))
 
     def _block_costs(self) -> np.ndarray:
-        """float64[cap + 1]: predicted seconds a block of 1, 2, ... tokens costs; side by side
-        (batch_tokens > 0) what it adds to the others' tokens in the same decode: on a CPU
-        where t(n) is not affine, a block that lifts the batch past a kernel switch can be
-        nearly free, one that adds to a full batch is not."""
-        sizes = np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2)
-        if not self.batch_tokens:
-            return self.cost.predict(sizes, self._context)
-        others = self.batch_tokens
-        added = self.cost.predict(sizes + others, self._context) - \
-            self.cost.predict(others, self._context)
-        return np.maximum(added, 1e-9)
+        """float64[cap + 1]: predicted seconds of the decode with a block of 1, 2, ... tokens
+        beside batch_tokens others, less what its free ones cost alone (a forced head's). Other
+        requests' tokens are priced with what they commit (batch_yield): on a CPU where t(n)
+        is not affine, a block that lifts the batch past a kernel switch can be nearly free,
+        while one that doubles the step of a request with much to commit halves its speed."""
+        t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2) + self.batch_tokens,
+                              self._context)
+        return t if not self.batch_free else \
+            np.maximum(t - self.cost.predict(self.batch_free, self._context), 1e-9)
 
     def model_can_pay(self, t: np.ndarray) -> bool:
         """Whether the draft model's best case, every drafted token accepted, beats plain
@@ -296,9 +294,11 @@ class AutoDrafter(Drafter):
     def _option(self, source: str, expected: np.ndarray, t: np.ndarray, draft_s: float,
                 catch_up: float = 0.0) -> _Choice:
         """Best K for one drafter: expected float64[k_max + 1] = S(k) under its acceptance
-        model, t float64[>= k_max + 1] predicted target times; drafting costs draft_s per
-        forward (k + 1 with the catch-up pass) plus catch_up per round."""
+        model, t float64[>= k_max + 1] predicted decode times; drafting costs draft_s per
+        forward (k + 1 with the catch-up pass) plus catch_up per round. The rate counts what
+        the others in the decode commit (batch_yield) beside this request's 1 + S(k)."""
         k_max = len(expected) - 1
+        expected = expected + self.batch_yield
         if self.fixed_k is not None:
             k = min(k_max, self.fixed_k)
             cost = t[k] + draft_s * (k + 1) + catch_up
