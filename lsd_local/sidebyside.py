@@ -93,7 +93,9 @@ class SideBySide:
         # closed is collected (and closed) as any object is, never stepped on for nobody
         self._refs: list[weakref.ref] = []
         self._last_block: dict[int, int] = {}  # id(generation) -> its last block's size
-        self._last_yield: dict[int, int] = {}  # id(generation) -> tokens its last round committed
+        # id(generation) -> tokens its rounds commit, a moving average (one lucky copy must
+        # not make every other request stop drafting for a step)
+        self._yields: dict[int, float] = {}
 
     @property
     def _members(self) -> list:
@@ -159,8 +161,7 @@ class SideBySide:
                 if id(gen) in planned:
                     self._planned(gen, planned[id(gen)], blocks)
             self._last_block = {id(b[0]): len(b[2]) for b in blocks if b[1] is not None}
-            self._last_yield = {key: n for key, n in self._last_yield.items()
-                                if key in self._last_block}
+            self._yields = {key: n for key, n in self._yields.items() if key in self._last_block}
             # prompts still being read fill the rest, and always move on (a full batch of
             # rounds must not hold a new request back: then they take a decode of their own)
             budget = max(self.model.n_batch - sum(len(b[2]) for b in blocks), MIN_PROMPT_CHUNK)
@@ -172,10 +173,10 @@ class SideBySide:
             for group in _groups(blocks, self.model.n_batch):
                 self._score(group)
 
-    def _yield_of(self, gen) -> int:
-        """Tokens the generation is expected to commit this step: as many as last time (one
+    def _yield_of(self, gen) -> float:
+        """Tokens the generation is expected to commit this step: as its rounds have (one
         at first), none while its prompt is being read."""
-        return 0 if gen.prefill_left else self._last_yield.get(id(gen), 1)
+        return 0 if gen.prefill_left else self._yields.get(id(gen), 1)
 
     def _plan_steps(self, gen):
         """The generation's next round in steps (Generation._plan_steps), or None when it has
@@ -268,7 +269,8 @@ class SideBySide:
                 if gen._parts.drafter is not None:  # (the decode's size: others' and its)
                     gen._parts.drafter.batch_tokens = total - len(tokens)
                 event = gen._finish_round(planned, logits, grew, seconds)
-                self._last_yield[id(gen)] = len(event.tokens)
+                before = self._yields.get(id(gen), len(event.tokens))
+                self._yields[id(gen)] = (before + len(event.tokens)) / 2
                 gen.outbox.append(event)
                 self._done(gen)
             except Exception as exc:  # noqa: BLE001 - see _plan
@@ -296,7 +298,7 @@ def expected_length(gen) -> int:
     return max(1, min(gen._settings.max_tokens - written, written + EXPECTED_LENGTH_PRIOR))
 
 
-def weighed_others(members: list[tuple[int, int]]) -> list[float]:
+def weighed_others(members: list[tuple[int, float]]) -> list[float]:
     """members: (expected length, tokens expected this step) of each generation in a step.
     Per generation, what the others commit, each weighed by how much sooner it is expected to
     end (its length against theirs): a step's worth is its weighed tokens, so a block that
