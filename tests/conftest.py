@@ -108,6 +108,13 @@ def tiny_gemma(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_kimi(tiny_dir) -> Path:
+    """The tiny target with a Kimi-K2-style template and its call markers as control
+    tokens."""
+    return tinymodels.make_kimi_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_glm(tiny_dir) -> Path:
     """The tiny target with a GLM-4.5-style template and its argument tags as control
     tokens."""

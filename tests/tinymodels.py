@@ -436,6 +436,26 @@ DEEPSEEK_V31_TEMPLATE = DEEPSEEK_TEMPLATE.replace(
     "(call.function.arguments | tojson) + '\\n```<｜tool▁call▁end｜>'",
     "'<｜tool▁call▁begin｜>' + call.function.name + '<｜tool▁sep｜>' + "
     "(call.function.arguments | tojson) + '<｜tool▁call▁end｜>'")
+# Kimi K2's way: V3.1's bare form with its own markers, each call named by an id that holds
+# the function's name and the conversation's call count; written here for the tests
+KIMI_TEMPLATE = (
+    "{%- set count = namespace(value=0) %}"
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n' + (tools | tojson) + '\\n' }}"
+    "{{- 'Call them with <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0"
+    "<|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|><|im_end|>"
+    "\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- if m.tool_calls %}{{- '<|tool_calls_section_begin|>' }}{%- for call in m.tool_calls %}"
+    "{{- '<|tool_call_begin|>functions.' + call.function.name + ':' + (count.value | string) + "
+    "'<|tool_call_argument_begin|>' + (call.function.arguments | tojson) + '<|tool_call_end|>' }}"
+    "{%- set count.value = count.value + 1 %}{%- endfor %}"
+    "{{- '<|tool_calls_section_end|>' }}{%- endif %}{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>system\\n## Return of ' + "
+    "(m.tool_call_id or '') + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 # Command R7B's way: an action block with a JSON list of calls (id, tool_name, parameters);
 # written here for the tests
 COMMANDR_TEMPLATE = (
@@ -471,9 +491,12 @@ GLM_WORDS = ("<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
 # Gemma 4's markers (control tokens in its vocabulary)
 GEMMA_WORDS = ("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|>", "<|turn>",
                "<turn|>", "<|tool_response>", "<tool_response|>")
-# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's and Gemma's
+# Kimi K2's call markers (special tokens of its vocabulary)
+KIMI_WORDS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
+              "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
+# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's and Kimi's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                 *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS)
+                 *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -552,6 +575,14 @@ def make_gemma_model(directory: Path) -> Path:
     spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + GEMMA_WORDS)
     weights = random_weights(spec, 259 + len(spec.words))
     return write_gguf(directory / "gemma.gguf", spec, weights, GEMMA_TEMPLATE)
+
+
+def make_kimi_model(directory: Path) -> Path:
+    """make_pair's target with the Kimi-K2-style template and its call markers as control
+    tokens (which show as nothing unless lsd shows them)."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + KIMI_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / "kimi.gguf", spec, weights, KIMI_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

@@ -28,7 +28,7 @@ from .deepseekcalls import deepseek_section
 from .gemmacalls import gemma_block
 from .glmcalls import glm_block
 from .jsonscan import scan_call, value_end
-from .tools import ToolFormat, section_calls
+from .tools import ToolFormat, section_calls, section_markers
 from .xmlcalls import hermes_block, xml_block
 
 
@@ -56,8 +56,7 @@ REASONING_CLOSE = THINK.budget_close
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
                   "glm": (glmcalls.OPEN, glmcalls.CLOSE, *glmcalls.TAGS),
                   "gemma": gemmacalls.MARKERS,
-                  "deepseek": (deepseekcalls.OPEN, deepseekcalls.CLOSE, deepseekcalls.CALL_OPEN,
-                               deepseekcalls.CALL_CLOSE, deepseekcalls.SEP),
+                  "deepseek": deepseekcalls.DEEPSEEK[:5], "kimi": deepseekcalls.KIMI[:5],
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
                   "mistral-args": mistralcalls.MARKERS, "pythonic": pythoncalls.MARKERS,
                   "minimax": (minimaxcalls.OPEN, minimaxcalls.CLOSE),
@@ -330,7 +329,8 @@ class OutputParser:
         if scan.name is None:
             return  # (a name must come before anything of a call is streamed)
         if index >= len(self._announced):
-            call_id = f"call_{uuid.uuid4().hex[:24]}"
+            call_id = scan.call_id if scan.call_id and scan.call_id not in self._announced \
+                else f"call_{uuid.uuid4().hex[:24]}"  # (the model's own id, where it writes one)
             self._announced.append(call_id)
             self._section_ids.append(call_id)
             self._names.append(scan.name)
@@ -355,8 +355,8 @@ class OutputParser:
             return gemma_block(section)[1]
         if fmt.name == "mistral-args":
             return mistralcalls.args_block(section)[1]
-        if fmt.name == "deepseek":
-            return deepseek_section(section)[1]
+        if fmt.name in ("deepseek", "kimi"):
+            return deepseek_section(section, section_markers(fmt))[1]
         if fmt.name == "commandr":
             return commandr_section(section)[1]
         if fmt.name in listcalls.LIST_FORMATS:

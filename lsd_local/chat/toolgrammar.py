@@ -71,6 +71,7 @@ def _call_rules(fmt: ToolFormat):
                                               call_ids=fmt.variant == "ids"),
             "deepseek": functools.partial(deepseekcalls.call_rules,
                                           bare=fmt.variant == "bare"),
+            "kimi": functools.partial(deepseekcalls.call_rules, markers=deepseekcalls.KIMI),
             "commandr": commandrcalls.call_rules}.get(fmt.name)
 
 
@@ -81,7 +82,8 @@ def _root(name: str, parallel: bool) -> str:
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
             "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
             "gemma": f'("{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}")*',
-            "deepseek": "(tool-ws ds-call)*", "commandr": '("," tool-ws cr-call)*',
+            "deepseek": "(tool-ws ds-call)*", "kimi": "(tool-ws ds-call)*",
+            "commandr": '("," tool-ws cr-call)*',
             **dict.fromkeys(listcalls.LIST_FORMATS, '("," tool-ws tool-call)*'),
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
             "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
@@ -90,8 +92,8 @@ def _root(name: str, parallel: bool) -> str:
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
             "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
             "gemma": f'"{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}" {more}',
-            "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
-                        f'"{deepseekcalls.CLOSE}"',
+            **{n: f'"{m.open}" tool-ws ds-call {more} tool-ws "{m.close}"'
+               for n, m in (("deepseek", deepseekcalls.DEEPSEEK), ("kimi", deepseekcalls.KIMI))},
             "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
                         f'"]" tool-ws "{commandrcalls.CLOSE}"',
             **{n: listcalls.list_root(n, more) for n in listcalls.LIST_FORMATS},

@@ -14,6 +14,9 @@ Formats:
 - "deepseek": `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
   {...}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>`, one section for every call (DeepSeek-V3
   and the R1 distills' templates; chat/deepseekcalls.py);
+- "kimi": `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
+  <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>`, a call
+  named by an id (Kimi K2; chat/deepseekcalls.py);
 - "commandr": `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters":
   {...}}, ...]<|END_ACTION|>` (Command R7B; chat/commandrcalls.py);
 - "minimax": `<minimax:tool_call><invoke name="NAME"><parameter name="P">value</parameter>
@@ -91,6 +94,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "gemma": ToolFormat("gemma", gemmacalls.OPEN),
            "hermes": ToolFormat("hermes", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
+           "kimi": ToolFormat("kimi", deepseekcalls.KIMI.open),
            "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
            **{name: ToolFormat(name, opener) for name, (opener, _) in
               listcalls.LIST_FORMATS.items()},
@@ -115,6 +119,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["glm"]
     if "<tool_call>" in source:
         return FORMATS["hermes"]
+    if deepseekcalls.is_kimi(source):
+        return FORMATS["kimi"]
     if deepseekcalls.OPEN in source:
         return replace(FORMATS["deepseek"],
                        variant="bare" if deepseekcalls.is_bare(source) else "")
@@ -220,8 +226,8 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     if fmt.name == "mistral-args":
         scan, end = mistralcalls.args_block(section)
         return [scan], end is not None
-    if fmt.name == "deepseek":
-        calls, end = deepseekcalls.deepseek_section(section)
+    if fmt.name in ("deepseek", "kimi"):
+        calls, end = deepseekcalls.deepseek_section(section, section_markers(fmt))
         return calls, end is not None
     if fmt.name == "commandr":
         calls, end = commandrcalls.commandr_section(section)
@@ -237,6 +243,11 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         scan = scan_call(section, ("parameters", "arguments"))
         return [scan], scan.complete
     return _generic_calls(section)
+
+
+def section_markers(fmt: ToolFormat) -> deepseekcalls.Markers:
+    """The markers of a DeepSeek-like section (deepseek, kimi)."""
+    return deepseekcalls.KIMI if fmt.name == "kimi" else deepseekcalls.DEEPSEEK
 
 
 def _generic_calls(section: str) -> tuple[list[CallScan], bool]:

@@ -1,9 +1,11 @@
 """Tool-call formats other than Hermes on real llama.cpp: the tiny agent model with a
 Qwen3-Coder-style template (calls as XML tags), a GLM-4.5-style one (key and value tags), a
 DeepSeek-style one (a section of calls, each naming its function outside its JSON
-arguments), a Command-R7B-style one (an action block with a JSON list of calls) and a
-Gemma-4-style one (arguments in Gemma's notation). Calls are valid by construction in each
-tool_choice, streamed as OpenAI streams them, and a tool turn renders back."""
+arguments), a Command-R7B-style one (an action block with a JSON list of calls), a
+Gemma-4-style one (arguments in Gemma's notation), a Kimi-K2-style one (DeepSeek's bare form
+with control-token markers, calls named by ids), and the rest listed in FORMATS. Calls are
+valid by construction in each tool_choice, streamed as OpenAI streams them, and a tool turn
+renders back."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from tinymodels import (
     GEMMA_TEMPLATE,
     GLM_TEMPLATE,
     GRANITE_TEMPLATE,
+    KIMI_TEMPLATE,
     MINIMAX_TEMPLATE,
     MINISTRAL_TEMPLATE,
     MISTRAL_IDS_TEMPLATE,
@@ -46,6 +49,8 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "deepseek-v3.1": (DEEPSEEK_V31_TEMPLATE,
                              "<｜tool▁call▁begin｜>(get_weather|now)<｜tool▁sep｜>\\{".encode()),
            "commandr": (COMMANDR_TEMPLATE, rb'"tool_name"'),
+           "kimi": (KIMI_TEMPLATE, rb"<\|tool_call_begin\|>functions\.(get_weather|now):[0-9]+"
+                                   rb"<\|tool_call_argument_begin\|>\{"),
            "gemma": (GEMMA_TEMPLATE, rb"<\|tool_call>call:(get_weather|now)\{"),
            "mistral": (MISTRAL_TEMPLATE, rb'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"'),
            "mistral-args": (MINISTRAL_TEMPLATE, rb"\[TOOL_CALLS\](get_weather|now)\[ARGS\]\{"),
@@ -60,13 +65,21 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
 
 
 CLOSER_BYTES = {"minimax": "/"}
+CLOSER_TOKENS = {"kimi": "<|tool_calls_section_end|>"}  # (a marker of one token)
+
+
+# formats whose markers are tokens of their own in the model's vocabulary (a long marker
+# spelled byte by byte would not leave room for a call in the tests' max_tokens)
+OWN_MODEL = {"kimi": "tiny_kimi"}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
 def format_agent(request, tiny_agent):
     """The agent model speaking one of the formats (`.written`: its call marker)."""
     template, marker = FORMATS[request.param]
-    with Engine.load(tiny_agent, drafter="lookup", n_ctx=TINY_CTX,
+    model = request.getfixturevalue(OWN_MODEL[request.param]) \
+        if request.param in OWN_MODEL else tiny_agent
+    with Engine.load(model, drafter="lookup", n_ctx=TINY_CTX,
                      chat_template=template) as eng:
         eng.written = marker
         eng.format = request.param
@@ -74,6 +87,8 @@ def format_agent(request, tiny_agent):
         # next call's opener on one byte: that byte made likely (MiniMax's "</" over "<i")
         ends = CLOSER_BYTES.get(request.param, "")
         eng.ends = {eng.target.vocab.byte_tokens()[ord(b)]: 5.0 for b in ends}
+        if request.param in CLOSER_TOKENS:  # (the closer against the next call's opener)
+            eng.ends[agent_token(eng.target.vocab, CLOSER_TOKENS[request.param])] = 5.0
         yield eng
 
 
@@ -88,7 +103,8 @@ def test_required_calls_are_valid_and_parallel_when_asked(format_agent, rule):
         assert gen.tool_calls and all(valid(c) for c in gen.tool_calls), gen.tool_calls
         assert gen.finish_reason == "tool_calls" and gen.text == ""
         assert parallel or len(gen.tool_calls) == 1
-        written = b"".join(format_agent.target.vocab.token_bytes(t) for t in gen.tokens)
+        written = b"".join(format_agent.target.vocab.token_bytes_special(t)
+                           for t in gen.tokens)
         assert re.search(format_agent.written, written)  # the format's own form
 
 
@@ -99,15 +115,18 @@ def test_a_named_call_writes_typed_parameters(format_agent):
                                  logit_bias=stop_bias(format_agent), seed=seed).run()
         assert [c.name for c in gen.tool_calls] == ["get_weather"]
         assert valid(gen.tool_calls[0])  # city from the enum, metric a JSON boolean
-        written = b"".join(format_agent.target.vocab.token_bytes(t) for t in gen.tokens)
+        written = b"".join(format_agent.target.vocab.token_bytes_special(t)
+                           for t in gen.tokens)
         assert re.search(format_agent.written, written)
         assert b"city" in written and b"metric" in written
 
 
 def test_auto_call_after_the_opener(format_agent):
-    if format_agent.format not in ("xml", "glm"):
-        pytest.skip("the opener is one token only in the agent model's words (<tool_call>)")
-    opener = agent_token(format_agent.target.vocab, "<tool_call>")
+    openers = {"xml": "<tool_call>", "glm": "<tool_call>", "kimi": "<|tool_calls_section_begin|>"}
+    if format_agent.format not in openers:
+        pytest.skip("the opener is one token only in the agent model's words (<tool_call>) "
+                    "and Kimi's")
+    opener = agent_token(format_agent.target.vocab, openers[format_agent.format])
     gen = format_agent.generate(ASK, tools=TOOLS, max_tokens=200, parallel_tool_calls=False,
                              logit_bias=stop_bias(format_agent, {opener: 60.0})).run()
     assert len(gen.tool_calls) == 1 and valid(gen.tool_calls[0])
@@ -163,6 +182,10 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "deepseek-v3.1":
         assert ('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "metric": true}'
                 "<｜tool▁call▁end｜>") in text
+    elif format_agent.format == "kimi":
+        assert ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'
+                '<|tool_call_argument_begin|>{"city": "Paris", "metric": true}<|tool_call_end|>'
+                "<|tool_calls_section_end|>") in text
     elif format_agent.format == "deepseek":
         assert '<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "metric": true}' in text
     else:

@@ -87,6 +87,42 @@ def test_deepseek_sections_read_back_every_call_as_it_streams(calls_text):
 
 
 
+KIMI_CALLS = ("<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+              '<|tool_call_argument_begin|>{"city": "Oslo", "days": 2}<|tool_call_end|>\n'
+              "<|tool_call_begin|>functions.get_weather:11<|tool_call_argument_begin|>"
+              '{"city": "Rome"}<|tool_call_end|><|tool_calls_section_end|>')
+KIMI_TEMPLATE = "{{ '<|tool_calls_section_begin|><|tool_call_begin|>' }}"
+
+
+def test_kimi_sections_read_back_every_call_by_the_name_in_its_id():
+    from lsd_local.chat.deepseekcalls import KIMI, deepseek_section
+
+    assert detect_format(KIMI_TEMPLATE).name == "kimi"
+    assert detect_format("{{ '<|tool_calls_section_begin|>' }}").name != "kimi"
+
+    def read(text):
+        return deepseek_section(text, KIMI)
+    _, named_at = growing_prefixes(read, KIMI_CALLS)
+    assert KIMI_CALLS[:named_at].endswith("<|tool_call_argument_begin|>{")  # (whole ids)
+    calls, end = read(KIMI_CALLS)
+    assert end == len(KIMI_CALLS) and [c.name for c in calls] == ["get_weather"] * 2
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo", "days": 2},
+                                                        {"city": "Rome"}]
+    parser = OutputParser(tool_plan(KIMI_TEMPLATE, TOOLS, "auto", True).fmt, False, True)
+    content, _, deltas = feed_in_chunks(parser, "Sure. " + KIMI_CALLS + "", 5)
+    assert content == "Sure. "
+    assert [json.loads(c.arguments)["city"] for c in parser.tool_calls] == ["Oslo", "Rome"]
+    assert streamed_arguments(deltas, 1) == parser.tool_calls[1].arguments
+    # the ids are the model's, as Kimi's templates write them back with the results
+    assert [c.id for c in parser.tool_calls] == ["functions.get_weather:0",
+                                                 "functions.get_weather:11"]
+    assert [d.id for d in deltas if d.id] == [c.id for c in parser.tool_calls]
+    twice = OutputParser(parser.fmt, False, True)  # (an id written twice: not used twice)
+    twice.feed([(KIMI_CALLS.replace(":11", ":0"), None)], True)
+    ids = [c.id for c in twice.tool_calls]
+    assert ids[0] == "functions.get_weather:0" and ids[1].startswith("call_")
+
+
 def test_command_r_action_blocks_read_back_every_call():
     from lsd_local.chat.commandrcalls import commandr_section
 
