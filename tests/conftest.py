@@ -115,6 +115,12 @@ def tiny_kimi(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_seed(tiny_dir) -> Path:
+    """The tiny target with a Seed-OSS-style template and its markers as control tokens."""
+    return tinymodels.make_seed_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_glm(tiny_dir) -> Path:
     """The tiny target with a GLM-4.5-style template and its argument tags as control
     tokens."""

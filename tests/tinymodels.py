@@ -456,6 +456,25 @@ KIMI_TEMPLATE = (
     "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# Seed-OSS's way: Qwen3-Coder's XML calls in <seed:tool_call> blocks, each value right between
+# its tags, thinking in <seed:think>; written here for the tests
+SEED_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n' + (tools | tojson) + '\\n' }}"
+    "{{- 'Call them with <seed:tool_call>\\n<function=NAME>\\n<parameter=P>value</parameter>"
+    "\\n</function>\\n</seed:tool_call><|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if m.reasoning_content %}{{- '<seed:think>' + m.reasoning_content + '</seed:think>' }}"
+    "{%- endif %}{{- m.content or '' }}"
+    "{%- for call in m.tool_calls or [] %}{{- '\\n<seed:tool_call>\\n<function=' + "
+    "call.function.name + '>\\n' }}{%- for k, v in call.function.arguments | items %}"
+    "{{- '<parameter=' + k + '>' + (v if v is string else v | tojson) + '</parameter>\\n' }}"
+    "{%- endfor %}{{- '</function>\\n</seed:tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>tool\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 # Command R7B's way: an action block with a JSON list of calls (id, tool_name, parameters);
 # written here for the tests
 COMMANDR_TEMPLATE = (
@@ -494,9 +513,12 @@ GEMMA_WORDS = ("<|tool_call>", "<tool_call|>", '<|"|>', "<|channel>", "<channel|
 # Kimi K2's call markers (special tokens of its vocabulary)
 KIMI_WORDS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
               "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
-# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's and Kimi's
+# Seed-OSS's call and thinking markers (special tokens of its vocabulary)
+SEED_WORDS = ("<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>")
+# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's, Kimi's and
+# Seed-OSS's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                 *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS)
+                 *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS, *SEED_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -583,6 +605,14 @@ def make_kimi_model(directory: Path) -> Path:
     spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + KIMI_WORDS)
     weights = random_weights(spec, 259 + len(spec.words))
     return write_gguf(directory / "kimi.gguf", spec, weights, KIMI_TEMPLATE)
+
+
+def make_seed_model(directory: Path) -> Path:
+    """make_pair's target with the Seed-OSS-style template and its markers as control
+    tokens."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + SEED_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / "seed.gguf", spec, weights, SEED_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

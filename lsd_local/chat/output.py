@@ -51,9 +51,11 @@ COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINK
 GEMMA_THINK = Thinking("<|channel>thought", "<channel|>", "<channel|>")  # Gemma 4's channel
 MISTRAL_THINK = Thinking(mistralcalls.THINK_OPEN, mistralcalls.THINK_CLOSE,
                          mistralcalls.THINK_CLOSE)  # Magistral's, Ministral 3's
+SEED_THINK = Thinking("<seed:think>", "</seed:think>", "</seed:think>")  # Seed-OSS's
 REASONING_CLOSE = THINK.budget_close
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
+                  "seed": (xmlcalls.SEED_OPEN, xmlcalls.SEED_CLOSE),
                   "glm": (glmcalls.OPEN, glmcalls.CLOSE, *glmcalls.TAGS),
                   "gemma": gemmacalls.MARKERS,
                   "deepseek": deepseekcalls.DEEPSEEK[:5], "kimi": deepseekcalls.KIMI[:5],
@@ -66,8 +68,8 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
 
 def thinking_of(template: str | None) -> Thinking:
     """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
-    else `<think>`)."""
-    for think in (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK):
+    Seed-OSS's, else `<think>`)."""
+    for think in (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK):
         if template and think.open in template:
             return think
     return THINK
@@ -347,8 +349,8 @@ class OutputParser:
         section, fmt = self._section, self.fmt
         if fmt.name == "hermes":
             return hermes_block(section)[2]
-        if fmt.name == "xml":
-            return xml_block(section, fmt.types())[1]
+        if fmt.name in ("xml", "seed"):
+            return xml_block(section, fmt.types(), fmt.name == "seed")[1]
         if fmt.name == "glm":
             return glm_block(section, fmt.types())[1]
         if fmt.name == "gemma":

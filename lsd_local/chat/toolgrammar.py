@@ -65,6 +65,7 @@ def _call_rules(fmt: ToolFormat):
     """The function that gives a format's call rule and the rules it needs (None: the
     JSON tool-call's)."""
     return {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
+            "seed": functools.partial(xmlcalls.call_rules, tight=True),
             "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
             "minimax": minimaxcalls.call_rules,
             "mistral-args": functools.partial(mistralcalls.call_rules,
@@ -80,6 +81,8 @@ def _root(name: str, parallel: bool) -> str:
     `parallel`."""
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
+            "seed": f'(tool-ws "{xmlcalls.SEED_OPEN}" tool-ws xml-call tool-ws '
+                    f'"{xmlcalls.SEED_CLOSE}")*',
             "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
             "gemma": f'("{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}")*',
             "deepseek": "(tool-ws ds-call)*", "kimi": "(tool-ws ds-call)*",
@@ -90,6 +93,8 @@ def _root(name: str, parallel: bool) -> str:
             "llama3": ""}[name] if parallel else ""
     return {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
+            "seed": f'"{xmlcalls.SEED_OPEN}" tool-ws xml-call tool-ws "{xmlcalls.SEED_CLOSE}" '
+                    f'{more} tool-ws',
             "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
             "gemma": f'"{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}" {more}',
             **{n: f'"{m.open}" tool-ws ds-call {more} tool-ws "{m.close}"'

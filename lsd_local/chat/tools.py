@@ -7,6 +7,8 @@ Formats:
   call (Qwen2.5/Qwen3, Hermes, and the many templates with `<tool_call>`);
 - "xml": `<tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>`
   per call (Qwen3-Coder: `<function=` and `<parameter=`; chat/xmlcalls.py);
+- "seed": the same in `<seed:tool_call>` blocks, each value right between its tags
+  (Seed-OSS; chat/xmlcalls.py);
 - "glm": `<tool_call>NAME<arg_key>P</arg_key><arg_value>value</arg_value></tool_call>` per
   call (GLM-4.5 and 4.6: `<arg_key>`; chat/glmcalls.py);
 - "gemma": `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>` per call, Gemma's
@@ -90,6 +92,7 @@ class ToolFormat:
 
 
 FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
+           "seed": ToolFormat("seed", xmlcalls.SEED_OPEN),
            "glm": ToolFormat("glm", glmcalls.OPEN),
            "gemma": ToolFormat("gemma", gemmacalls.OPEN),
            "hermes": ToolFormat("hermes", "<tool_call>"),
@@ -114,7 +117,7 @@ def detect_format(template: str | None) -> ToolFormat:
     if gemmacalls.is_gemma(source):
         return FORMATS["gemma"]
     if "<function=" in source and "<parameter=" in source:
-        return FORMATS["xml"]
+        return FORMATS["seed" if xmlcalls.SEED_OPEN in source else "xml"]
     if glmcalls.is_glm(source):
         return FORMATS["glm"]
     if "<tool_call>" in source:
@@ -214,8 +217,8 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     if fmt.name == "hermes":
         start, json_end, end = xmlcalls.hermes_block(section)
         return [scan_call(section[start:json_end])], end is not None
-    if fmt.name == "xml":
-        scan, end = xmlcalls.xml_block(section, fmt.types())
+    if fmt.name in ("xml", "seed"):
+        scan, end = xmlcalls.xml_block(section, fmt.types(), fmt.name == "seed")
         return [scan], end is not None
     if fmt.name == "glm":
         scan, end = glmcalls.glm_block(section, fmt.types())
@@ -315,7 +318,7 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     mode, callable_tools = choose_tools(checked, tool_choice)
     named = isinstance(tool_choice, dict)  # "call this function": once, as OpenAI does
     fmt = detect_format(template)
-    if fmt.name in ("xml", "glm", "minimax"):  # (how each parameter's text reads back)
+    if fmt.name in ("xml", "seed", "glm", "minimax"):  # (how each parameter's text reads back)
         fmt = replace(fmt, parameter_types=tuple(
             (tool, key, kind) for (tool, key), kind in xmlcalls.parameter_types(checked).items()))
     return ToolPlan(fmt, mode, checked, callable_tools, bool(parallel) and not named)

@@ -14,6 +14,8 @@ Reading a call back gives the same CallScan as a JSON call (its arguments as JSO
 only grows while the call streams); the grammar makes the call's structure, names and
 typed values valid against each tool's schema. The Hermes form shares its tags
 (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`): `hermes_block` finds its bounds.
+Seed-OSS writes the same calls in `<seed:tool_call>` blocks, each value right between its
+tags (`<parameter=city>Oslo</parameter>`): "tight".
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .gbnfparts import literal, renamed, until_rules
 from .jsonscan import CallScan, skip_space, value_end
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+SEED_OPEN, SEED_CLOSE = "<seed:tool_call>", "</seed:tool_call>"
 FUNCTION, FUNCTION_CLOSE = "<function=", "</function>"
 PARAMETER, PARAMETER_CLOSE = "<parameter=", "</parameter>"
 
@@ -50,41 +53,44 @@ def hermes_block(section: str) -> tuple[int, int | None, int | None]:
     return start, json_end, json_end  # something else follows: the block ends with its JSON
 
 
-def xml_block(section: str, types: dict) -> tuple[CallScan, int | None]:
+def xml_block(section: str, types: dict, tight: bool = False) -> tuple[CallScan, int | None]:
     """The call a section starting with `<tool_call>` holds so far, and where the block
     ends after its `</tool_call>` (None while unknown). `types`: {(tool, parameter): JSON
-    type} from the tools' schemas ("string" values stay text)."""
-    i = skip_space(section, len(OPEN))
+    type} from the tools' schemas ("string" values stay text). `tight`: Seed-OSS's blocks
+    and values."""
+    opener, closer = (SEED_OPEN, SEED_CLOSE) if tight else (OPEN, CLOSE)
+    i = skip_space(section, len(opener))
     if not section.startswith(FUNCTION, i):
-        return CallScan(None, "", False), _not_a_call_end(section, i)
+        return CallScan(None, "", False), _not_a_call_end(section, i, closer)
     close = section.find(">", i + len(FUNCTION))
     if close < 0:
         return CallScan(None, "", False), None
     name = section[i + len(FUNCTION):close].strip()
-    pairs, i, closed = _parameters(section, close + 1, name, types)
+    pairs, i, closed = _parameters(section, close + 1, name, types, tight)
     arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
     if not closed:
         return CallScan(name, arguments, False), None
     arguments += "}"
     i = skip_space(section, i)
-    if section.startswith(CLOSE, i):
-        return CallScan(name, arguments, True), i + len(CLOSE)
-    if CLOSE.startswith(section[i:]):
+    if section.startswith(closer, i):
+        return CallScan(name, arguments, True), i + len(closer)
+    if closer.startswith(section[i:]):
         return CallScan(name, arguments, True), None  # (the closer may be on its way)
     return CallScan(name, arguments, True), i  # something else follows: the block ends
 
 
-def _not_a_call_end(section: str, i: int) -> int | None:
+def _not_a_call_end(section: str, i: int, closer: str) -> int | None:
     """A block that is no XML call ends at its closer (None while neither is known)."""
     if i >= len(section) or FUNCTION.startswith(section[i:]):
         return None
-    at = section.find(CLOSE, i)
-    return at + len(CLOSE) if at >= 0 else None
+    at = section.find(closer, i)
+    return at + len(closer) if at >= 0 else None
 
 
-def _parameters(section: str, i: int, name: str, types: dict) -> tuple[list, int, bool]:
+def _parameters(section: str, i: int, name: str, types: dict,
+                tight: bool = False) -> tuple[list, int, bool]:
     """The complete parameters from i on: [(name, value)], where reading stopped, and
-    whether `</function>` was reached."""
+    whether `</function>` was reached; `tight`: each value is all between its tags."""
     pairs = []
     while True:
         i = skip_space(section, i)
@@ -95,10 +101,10 @@ def _parameters(section: str, i: int, name: str, types: dict) -> tuple[list, int
         close = section.find(">", i + len(PARAMETER))
         if close < 0:
             return pairs, i, False
-        start = close + 2 if section.startswith("\n", close + 1) else close + 1
+        start = close + 2 if section.startswith("\n", close + 1) and not tight else close + 1
         # the value ends at the first line break before the closing tag (what the grammar
         # writes and never lets a value contain); a value written without one ends at the tag
-        end = section.find(VALUE_END, start - 1)
+        end = -1 if tight else section.find(VALUE_END, start - 1)
         after = end + len(VALUE_END)
         if end < 0:
             end = after = section.find(PARAMETER_CLOSE, start)
@@ -148,18 +154,22 @@ def _text_rules() -> list[str]:
     return until_rules("xml-text", VALUE_END)
 
 
-def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
-    """(the rule `xml-call` for one call to any of `tools`, the rules it needs)."""
-    rules, alternatives = _text_rules(), []
+def call_rules(tools, to_gbnf, tight: bool = False) -> tuple[str, list[str]]:
+    """(the rule `xml-call` for one call to any of `tools`, the rules it needs); `tight`:
+    values right between their tags (Seed-OSS), any text without the closing tag."""
+    text = "seed-text" if tight else "xml-text"
+    rules = until_rules(text, PARAMETER_CLOSE) if tight else _text_rules()
+    alternatives = []
+    # (a line break on each side of the value, exactly: what the reader strips)
+    around = ("", "") if tight else ("\\n", "\\n")
     for t, tool in enumerate(tools):
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required") or ())
         parts = []
         for p, (key, schema) in enumerate(props.items()):
-            value = value_rule(schema, "xml-text", f"x{t}-{p}-", rules, to_gbnf)
-            # (a line break on each side of the value, exactly: what the reader strips)
-            item = (f'"{PARAMETER}{literal(key)}>\\n" {value} "\\n{PARAMETER_CLOSE}" '
-                    'tool-ws')
+            value = value_rule(schema, text, f"x{t}-{p}-", rules, to_gbnf)
+            item = (f'"{PARAMETER}{literal(key)}>{around[0]}" {value} '
+                    f'"{around[1]}{PARAMETER_CLOSE}" tool-ws')
             parts.append(f"({item})" + ("" if key in required else "?"))
         body = " ".join(parts)
         alternatives.append(f'("{FUNCTION}{literal(tool.name)}>" tool-ws {body} '

@@ -31,6 +31,7 @@ from tinymodels import (
     MISTRAL_TEMPLATE,
     NEMOTRON_TEMPLATE,
     PYTHONIC_TEMPLATE,
+    SEED_TEMPLATE,
     TINY_CTX,
     XML_TEMPLATE,
     agent_token,
@@ -58,6 +59,7 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
                         rb'<TOOLCALL>\s*\[\s*\{\s*"name"[\s\S]*\]\s*</TOOLCALL>'),
            "minimax": (MINIMAX_TEMPLATE,
                        rb'<minimax:tool_call>\s*<invoke name="(get_weather|now)">'),
+           "seed": (SEED_TEMPLATE, rb"<seed:tool_call>\s*<function=(get_weather|now)>"),
            "pythonic": (PYTHONIC_TEMPLATE, rb"<\|tool_call_start\|>\[(get_weather|now)\("),
            "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
            "mistral-ids": (MISTRAL_IDS_TEMPLATE,
@@ -65,12 +67,13 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
 
 
 CLOSER_BYTES = {"minimax": "/"}
-CLOSER_TOKENS = {"kimi": "<|tool_calls_section_end|>"}  # (a marker of one token)
+CLOSER_TOKENS = {"kimi": "<|tool_calls_section_end|>",  # (a marker of one token)
+                 "seed": "</seed:tool_call>"}
 
 
 # formats whose markers are tokens of their own in the model's vocabulary (a long marker
 # spelled byte by byte would not leave room for a call in the tests' max_tokens)
-OWN_MODEL = {"kimi": "tiny_kimi"}
+OWN_MODEL = {"kimi": "tiny_kimi", "seed": "tiny_seed"}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -122,10 +125,11 @@ def test_a_named_call_writes_typed_parameters(format_agent):
 
 
 def test_auto_call_after_the_opener(format_agent):
-    openers = {"xml": "<tool_call>", "glm": "<tool_call>", "kimi": "<|tool_calls_section_begin|>"}
+    openers = {"xml": "<tool_call>", "glm": "<tool_call>", "kimi": "<|tool_calls_section_begin|>",
+               "seed": "<seed:tool_call>"}
     if format_agent.format not in openers:
-        pytest.skip("the opener is one token only in the agent model's words (<tool_call>) "
-                    "and Kimi's")
+        pytest.skip("the opener is one token only in the agent model's words (<tool_call>), "
+                    "Kimi's and Seed-OSS's")
     opener = agent_token(format_agent.target.vocab, openers[format_agent.format])
     gen = format_agent.generate(ASK, tools=TOOLS, max_tokens=200, parallel_tool_calls=False,
                              logit_bias=stop_bias(format_agent, {opener: 60.0})).run()
@@ -182,6 +186,9 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "deepseek-v3.1":
         assert ('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "metric": true}'
                 "<｜tool▁call▁end｜>") in text
+    elif format_agent.format == "seed":
+        assert ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n"
+                "<parameter=metric>true</parameter>\n</function>\n</seed:tool_call>") in text
     elif format_agent.format == "kimi":
         assert ('<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'
                 '<|tool_call_argument_begin|>{"city": "Paris", "metric": true}<|tool_call_end|>'

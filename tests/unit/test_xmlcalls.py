@@ -123,6 +123,32 @@ def test_kimi_sections_read_back_every_call_by_the_name_in_its_id():
     assert ids[0] == "functions.get_weather:0" and ids[1].startswith("call_")
 
 
+SEED_TEMPLATE = ("{% set toolcall_begin_token = '<seed:tool_call>' %}{% set think_begin_token = "
+                 "'<seed:think>' %}{{ '<function=' }}{{ '<parameter=' }}")
+SEED_CALL = ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>New\nYork <b></parameter>\n"
+             "<parameter=days>3</parameter>\n</function>\n</seed:tool_call>")
+
+
+def test_seed_oss_blocks_read_back_values_right_between_their_tags():
+    """Seed-OSS writes Qwen3-Coder's calls in its own blocks, each value between its tags
+    without the line breaks: read whole (line breaks and tags inside it too), typed."""
+    from lsd_local.chat.harmonyoutput import output_parser
+    from lsd_local.chat.output import SEED_THINK
+
+    plan = tool_plan(SEED_TEMPLATE, TOOLS, "auto", True)
+    assert plan.fmt.name == "seed" and detect_format(TEMPLATE).name == "xml"
+    types = plan.fmt.types()
+    seen, _ = growing_prefixes(single(lambda text: xml_block(text, types, True)), SEED_CALL)
+    assert json.loads(seen[0]) == {"city": "New\nYork <b>", "days": 3}
+    parser = output_parser(SEED_TEMPLATE, plan, "", True)
+    assert parser.think == SEED_THINK
+    text = "<seed:think>Oslo or Rome?</seed:think>Let me look." + SEED_CALL
+    content, reasoning, deltas = feed_in_chunks(parser, text, 6)
+    assert (content, reasoning) == ("Let me look.", "Oslo or Rome?")
+    [call] = parser.tool_calls
+    assert call.name == "get_weather" and streamed_arguments(deltas, 0) == call.arguments
+
+
 def test_command_r_action_blocks_read_back_every_call():
     from lsd_local.chat.commandrcalls import commandr_section
 
