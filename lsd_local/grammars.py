@@ -97,8 +97,8 @@ def compile_constraint(model, grammar: str | os.PathLike | None = None,
 
 def compile_tool_grammar(model, plan):
     """The grammar that makes a request's tool calls valid (chat/tools.ToolPlan): lazy for
-    tool_choice "auto" (free text until a call opens; the opener's token, when it is one,
-    triggers it too), from the first token for "required" or a named function; None for
+    tool_choice "auto" (free text until a call opens; an opener that is one token triggers
+    it too), from the first token for "required" or a named function; None for
     "none". A tool whose parameters cannot be converted is a GrammarError naming it."""
     from .backend import Grammar, schema_to_gbnf
 
@@ -107,9 +107,7 @@ def compile_tool_grammar(model, plan):
         if built is None:
             return None
         text, triggers = built
-        opener = model.vocab.tokenize(plan.fmt.opener, add_special=False) \
-            if plan.fmt.opener else []
-        tokens = tuple(opener) if triggers and len(opener) == 1 else ()
+        tokens = plan.fmt.opener_tokens(model.vocab) if triggers else ()
         return Grammar.compile(model, text, source="the tools' parameters", triggers=triggers,
                                trigger_tokens=tokens)
     except GrammarError as exc:

@@ -62,7 +62,10 @@ def deepseek_section(section: str, markers: Markers = DEEPSEEK
                      ) -> tuple[list[CallScan], int | None]:
     """The calls a section starting with the calls' opener holds so far, and where it ends
     after its closer (None while unknown)."""
-    calls, i = [], len(markers.open)
+    if markers.open.startswith(section):  # (its opener, still being written)
+        return [], None
+    # (Kimi's calls may come without their section's opener: llama.cpp reads them so)
+    calls, i = [], len(markers.open) if section.startswith(markers.open) else 0
     while True:
         i = skip_space(section, i)
         if section.startswith(markers.close, i):
@@ -143,15 +146,17 @@ def call_rules(tools, to_gbnf, bare: bool = False,
     """(the rule `ds-call` for one call to any of `tools`, the rules it needs); `bare`: in
     V3.1's form; Kimi's (`markers` KIMI) names a call by an id and is always bare."""
     rules, alternatives = [], []
-    index = '":" [0-9]{1,4} ' if markers.id_prefix else ""  # (Kimi's call count)
     for t, tool in enumerate(tools):
         prefix = f"d{t}-"
         rules.append(renamed(to_gbnf(tool.parameters), prefix))
-        name = f'"{literal(markers.id_prefix + tool.name)}" {index}'
-        alternatives.append(f'({name}"{markers.sep}" {prefix}root)' if bare or index else
+        if markers.id_prefix:  # (Kimi's id: the name and the conversation's call count)
+            name = f'"{literal(markers.id_prefix + tool.name)}:" [0-9]+ "{markers.sep}"'
+        else:
+            name = f'"{literal(tool.name)}{markers.sep}"'
+        alternatives.append(f"({name} {prefix}root)" if bare or markers.id_prefix else
                             f'("{literal(tool.name)}\\n{literal(FENCE_OPEN)}" {prefix}root '
                             f'"{literal(FENCE_CLOSE)}")')
-    head = "" if bare or index else f"function{markers.sep}"
+    head = "" if bare or markers.id_prefix else f"function{markers.sep}"
     call = f'ds-call ::= "{markers.call_open}{head}" (' + " | ".join(alternatives) + \
         f') "{markers.call_close}"'
     return call, rules

@@ -61,7 +61,7 @@ class CallScan:
     name: str | None  # once its string is complete
     arguments: str  # the raw JSON text of the arguments written so far ("" before)
     complete: bool  # the object is closed
-    call_id: str | None = None  # the id the model wrote for it (Kimi's), once complete
+    call_id: str | None = None  # the id the model wrote for it (Kimi's), with its name
 
 
 def scan_call(text: str, arguments_keys: tuple[str, ...] = ("arguments", "parameters"),

@@ -115,6 +115,16 @@ def _partial_suffix(text: str, marker: str) -> int:
     return 0
 
 
+def _first_opener(text: str, openers: tuple[str, ...], final: bool) -> tuple[int, int]:
+    """(where the first of `openers` starts in text, or -1; where content ends: there, else
+    before a suffix that may begin one, unless final)."""
+    found = [at for at in (text.find(opener) for opener in openers) if at >= 0]
+    if found:
+        return min(found), min(found)
+    keep = 0 if final else max(_partial_suffix(text, opener) for opener in openers)
+    return -1, len(text) - keep
+
+
 class OutputParser:
     """Feed it each round's released (text, origin) spans; it returns Parts. `fmt`: the tool
     format to read calls in (None: no tools); `thinking`: the prompt opened a reasoning
@@ -259,8 +269,7 @@ class OutputParser:
             if not text:
                 return
             self._after_call = False
-        at = text.find(fmt.opener)
-        end = at if at >= 0 else len(text) - (0 if final else _partial_suffix(text, fmt.opener))
+        at, end = _first_opener(text, fmt.openers, final)
         json_at, brace = self._json_call_at(text, final)
         if json_at is not None and json_at < end:
             at, end = -1, json_at

@@ -97,8 +97,11 @@ def _root(name: str, parallel: bool) -> str:
                     f'{more} tool-ws',
             "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
             "gemma": f'"{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}" {more}',
-            **{n: f'"{m.open}" tool-ws ds-call {more} tool-ws "{m.close}"'
-               for n, m in (("deepseek", deepseekcalls.DEEPSEEK), ("kimi", deepseekcalls.KIMI))},
+            "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
+                        f'"{deepseekcalls.CLOSE}"',
+            # (Kimi's calls may come without their section, as llama.cpp reads them)
+            "kimi": f'("{deepseekcalls.KIMI.open}" tool-ws ds-call {more} tool-ws '
+                    f'"{deepseekcalls.KIMI.close}") | (ds-call {more})',
             "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
                         f'"]" tool-ws "{commandrcalls.CLOSE}"',
             **{n: listcalls.list_root(n, more) for n in listcalls.LIST_FORMATS},
@@ -115,5 +118,5 @@ def lazy_triggers(fmt: ToolFormat, json_names: tuple[str, ...] = ()) -> tuple[st
     calls in JSON form that name one of `json_names`."""
     if fmt.at_start_only:
         return (r"^\s*(\{[\s\S]*)$",)
-    return (re.escape(fmt.opener), *(jsoncalls.trigger_patterns(json_names)
-                                     if json_names else ()))
+    return (*(re.escape(opener) for opener in fmt.openers),
+            *(jsoncalls.trigger_patterns(json_names) if json_names else ()))

@@ -80,6 +80,18 @@ class ToolFormat:
     parameter_types: tuple = ()
     variant: str = ""  # the family's other form: "ids" (mistral-args: Mistral Small 3.2's
     # call ids), "bare" (deepseek: V3.1's calls without type and fence)
+    also_opens: tuple[str, ...] = ()  # other texts a call section may start with (Kimi's
+    # first call's opener: its models may leave the section's out, as llama.cpp allows)
+
+    @property
+    def openers(self) -> tuple[str, ...]:
+        """Every text a call section may start with (none for a whole-answer format)."""
+        return (self.opener, *self.also_opens) if self.opener else ()
+
+    def opener_tokens(self, vocab) -> tuple[int, ...]:
+        """The openers that are one token each in `vocab` (a backend Vocab), as tokens."""
+        spelled = [vocab.tokenize(opener, add_special=False) for opener in self.openers]
+        return tuple(ids[0] for ids in spelled if len(ids) == 1)
 
     def types(self) -> dict:
         """{(tool, parameter): JSON type} (xml, glm)."""
@@ -97,7 +109,8 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "gemma": ToolFormat("gemma", gemmacalls.OPEN),
            "hermes": ToolFormat("hermes", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
-           "kimi": ToolFormat("kimi", deepseekcalls.KIMI.open),
+           "kimi": ToolFormat("kimi", deepseekcalls.KIMI.open,
+                              also_opens=(deepseekcalls.KIMI.call_open,)),
            "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
            **{name: ToolFormat(name, opener) for name, (opener, _) in
               listcalls.LIST_FORMATS.items()},
@@ -325,9 +338,8 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
 
 
 def banned_opener(plan: ToolPlan | None, vocab) -> tuple[tuple[int, float], ...]:
-    """tool_choice "none": the token that would open a call, when it is one, is banned
-    (a (token, -inf) logit bias)."""
-    if plan is None or plan.mode != "none" or not plan.fmt.opener:
+    """tool_choice "none": the tokens that would open a call, where one is a token, are
+    banned ((token, -inf) logit biases)."""
+    if plan is None or plan.mode != "none":
         return ()
-    opener = vocab.tokenize(plan.fmt.opener, add_special=False)
-    return ((opener[0], -math.inf),) if len(opener) == 1 else ()
+    return tuple((token, -math.inf) for token in plan.fmt.opener_tokens(vocab))

@@ -321,3 +321,43 @@ def test_command_r_thinking_is_reasoning_and_its_budget_closes_it(commandr):
                             logit_bias={end: -math.inf}).run()
     assert gen.tokens[5] == end and gen.stats.reasoning_tokens == 4  # four, then the close
     assert gen.text and len(gen.reasoning) >= 4
+
+
+KIMI_CALL = ('<|tool_call_begin|>functions.get_weather:12<|tool_call_argument_begin|>'
+             '{"city": "Paris", "metric": true}<|tool_call_end|>')
+KIMI_SECTION = f"<|tool_calls_section_begin|>{KIMI_CALL}<|tool_calls_section_end|>"
+
+
+@pytest.mark.parametrize("call,whole", [
+    (KIMI_SECTION, True),
+    (KIMI_CALL, True),  # (a call without its section, as Kimi's models may write it)
+    (KIMI_CALL.replace("Paris", "Oslo"), False),  # not in the enum
+    (KIMI_CALL.replace(":12", ""), False),  # an id without its count
+    (KIMI_CALL + "<|tool_calls_section_end|>", False),  # a section's end without its start
+])
+def test_the_kimi_grammar_admits_calls_with_or_without_their_section(tiny_agent, call, whole):
+    from lsd_local.chat.tools import section_calls, tool_plan
+
+    plan = tool_plan(KIMI_TEMPLATE, TOOLS, "required", True)
+    assert plan_admits(tiny_agent, plan, call) == whole
+    if whole:
+        calls, _ = section_calls(plan.fmt, call)  # (without a section, more may follow)
+        assert [(c.name, c.complete) for c in calls] == [("get_weather", True)]
+
+
+def test_a_kimi_call_without_its_section_is_read_and_none_bans_both_openers(tiny_kimi):
+    """llama.cpp reads a Kimi call that starts at <|tool_call_begin|>, with no section
+    around it; so does lsd, with the lazy grammar triggered there too; tool_choice "none"
+    bans both openers."""
+    with Engine.load(tiny_kimi, drafter="lookup", n_ctx=TINY_CTX) as eng:
+        vocab = eng.target.vocab
+        call_open = agent_token(vocab, "<|tool_call_begin|>")
+        section_open = agent_token(vocab, "<|tool_calls_section_begin|>")
+        gen = eng.generate(ASK, tools=TOOLS, max_tokens=200, parallel_tool_calls=False,
+                           logit_bias=stop_bias(eng, {call_open: 60.0,
+                                                      section_open: -math.inf})).run()
+        assert gen.tokens[0] == call_open and gen.finish_reason == "tool_calls"
+        assert len(gen.tool_calls) == 1 and valid(gen.tool_calls[0]) and gen.text == ""
+        gen = eng.generate(ASK, tools=TOOLS, tool_choice="none", max_tokens=20,
+                           logit_bias={call_open: 60.0, section_open: 60.0}).run()
+        assert call_open not in gen.tokens and section_open not in gen.tokens

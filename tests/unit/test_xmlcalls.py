@@ -109,7 +109,7 @@ def test_kimi_sections_read_back_every_call_by_the_name_in_its_id():
     assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo", "days": 2},
                                                         {"city": "Rome"}]
     parser = OutputParser(tool_plan(KIMI_TEMPLATE, TOOLS, "auto", True).fmt, False, True)
-    content, _, deltas = feed_in_chunks(parser, "Sure. " + KIMI_CALLS + "", 5)
+    content, _, deltas = feed_in_chunks(parser, "Sure. " + KIMI_CALLS, 5)
     assert content == "Sure. "
     assert [json.loads(c.arguments)["city"] for c in parser.tool_calls] == ["Oslo", "Rome"]
     assert streamed_arguments(deltas, 1) == parser.tool_calls[1].arguments
@@ -121,6 +121,11 @@ def test_kimi_sections_read_back_every_call_by_the_name_in_its_id():
     twice.feed([(KIMI_CALLS.replace(":11", ":0"), None)], True)
     ids = [c.id for c in twice.tool_calls]
     assert ids[0] == "functions.get_weather:0" and ids[1].startswith("call_")
+    bare = OutputParser(parser.fmt, False, True)  # (calls without their section: read too)
+    without = KIMI_CALLS.removeprefix("<|tool_calls_section_begin|>").removesuffix(
+        "<|tool_calls_section_end|>")
+    content, _, _ = feed_in_chunks(bare, "Sure. " + without + " Done.", 4)
+    assert content == "Sure. Done." and len(bare.tool_calls) == 2
 
 
 SEED_TEMPLATE = ("{% set toolcall_begin_token = '<seed:tool_call>' %}{% set think_begin_token = "
