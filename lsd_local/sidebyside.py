@@ -152,7 +152,7 @@ class SideBySide:
                 drafter = gen._parts.drafter
                 if drafter is not None:  # what the others will likely add (their last)
                     drafter.batch_tokens = expected - self._last_block.get(id(gen), 1)
-                    drafter.batch_yield = weighed
+                    drafter.batch_yield, drafter.batch_free = weighed, 0
                 steps = self._plan_steps(gen)
                 if steps is not None:
                     planning.append((gen, steps))
@@ -175,8 +175,11 @@ class SideBySide:
 
     def _yield_of(self, gen) -> float:
         """Tokens the generation is expected to commit this step: as its rounds have (one
-        at first), none while its prompt is being read."""
-        return 0 if gen.prefill_left else self._yields.get(id(gen), 1)
+        at first), at most what max_tokens leaves, none while its prompt is being read."""
+        if gen.prefill_left:
+            return 0
+        left = gen._settings.max_tokens - gen.stats.generated_tokens
+        return max(0, min(self._yields.get(id(gen), 1), left))
 
     def _plan_steps(self, gen):
         """The generation's next round in steps (Generation._plan_steps), or None when it has
@@ -303,8 +306,8 @@ def weighed_others(members: list[tuple[int, float]]) -> list[float]:
     Per generation, what the others commit, each weighed by how much sooner it is expected to
     end (its length against theirs): a step's worth is its weighed tokens, so a block that
     lengthens the step pays for the delay of those that have least left to write."""
-    total = sum(tokens / length for length, tokens in members)
-    return [max(0.0, length * total - tokens) for length, tokens in members]
+    return [length * sum(tokens / other for i, (other, tokens) in enumerate(members) if i != j)
+            for j, (length, _) in enumerate(members)]
 
 
 def draft_decodes(waiting: list[tuple]) -> Iterator[tuple[list[tuple], list]]:

@@ -368,3 +368,16 @@ def test_a_long_answer_is_told_to_weigh_a_short_request_beside_it(tiny_pair):
     assert seen["short"] and max(seen["short"]) < 1.0
     assert max(seen["long"]) > 2.0  # (beside it)
     assert seen["long"][-1] == 0.0  # (alone again once the short one ended)
+
+
+def test_what_a_generation_commits_is_kept_as_a_moving_average(tiny_pair):
+    """The step weighs the others by what their rounds commit: a moving average (halved
+    each round), so that one long copy does not stop every neighbour's drafting."""
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=2) as eng:
+        gen = eng.generate(PROMPTS[2], max_tokens=40)
+        average, committed = None, []
+        for event in gen:
+            committed.append(len(event.tokens))
+            average = committed[-1] if average is None else (average + committed[-1]) / 2
+        assert len(set(committed)) > 1  # (rounds that drafted and rounds that did not)
+        assert eng._runner._yields[id(gen)] == pytest.approx(average)

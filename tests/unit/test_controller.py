@@ -669,3 +669,50 @@ def test_a_failed_decode_goes_through_the_plan_that_asked_for_it():
     with pytest.raises(RuntimeError, match="code 1") as raised:
         run_steps(plan())
     assert cleaned == [True] and raised.traceback  # (while the traceback still holds it)
+
+
+def test_the_choice_maximises_the_decodes_weighed_tokens_per_second():
+    """Reference: over every K, (others' weighed tokens + 1 + S(K)) / t(others + K + 1), on
+    random curves, acceptance and neighbours; the drafter's choice is its argmax (a large
+    yield of the others still drafts where blocks are nearly free)."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        drafter = AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.5)), explore_every=10**9)
+        steps = np.cumsum(rng.uniform(0.0, 0.02, 80))
+        for n in range(1, 80):
+            drafter.cost.observe(n, 0.03 + steps[n - 1])
+        drafter.batch_tokens = int(rng.integers(0, 12))
+        drafter.batch_yield = float(rng.uniform(0, 12))
+        n_lookup, run = int(rng.integers(1, 32)), int(rng.integers(0, 64))
+        choice = drafter._choose(np.zeros(50, np.int32), n_lookup, 32, run)
+        expected = drafter.acceptance["lookup"].expected_accepted(run, n_lookup)
+        t = drafter.cost.predict(np.arange(1, n_lookup + 2) + drafter.batch_tokens)
+        rates = (drafter.batch_yield + 1 + expected) / t
+        best = int(np.argmax(rates))
+        assert (choice.source, choice.k) == (("lookup", best) if best else ("none", 0))
+
+
+def test_a_forced_head_alone_is_priced_as_free():
+    """Alone under a grammar, the forced head is in the decode but its cost is not the
+    block's: a block is priced by what it adds to the head (t(h + K + 1) - t(h))."""
+    drafter = _knows_kinked(AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.8))))
+    drafter.batch_tokens = drafter.batch_free = 6
+    sizes = np.arange(1, 34)
+    added = np.array([kinked(6 + n) - kinked(6) for n in sizes])
+    assert np.allclose(drafter._block_costs()[:33], added)
+    drafter.batch_free = 0  # (the same tokens, another request's: the whole step)
+    assert np.allclose(drafter._block_costs()[:33], [kinked(6 + n) for n in sizes])
+
+
+def test_side_by_side_a_draft_model_that_cannot_beat_the_step_is_not_priced():
+    """Alone on the CPU curve, a draft model at a sixth of a step per token pays at its best
+    (a long block costs little more than a short one); beside a short request weighed 16
+    tokens a step, no block it drafts makes up for lengthening that request's step."""
+    world = World(0, 0, p_lookup=0.0, p_model=0.9)
+    drafter = AutoDrafter(None, FakeModel(world))
+    for n in range(1, 70):
+        drafter.cost.observe(n, cpu_t(n))
+    drafter.draft_token_s = 0.01
+    assert drafter.model_can_pay(drafter._block_costs())
+    drafter.batch_tokens, drafter.batch_yield = 2, 16.0
+    assert not drafter.model_can_pay(drafter._block_costs())

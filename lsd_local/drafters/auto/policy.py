@@ -14,7 +14,7 @@ from ...config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter, DraftSteps, run_steps
 from ..lookup import LookupDrafter
 from . import calibration
-from .estimators import AcceptanceModel, CostModel, best_k, perfect_draft_speedup
+from .estimators import AcceptanceModel, CostModel, best_k
 from .lookup_acceptance import RunAcceptanceModel
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
@@ -76,8 +76,7 @@ class AutoDrafter(Drafter):
 
     def __init__(self, lookup: LookupDrafter | None,
                  model: Drafter | None = None,  # Model-, MultiLevel- or CrossVocabDrafter
-                 fixed_k: int | None = None,
-                 explore_every: int = EXPLORE_EVERY, clock=perf_counter,
+                 fixed_k: int | None = None, explore_every: int = EXPLORE_EVERY, clock=perf_counter,
                  lookup_prior: float = LOOKUP_PRIOR,
                  long_lookup_prior: float = LONG_LOOKUP_PRIOR) -> None:
         self.clock = clock  # times the draft model (injectable for simulations)
@@ -93,12 +92,10 @@ class AutoDrafter(Drafter):
                            "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
-        # "short"/"copy" -> [start, proposal int32[m], positions scored, run]: one pending
-        # lookup proposal per kind, so that a copy met while a chance match is still being
-        # scored is learned too
+        # "short"/"copy" -> [start, proposal int32[m], positions scored, run]: one pending lookup
+        # proposal per kind, so that a copy met while a chance match is scored is learned too
         self._shadows: dict[str, list] = {}
-        self._last_tried = {"lookup": 0, "model": 0}
-        self.rounds = 0
+        self._last_tried, self.rounds = {"lookup": 0, "model": 0}, 0
         self._context: int | None = None  # tokens cached before this round's block
         self._model_paid, self._model_priced = True, 0  # model_can_pay last, in which round
 
@@ -245,14 +242,17 @@ class AutoDrafter(Drafter):
 
     def model_can_pay(self, t: np.ndarray) -> bool:
         """Whether the draft model's best case, every drafted token accepted, beats plain
-        decoding at some K under the predicted target times t (float64: t[i] scores i + 1
-        tokens) and its measured cost per token; True while that cost is unknown."""
+        decoding at some K under the predicted decode times t (float64: t[i] scores i + 1
+        tokens) and its measured cost per token, what the others commit (batch_yield)
+        counted on both sides; True while that cost is unknown."""
         if self.model is None:
             return False
         if self.draft_token_s is None:
             return True
         ks = np.arange(1, MODEL_CAP + 1)
-        return bool(np.max(perfect_draft_speedup(t[0], t[ks], ks, self.draft_token_s)) > 1.0)
+        others = self.batch_yield
+        best = (others + 1 + ks) / (t[ks] + (ks + 1) * self.draft_token_s)
+        return bool(np.max(best) > (others + 1) / max(t[0], 1e-9))
 
     @property
     def needs_calibration(self) -> bool:
