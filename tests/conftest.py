@@ -121,6 +121,12 @@ def tiny_seed(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_minicpm(tiny_dir) -> Path:
+    """The tiny target with a MiniCPM5-style template and its call tags as control tokens."""
+    return tinymodels.make_minicpm_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_glm(tiny_dir) -> Path:
     """The tiny target with a GLM-4.5-style template and its argument tags as control
     tokens."""

@@ -475,6 +475,25 @@ SEED_TEMPLATE = (
     "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# MiniCPM5's way: each call alone, `<function name="NAME"><param name="P">value</param>
+# </function>`, a string holding <, & or a line break in CDATA; written here for the tests
+MINICPM_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n' + (tools | tojson) + '\\n' }}"
+    "{{- 'Call one with <function name=\"NAME\"><param name=\"P\">value</param></function>"
+    "<|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- for call in m.tool_calls or [] %}{{- '<function name=\"' + call.function.name + "
+    "'\">' }}{%- for k, v in call.function.arguments | items %}{{- '<param name=\"' + k + "
+    "'\">' }}{%- if v is string and ('<' in v or '&' in v or '\\n' in v) %}"
+    "{{- '<![CDATA[' + v + ']]>' }}{%- elif v is string %}{{- v }}{%- else %}"
+    "{{- v | tojson }}{%- endif %}{{- '</param>' }}{%- endfor %}{{- '</function>' }}"
+    "{%- endfor %}{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + m.content + "
+    "'\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 # Command R7B's way: an action block with a JSON list of calls (id, tool_name, parameters);
 # written here for the tests
 COMMANDR_TEMPLATE = (
@@ -515,10 +534,13 @@ KIMI_WORDS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
               "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
 # Seed-OSS's call and thinking markers (special tokens of its vocabulary)
 SEED_WORDS = ("<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>")
-# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's, Kimi's and
-# Seed-OSS's
+# MiniCPM5's call tags (tokens of its vocabulary, which llama.cpp preserves)
+MINICPM_WORDS = ("<function", "</function>", "<param", "</param>")
+# control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's, Kimi's,
+# Seed-OSS's and MiniCPM5's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                 *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS, *SEED_WORDS)
+                 *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS, *SEED_WORDS,
+                 *MINICPM_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -613,6 +635,14 @@ def make_seed_model(directory: Path) -> Path:
     spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + SEED_WORDS)
     weights = random_weights(spec, 259 + len(spec.words))
     return write_gguf(directory / "seed.gguf", spec, weights, SEED_TEMPLATE)
+
+
+def make_minicpm_model(directory: Path) -> Path:
+    """make_pair's target with the MiniCPM5-style template and its call tags as control
+    tokens."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + MINICPM_WORDS)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / "minicpm.gguf", spec, weights, MINICPM_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

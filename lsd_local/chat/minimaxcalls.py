@@ -11,11 +11,15 @@ A value is raw text, as in Qwen3-Coder's XML form (chat/xmlcalls.py): a string p
 takes it as it is, any other type reads it as JSON. Read back as the same CallScans as any
 JSON call (each argument once its value is closed, so the arguments' JSON text only grows);
 the grammar makes names, keys and typed values valid against each tool's schema.
+
+MiniCPM5 writes each call alone, with other tag names, a string holding `<`, `&` or a line
+break inside CDATA: `<function name="get_weather"><param name="city">Oslo</param></function>`.
 """
 
 from __future__ import annotations
 
 import json
+from typing import NamedTuple
 
 from .gbnfparts import literal, until_rules
 from .jsonscan import CallScan, skip_space
@@ -25,6 +29,23 @@ from .xmlcalls import typed_value, value_rule
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
 INVOKE, INVOKE_CLOSE = '<invoke name="', "</invoke>"
 PARAMETER, PARAMETER_CLOSE = '<parameter name="', "</parameter>"
+CDATA_OPEN, CDATA_CLOSE = "<![CDATA[", "]]>"
+
+
+class Tags(NamedTuple):
+    """A family's call tags: the block around the calls ("" where each call stands alone),
+    a call's and an argument's."""
+
+    open: str
+    close: str
+    invoke: str
+    invoke_close: str
+    parameter: str
+    parameter_close: str
+
+
+MINIMAX = Tags(OPEN, CLOSE, INVOKE, INVOKE_CLOSE, PARAMETER, PARAMETER_CLOSE)
+MINICPM = Tags("", "", '<function name="', "</function>", '<param name="', "</param>")
 
 
 def is_minimax(template: str) -> bool:
@@ -32,9 +53,19 @@ def is_minimax(template: str) -> bool:
     return OPEN in template
 
 
-def minimax_section(section: str, types: dict) -> tuple[list[CallScan], int | None]:
+def is_minicpm(template: str) -> bool:
+    """Whether a chat template writes MiniCPM5's calls (llama.cpp: both tags)."""
+    return MINICPM.invoke in template and MINICPM.parameter in template
+
+
+def minimax_section(section: str, types: dict, tags: Tags = MINIMAX
+                    ) -> tuple[list[CallScan], int | None]:
     """The calls a section starting with `<minimax:tool_call>` holds so far, and where it
-    ends after its closer (None while unknown). `types`: {(tool, parameter): JSON type}."""
+    ends after its closer (None while unknown). `types`: {(tool, parameter): JSON type}.
+    Where calls stand alone (MiniCPM5), the section is one call."""
+    if not tags.open:
+        scan, end = _invoke(section, len(tags.invoke), types, tags)
+        return [scan], end
     calls, i = [], len(OPEN)
     while True:
         i = skip_space(section, i)
@@ -44,13 +75,13 @@ def minimax_section(section: str, types: dict) -> tuple[list[CallScan], int | No
         if not rest.startswith(INVOKE):
             waiting = not rest or any(tag.startswith(rest) for tag in (CLOSE, INVOKE))
             return calls, None if waiting else i  # (text that is no call ends the block)
-        scan, i = _invoke(section, i + len(INVOKE), types)
+        scan, i = _invoke(section, i + len(INVOKE), types, tags)
         calls.append(scan)
         if i is None:
             return calls, None
 
 
-def _invoke(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
+def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, int | None]:
     """One call from after `<invoke name="`: (what is known of it, the index after its
     `</invoke>`, or None while it goes on)."""
     name_end = section.find('">', i)
@@ -60,57 +91,89 @@ def _invoke(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
     while True:
         i = skip_space(section, i)
         arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
-        if section.startswith(INVOKE_CLOSE, i):
-            return CallScan(name, arguments + "}", True), i + len(INVOKE_CLOSE)
-        if not section.startswith(PARAMETER, i):
+        if section.startswith(tags.invoke_close, i):
+            return CallScan(name, arguments + "}", True), i + len(tags.invoke_close)
+        if not section.startswith(tags.parameter, i):
             rest = section[i:]
-            if not rest or any(tag.startswith(rest) for tag in (INVOKE_CLOSE, PARAMETER)):
+            if not rest or any(tag.startswith(rest) for tag in (tags.invoke_close,
+                                                                 tags.parameter)):
                 return CallScan(name, arguments, False), None
             return CallScan(name, arguments + "}", True), i  # (not the form: it ends here)
-        key_end = section.find('">', i + len(PARAMETER))
-        key = section[i + len(PARAMETER):key_end]
-        end = _value_end(section, key_end + 2, types.get((name, key))) if key_end >= 0 else None
-        if end is None:
+        key_end = section.find('">', i + len(tags.parameter))
+        key = section[i + len(tags.parameter):key_end]
+        kind = types.get((name, key))
+        value = _value(section, key_end + 2, kind, tags.parameter_close) if key_end >= 0 \
+            else None
+        if value is None:
             return CallScan(name, arguments, False), None
-        pairs.append((key, typed_value(section[key_end + 2:end], types.get((name, key)))))
-        i = end + len(PARAMETER_CLOSE)
+        raw, end = value
+        pairs.append((key, typed_value(raw, kind)))
+        i = end + len(tags.parameter_close)
 
 
-def _value_end(section: str, start: int, kind: str | None) -> int | None:
-    """Where a parameter's value ends (its closer's index; None while unknown): a string's at
-    the first closer; another type's JSON at its own end, since a string inside it may hold
-    the closer (JSON that starts a container or string and is not done yet: wait)."""
+def _value(section: str, start: int, kind: str | None, closer: str) -> tuple[str, int] | None:
+    """A parameter's raw value and its closer's index (None while unknown): a string's up to
+    the first closer (or all inside a CDATA block); another type's JSON at its own end, since
+    a string inside it may hold the closer (JSON that starts a container or string and is
+    not done yet: wait)."""
     if kind != "string":
         i = skip_space(section, start)
         end = json_end(section, i)
         if end is not None:
             after = skip_space(section, end)
-            if section.startswith(PARAMETER_CLOSE, after):
-                return after
-            if PARAMETER_CLOSE.startswith(section[after:]):
+            if section.startswith(closer, after):
+                return section[start:after], after
+            if closer.startswith(section[after:]):
                 return None  # (the closer may be on its way)
         elif section[i:i + 1] in ("{", "[", '"'):
             return None
-    at = section.find(PARAMETER_CLOSE, start)
-    return at if at >= 0 else None
+    rest = section[start:start + len(CDATA_OPEN)]
+    if rest and CDATA_OPEN.startswith(rest) and kind in ("string", None):
+        if len(rest) < len(CDATA_OPEN):
+            return None  # (a CDATA block may be opening)
+        inner_end = section.find(CDATA_CLOSE, start + len(CDATA_OPEN))
+        if inner_end < 0:
+            return None
+        after = inner_end + len(CDATA_CLOSE)
+        if section.startswith(closer, after):
+            return section[start + len(CDATA_OPEN):inner_end], after
+        if closer.startswith(section[after:]):
+            return None
+    at = section.find(closer, start)
+    return (section[start:at], at) if at >= 0 else None
 
 
 # --- the grammar ---------------------------------------------------------------------------
 
-def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
+def call_rules(tools, to_gbnf, tags: Tags = MINIMAX) -> tuple[str, list[str]]:
     """(the rule `mm-call` for one call to any of `tools`, its invoke from opener to
     closer, and the rules it needs): parameters in the schema's order, a required one
-    always, an optional one maybe; a string is any text without `</parameter>`, another
-    type its JSON under the schema."""
-    rules, alternatives = until_rules("mm-text", PARAMETER_CLOSE), []
+    always, an optional one maybe; a string is any text without `</parameter>` (or, in
+    MiniCPM5's form, any text in a CDATA block), another type its JSON under the schema."""
+    rules, alternatives = until_rules("mm-text", tags.parameter_close), []
+    text = "mm-text"
+    if not tags.open:  # (MiniCPM5 wraps a value holding <, & or a line break in CDATA)
+        rules += [*_cdata_rules(),
+                  f'mm-string ::= "{literal(CDATA_OPEN)}" mm-cdata "{CDATA_CLOSE}" | mm-text']
+        text = "mm-string"
     for t, tool in enumerate(tools):
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required") or ())
         parts = []
         for p, (key, schema) in enumerate(props.items()):
-            value = value_rule(schema, "mm-text", f"mm{t}-{p}-", rules, to_gbnf)
-            item = f'"{literal(PARAMETER + key)}\\">" {value} "{PARAMETER_CLOSE}" "\\n"?'
+            value = value_rule(schema, text, f"mm{t}-{p}-", rules, to_gbnf)
+            item = (f'"{literal(tags.parameter + key)}\\">" {value} "{tags.parameter_close}" '
+                    '"\\n"?')
             parts.append(f"({item})" + ("" if key in required else "?"))
-        alternatives.append(f'("{literal(INVOKE + tool.name)}\\">" "\\n"? {" ".join(parts)} '
-                            f'"{INVOKE_CLOSE}")')
+        alternatives.append(f'("{literal(tags.invoke + tool.name)}\\">" "\\n"? '
+                            f'{" ".join(parts)} "{tags.invoke_close}")')
     return "mm-call ::= " + " | ".join(alternatives), rules
+
+
+def _cdata_rules() -> list[str]:
+    """`mm-cdata`: any text without `]]>` (how many `]` it ends with: 0, 1, 2 or more;
+    until_rules needs an end that repeats no prefix of itself, which `]]>` does)."""
+    return ["mm-cdata ::= mm-cdata0",
+            'mm-cdata0 ::= ([^\\]] mm-cdata0 | "]" mm-cdata1)?',
+            'mm-cdata1 ::= ([^\\]] mm-cdata0 | "]" mm-cdata2)?',
+            'mm-cdata2 ::= ("]" mm-cdata2 | [^\\]>] mm-cdata0)?']

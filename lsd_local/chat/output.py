@@ -28,7 +28,7 @@ from .deepseekcalls import deepseek_section
 from .gemmacalls import gemma_block
 from .glmcalls import glm_block
 from .jsonscan import scan_call, value_end
-from .tools import ToolFormat, section_calls, section_markers
+from .tools import ToolFormat, section_calls, section_markers, tags_of
 from .xmlcalls import hermes_block, xml_block
 
 
@@ -62,6 +62,8 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
                   "mistral-args": mistralcalls.MARKERS, "pythonic": pythoncalls.MARKERS,
                   "minimax": (minimaxcalls.OPEN, minimaxcalls.CLOSE),
+                  # (MiniCPM5's vocabulary has these as tokens: llama.cpp preserves them)
+                  "minicpm": ("<function", "</function>", "<param", "</param>"),
                   **{name: tuple(m for m in markers if m)
                      for name, markers in listcalls.LIST_FORMATS.items()}}
 
@@ -374,6 +376,6 @@ class OutputParser:
             return listcalls.list_block(section, fmt.name)[1]
         if fmt.name == "pythonic":
             return pythoncalls.python_section(section)[1]
-        if fmt.name == "minimax":
-            return minimaxcalls.minimax_section(section, fmt.types())[1]
+        if fmt.name in ("minimax", "minicpm"):
+            return minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))[1]
         return value_end(section, 0)

@@ -68,6 +68,7 @@ def _call_rules(fmt: ToolFormat):
             "seed": functools.partial(xmlcalls.call_rules, tight=True),
             "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
             "minimax": minimaxcalls.call_rules,
+            "minicpm": functools.partial(minimaxcalls.call_rules, tags=minimaxcalls.MINICPM),
             "mistral-args": functools.partial(mistralcalls.call_rules,
                                               call_ids=fmt.variant == "ids"),
             "deepseek": functools.partial(deepseekcalls.call_rules,
@@ -90,6 +91,7 @@ def _root(name: str, parallel: bool) -> str:
             **dict.fromkeys(listcalls.LIST_FORMATS, '("," tool-ws tool-call)*'),
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
             "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
+            "minicpm": "(tool-ws mm-call)*",
             "llama3": ""}[name] if parallel else ""
     return {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
@@ -109,6 +111,7 @@ def _root(name: str, parallel: bool) -> str:
             "pythonic": f'"{pythoncalls.OPEN}[" py-call {more} "]{pythoncalls.CLOSE}"',
             "minimax": f'"{minimaxcalls.OPEN}" "\\n"? mm-call {more} "\\n"? '
                        f'"{minimaxcalls.CLOSE}"',
+            "minicpm": f"mm-call {more} tool-ws",
             "llama3": "tool-call"}[name]
 
 

@@ -23,6 +23,8 @@ Formats:
   {...}}, ...]<|END_ACTION|>` (Command R7B; chat/commandrcalls.py);
 - "minimax": `<minimax:tool_call><invoke name="NAME"><parameter name="P">value</parameter>
   </invoke></minimax:tool_call>`, values typed as "xml"'s (MiniMax-M2; chat/minimaxcalls.py);
+- "minicpm": `<function name="NAME"><param name="P">value</param></function>` per call, a
+  string holding `<`, `&` or a line break in CDATA (MiniCPM5; chat/minimaxcalls.py);
 - "pythonic": `<|tool_call_start|>[NAME(key='value', n=3)]<|tool_call_end|>`, Python calls
   (LFM2, LFM2.5; chat/pythoncalls.py);
 - "mistral", "nemotron", "granite": one JSON list of `{"name": ..., "arguments": {...}}` after
@@ -117,6 +119,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "mistral-args": ToolFormat("mistral-args", mistralcalls.OPEN),
            "pythonic": ToolFormat("pythonic", pythoncalls.OPEN),
            "minimax": ToolFormat("minimax", minimaxcalls.OPEN),
+           "minicpm": ToolFormat("minicpm", minimaxcalls.MINICPM.invoke),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
@@ -149,6 +152,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["pythonic"]
     if minimaxcalls.is_minimax(source):
         return FORMATS["minimax"]
+    if minimaxcalls.is_minicpm(source):
+        return FORMATS["minicpm"]
     if listcalls.list_format(source):
         return FORMATS[listcalls.list_format(source)]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -251,14 +256,19 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     if fmt.name in listcalls.LIST_FORMATS:
         calls, end = listcalls.list_block(section, fmt.name)
         return calls, end is not None
-    if fmt.name in ("pythonic", "minimax"):
+    if fmt.name in ("pythonic", "minimax", "minicpm"):
         calls, end = pythoncalls.python_section(section) if fmt.name == "pythonic" else \
-            minimaxcalls.minimax_section(section, fmt.types())
+            minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))
         return calls, end is not None
     if fmt.name == "llama3":
         scan = scan_call(section, ("parameters", "arguments"))
         return [scan], scan.complete
     return _generic_calls(section)
+
+
+def tags_of(fmt: ToolFormat) -> minimaxcalls.Tags:
+    """The tags of a MiniMax-like call (minimax, minicpm)."""
+    return minimaxcalls.MINICPM if fmt.name == "minicpm" else minimaxcalls.MINIMAX
 
 
 def section_markers(fmt: ToolFormat) -> deepseekcalls.Markers:
@@ -331,7 +341,7 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     mode, callable_tools = choose_tools(checked, tool_choice)
     named = isinstance(tool_choice, dict)  # "call this function": once, as OpenAI does
     fmt = detect_format(template)
-    if fmt.name in ("xml", "seed", "glm", "minimax"):  # (how each parameter's text reads back)
+    if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm"):  # (how values read back)
         fmt = replace(fmt, parameter_types=tuple(
             (tool, key, kind) for (tool, key), kind in xmlcalls.parameter_types(checked).items()))
     return ToolPlan(fmt, mode, checked, callable_tools, bool(parallel) and not named)

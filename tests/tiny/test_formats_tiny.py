@@ -25,6 +25,7 @@ from tinymodels import (
     GLM_TEMPLATE,
     GRANITE_TEMPLATE,
     KIMI_TEMPLATE,
+    MINICPM_TEMPLATE,
     MINIMAX_TEMPLATE,
     MINISTRAL_TEMPLATE,
     MISTRAL_IDS_TEMPLATE,
@@ -60,6 +61,7 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "minimax": (MINIMAX_TEMPLATE,
                        rb'<minimax:tool_call>\s*<invoke name="(get_weather|now)">'),
            "seed": (SEED_TEMPLATE, rb"<seed:tool_call>\s*<function=(get_weather|now)>"),
+           "minicpm": (MINICPM_TEMPLATE, rb'<function name="(get_weather|now)">'),
            "pythonic": (PYTHONIC_TEMPLATE, rb"<\|tool_call_start\|>\[(get_weather|now)\("),
            "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
            "mistral-ids": (MISTRAL_IDS_TEMPLATE,
@@ -73,7 +75,7 @@ CLOSER_TOKENS = {"kimi": "<|tool_calls_section_end|>",  # (a marker of one token
 
 # formats whose markers are tokens of their own in the model's vocabulary (a long marker
 # spelled byte by byte would not leave room for a call in the tests' max_tokens)
-OWN_MODEL = {"kimi": "tiny_kimi", "seed": "tiny_seed"}
+OWN_MODEL = {"kimi": "tiny_kimi", "seed": "tiny_seed", "minicpm": "tiny_minicpm"}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -186,6 +188,9 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "deepseek-v3.1":
         assert ('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "metric": true}'
                 "<｜tool▁call▁end｜>") in text
+    elif format_agent.format == "minicpm":
+        assert ('<function name="get_weather"><param name="city">Paris</param><param '
+                'name="metric">true</param></function><|im_end|>') in text
     elif format_agent.format == "seed":
         assert ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n"
                 "<parameter=metric>true</parameter>\n</function>\n</seed:tool_call>") in text
@@ -361,3 +366,37 @@ def test_a_kimi_call_without_its_section_is_read_and_none_bans_both_openers(tiny
         gen = eng.generate(ASK, tools=TOOLS, tool_choice="none", max_tokens=20,
                            logit_bias={call_open: 60.0, section_open: 60.0}).run()
         assert call_open not in gen.tokens and section_open not in gen.tokens
+
+
+CPM_TOOL = [{"type": "function", "function": {"name": "note", "parameters": {
+    "type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["text", "n"]}}}]
+
+
+@pytest.mark.parametrize("call,whole", [
+    ('<function name="note"><param name="text">plain</param><param name="n">3</param>'
+     "</function>", True),
+    ('<function name="note"><param name="text"><![CDATA[a </param> b]] c\n]]></param>'
+     '<param name="n">3</param></function>', True),
+    ('<function name="note"><param name="text"><![CDATA[ends]]]]></param>'
+     '<param name="n">3</param></function>', True),
+    ('<function name="note"><param name="text">a </param> b</param><param name="n">3</param>'
+     "</function>", False),  # (raw text ends at its first closing tag)
+    ('<function name="note"><param name="text">x</param><param name="n">three</param>'
+     "</function>", False),  # (an integer is JSON)
+    ('<function name="note"><param name="n">3</param></function>', False),  # (required)
+])
+def test_the_minicpm_grammar_admits_raw_or_cdata_strings_and_json_values(tiny_agent, call,
+                                                                         whole):
+    """MiniCPM5's calls, checked by llama.cpp's grammar engine: a string is raw text up to
+    its closing tag, or anything in a CDATA block (its closing tag too), other types
+    their JSON; and a call the grammar admits reads back typed."""
+    from lsd_local.chat.tools import section_calls, tool_plan
+
+    plan = tool_plan(MINICPM_TEMPLATE, CPM_TOOL, "required", False)
+    assert plan_admits(tiny_agent, plan, call) == whole
+    if whole:
+        calls, complete = section_calls(plan.fmt, call)
+        assert complete and calls[0].name == "note"
+        arguments = json.loads(calls[0].arguments)
+        assert arguments["n"] == 3 and "CDATA" not in arguments["text"]

@@ -61,3 +61,39 @@ def test_a_json_value_may_hold_the_closer_and_text_of_a_string_type_stays_text()
             "</minimax:tool_call>")
     seen, _ = growing_prefixes(lambda text: minimax_section(text, plan.fmt.types()), call)
     assert json.loads(seen[0]) == {"o": {"html": "</parameter>"}, "s": "3"}
+
+
+CPM_TEMPLATE = "{{ '<function name=\"' }}{{ '<param name=\"' }}"
+CPM_CALL = ('<function name="plan_trip"><param name="city"><![CDATA[Rome </param>\n]]]>'
+            '</param><param name="days">3</param><param name="stops">["a", 2]</param>'
+            "</function>")
+
+
+def test_minicpm_calls_stand_alone_and_read_cdata_whole():
+    """MiniCPM5's calls: one per block, other tag names, a string in CDATA read whole (its
+    closing tag and brackets too) without the CDATA markers."""
+    from lsd_local.chat.minimaxcalls import MINICPM
+
+    plan = tool_plan(CPM_TEMPLATE, TOOLS, "auto", True)
+    assert plan.fmt.name == "minicpm" and detect_format(TEMPLATE).name == "minimax"
+    kinds = plan.fmt.types()
+    seen, _ = growing_prefixes(lambda text: minimax_section(text, kinds, MINICPM), CPM_CALL)
+    assert json.loads(seen[0]) == {"city": "Rome </param>\n]", "days": 3, "stops": ["a", 2]}
+    parser = OutputParser(plan.fmt, False, True)
+    text = "Sure. " + CPM_CALL + "\n" + CPM_CALL.replace(">3<", ">4<") + " Done."
+    content, _, deltas = feed_in_chunks(parser, text, 5)
+    assert content == "Sure. Done."
+    assert [json.loads(c.arguments)["days"] for c in parser.tool_calls] == [3, 4]
+    assert streamed_arguments(deltas, 1) == parser.tool_calls[1].arguments
+
+
+def test_values_written_as_python_literals_read_back_typed():
+    """Seed-OSS's and MiniCPM5's templates print a value with Jinja's `string`: `True`,
+    `{'a': 1}`; models trained on them write those, which read back typed."""
+    from lsd_local.chat.xmlcalls import typed_value
+
+    assert typed_value("True", "boolean") is True
+    assert typed_value("{'a': [1, None]}", "object") == {"a": [1, None]}
+    assert typed_value("True", "string") == "True"
+    assert typed_value("__import__('os')", "integer") == "__import__('os')"  # (never run)
+    assert typed_value("{1, 2}", "array") == "{1, 2}"  # (no JSON value: text)
