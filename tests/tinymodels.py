@@ -733,19 +733,23 @@ def spelled(vocab, text: str, words: tuple[str, ...]) -> list[int]:
     return tokens
 
 
-def plan_admits(model_path: Path, plan, text: str) -> bool:
+def plan_admits(model_path: Path, plan, text: str, ends: bool = False) -> bool:
     """Whether a tool plan's grammar (chat/tools.ToolPlan), compiled by llama.cpp for the
-    tiny model at `model_path`, admits `text` whole, spelled one byte per token."""
+    tiny model at `model_path`, admits `text` whole, spelled one byte per token; with
+    `ends`, also that the grammar may end right after it (end of generation allowed)."""
     from lsd_local.backend import Grammar, Model, schema_to_gbnf
-    from lsd_local.verify.constrain import allowed_prefix
 
     model = Model.load(model_path)
     try:
         grammar = Grammar.compile(model, plan.grammar(schema_to_gbnf)[0], source="test")
-        spell = model.vocab.byte_tokens()  # one token per byte: the text exactly
-        tokens = np.asarray([spell[b] for b in text.encode()], np.int32)
-        admitted = allowed_prefix(grammar, tokens) == len(tokens)
-        grammar.close()
-        return admitted
+        try:
+            spell = model.vocab.byte_tokens()  # one token per byte: the text exactly
+            for token in (spell[b] for b in text.encode()):
+                if not grammar.allows(token):
+                    return False
+                grammar.accept(token, checked=True)
+            return not ends or grammar.allows(model.vocab.eos_token)
+        finally:
+            grammar.close()
     finally:
         model.close()

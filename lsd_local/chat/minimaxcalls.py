@@ -102,8 +102,8 @@ def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, in
         key_end = section.find('">', i + len(tags.parameter))
         key = section[i + len(tags.parameter):key_end]
         kind = types.get((name, key))
-        value = _value(section, key_end + 2, kind, tags.parameter_close) if key_end >= 0 \
-            else None
+        value = _value(section, key_end + 2, kind, tags.parameter_close, not tags.open) \
+            if key_end >= 0 else None
         if value is None:
             return CallScan(name, arguments, False), None
         raw, end = value
@@ -111,11 +111,12 @@ def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, in
         i = end + len(tags.parameter_close)
 
 
-def _value(section: str, start: int, kind: str | None, closer: str) -> tuple[str, int] | None:
+def _value(section: str, start: int, kind: str | None, closer: str,
+           cdata: bool) -> tuple[str, int] | None:
     """A parameter's raw value and its closer's index (None while unknown): a string's up to
-    the first closer (or all inside a CDATA block); another type's JSON at its own end, since
-    a string inside it may hold the closer (JSON that starts a container or string and is
-    not done yet: wait)."""
+    the first closer (or, with `cdata`, MiniCPM5's, all inside a CDATA block); another type's
+    JSON at its own end, since a string inside it may hold the closer (JSON that starts a
+    container or string and is not done yet: wait)."""
     if kind != "string":
         i = skip_space(section, start)
         end = json_end(section, i)
@@ -128,7 +129,7 @@ def _value(section: str, start: int, kind: str | None, closer: str) -> tuple[str
         elif section[i:i + 1] in ("{", "[", '"'):
             return None
     rest = section[start:start + len(CDATA_OPEN)]
-    if rest and CDATA_OPEN.startswith(rest) and kind in ("string", None):
+    if cdata and rest and CDATA_OPEN.startswith(rest) and kind in ("string", None):
         if len(rest) < len(CDATA_OPEN):
             return None  # (a CDATA block may be opening)
         inner_end = section.find(CDATA_CLOSE, start + len(CDATA_OPEN))
@@ -153,8 +154,8 @@ def call_rules(tools, to_gbnf, tags: Tags = MINIMAX) -> tuple[str, list[str]]:
     rules, alternatives = until_rules("mm-text", tags.parameter_close), []
     text = "mm-text"
     if not tags.open:  # (MiniCPM5 wraps a value holding <, & or a line break in CDATA)
-        rules += [*_cdata_rules(),
-                  f'mm-string ::= "{literal(CDATA_OPEN)}" mm-cdata "{CDATA_CLOSE}" | mm-text']
+        rules += [*_cdata_rules(), f'mm-string ::= "{literal(CDATA_OPEN)}" mm-cdata '
+                                   f'"{CDATA_CLOSE}" | mm-plain']
         text = "mm-string"
     for t, tool in enumerate(tools):
         props = tool.parameters.get("properties") or {}
@@ -172,8 +173,18 @@ def call_rules(tools, to_gbnf, tags: Tags = MINIMAX) -> tuple[str, list[str]]:
 
 def _cdata_rules() -> list[str]:
     """`mm-cdata`: any text without `]]>` (how many `]` it ends with: 0, 1, 2 or more;
-    until_rules needs an end that repeats no prefix of itself, which `]]>` does)."""
-    return ["mm-cdata ::= mm-cdata0",
-            'mm-cdata0 ::= ([^\\]] mm-cdata0 | "]" mm-cdata1)?',
-            'mm-cdata1 ::= ([^\\]] mm-cdata0 | "]" mm-cdata2)?',
-            'mm-cdata2 ::= ("]" mm-cdata2 | [^\\]>] mm-cdata0)?']
+    until_rules needs an end that repeats no prefix of itself, which `]]>` does). And
+    `mm-plain`: `mm-text` (any text without `</param>`) that does not start with `<![CDATA[`
+    (as llama.cpp's parser: a value that opens a CDATA block is one), by how much of that
+    opener it starts with (mm-plain1..8), then mm-text's own states (its 1: after a `<`)."""
+    rules = ["mm-cdata ::= mm-cdata0",
+             'mm-cdata0 ::= ([^\\]] mm-cdata0 | "]" mm-cdata1)?',
+             'mm-cdata1 ::= ([^\\]] mm-cdata0 | "]" mm-cdata2)?',
+             'mm-cdata2 ::= ("]" mm-cdata2 | [^\\]>] mm-cdata0)?',
+             'mm-plain ::= ([^<] mm-text0 | "<" mm-plain1)?',
+             'mm-plain1 ::= ("/" mm-text2 | "!" mm-plain2 | "<" mm-text1 | [^/!<] mm-text0)?']
+    for i, char in enumerate(CDATA_OPEN[2:], start=2):  # (after "<!": "[CDATA[")
+        go_on = f'"{literal(char)}" mm-plain{i + 1} | ' if i + 1 < len(CDATA_OPEN) else ""
+        other = "\\" + char if char in "[]" else char
+        rules.append(f'mm-plain{i} ::= ({go_on}"<" mm-text1 | [^{other}<] mm-text0)?')
+    return rules

@@ -103,7 +103,8 @@ def _root(name: str, parallel: bool) -> str:
                         f'"{deepseekcalls.CLOSE}"',
             # (Kimi's calls may come without their section, as llama.cpp reads them)
             "kimi": f'("{deepseekcalls.KIMI.open}" tool-ws ds-call {more} tool-ws '
-                    f'"{deepseekcalls.KIMI.close}") | (ds-call {more})',
+                    f'"{deepseekcalls.KIMI.close}") | (ds-call {more} tool-ws '
+                    f'"{deepseekcalls.KIMI.close}"?)',
             "commandr": f'"{commandrcalls.OPEN}" tool-ws "[" tool-ws cr-call {more} tool-ws '
                         f'"]" tool-ws "{commandrcalls.CLOSE}"',
             **{n: listcalls.list_root(n, more) for n in listcalls.LIST_FORMATS},

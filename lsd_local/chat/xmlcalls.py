@@ -20,7 +20,6 @@ tags (`<parameter=city>Oslo</parameter>`): "tight".
 
 from __future__ import annotations
 
-import ast
 import json
 
 from .gbnfparts import literal, renamed, until_rules
@@ -120,20 +119,12 @@ def _parameters(section: str, i: int, name: str, types: dict,
 
 def typed_value(raw: str, kind: str | None) -> object:
     """A parameter's text as its schema's type takes it: text for strings, else JSON when
-    it reads as JSON, else a Python literal (`True`: Seed-OSS's and MiniCPM5's templates
-    print values with Jinja's `string`, and their models write them so); what is neither
-    stays text (the grammar prevents that when it runs)."""
+    it reads as JSON (what it is not stays text; the grammar prevents that when it runs)."""
     if kind == "string":
         return raw
     try:
         return json.loads(raw)
-    except ValueError:
-        pass
-    try:  # (literals only: ast never runs code)
-        value = ast.literal_eval(raw.strip())
-        json.dumps(value)
-        return value
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, RecursionError):  # (not JSON, or nested past Python's stack)
         return raw
 
 

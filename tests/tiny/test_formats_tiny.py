@@ -338,13 +338,15 @@ KIMI_SECTION = f"<|tool_calls_section_begin|>{KIMI_CALL}<|tool_calls_section_end
     (KIMI_CALL, True),  # (a call without its section, as Kimi's models may write it)
     (KIMI_CALL.replace("Paris", "Oslo"), False),  # not in the enum
     (KIMI_CALL.replace(":12", ""), False),  # an id without its count
-    (KIMI_CALL + "<|tool_calls_section_end|>", False),  # a section's end without its start
+    (KIMI_CALL + "<|tool_calls_section_end|>", True),  # (its end without its start: as
+    # llama.cpp, which makes both optional)
+    ("<|tool_calls_section_begin|>" + KIMI_CALL, False),  # (a section opened must close)
 ])
 def test_the_kimi_grammar_admits_calls_with_or_without_their_section(tiny_agent, call, whole):
     from lsd_local.chat.tools import section_calls, tool_plan
 
     plan = tool_plan(KIMI_TEMPLATE, TOOLS, "required", True)
-    assert plan_admits(tiny_agent, plan, call) == whole
+    assert plan_admits(tiny_agent, plan, call, ends=True) == whole
     if whole:
         calls, _ = section_calls(plan.fmt, call)  # (without a section, more may follow)
         assert [(c.name, c.complete) for c in calls] == [("get_weather", True)]
@@ -385,6 +387,15 @@ CPM_TOOL = [{"type": "function", "function": {"name": "note", "parameters": {
     ('<function name="note"><param name="text">x</param><param name="n">three</param>'
      "</function>", False),  # (an integer is JSON)
     ('<function name="note"><param name="n">3</param></function>', False),  # (required)
+    ('<function name="note"><param name="text"><![CDATA[Oslo</param><param name="n">3'
+     "</param></function>", False),  # (a CDATA block opened must close: else its text
+    # runs on, and llama.cpp's parser refuses it too)
+    ('<function name="note"><param name="text"><![CDATA[a]]>b</param><param name="n">3'
+     "</param></function>", False),  # (nothing between the block and the closing tag)
+    ('<function name="note"><param name="text"><![CDAT x</param><param name="n">3</param>'
+     "</function>", True),  # (almost an opener: text)
+    ('<function name="note"><param name="text"></param><param name="n">3</param>'
+     "</function>", True),  # (an empty string)
 ])
 def test_the_minicpm_grammar_admits_raw_or_cdata_strings_and_json_values(tiny_agent, call,
                                                                          whole):
@@ -394,9 +405,9 @@ def test_the_minicpm_grammar_admits_raw_or_cdata_strings_and_json_values(tiny_ag
     from lsd_local.chat.tools import section_calls, tool_plan
 
     plan = tool_plan(MINICPM_TEMPLATE, CPM_TOOL, "required", False)
-    assert plan_admits(tiny_agent, plan, call) == whole
+    assert plan_admits(tiny_agent, plan, call, ends=True) == whole
     if whole:
         calls, complete = section_calls(plan.fmt, call)
         assert complete and calls[0].name == "note"
         arguments = json.loads(calls[0].arguments)
-        assert arguments["n"] == 3 and "CDATA" not in arguments["text"]
+        assert arguments["n"] == 3 and "CDATA[" not in arguments["text"]

@@ -87,13 +87,17 @@ def test_minicpm_calls_stand_alone_and_read_cdata_whole():
     assert streamed_arguments(deltas, 1) == parser.tool_calls[1].arguments
 
 
-def test_values_written_as_python_literals_read_back_typed():
-    """Seed-OSS's and MiniCPM5's templates print a value with Jinja's `string`: `True`,
-    `{'a': 1}`; models trained on them write those, which read back typed."""
+def test_a_value_nested_past_the_stack_stays_text():
     from lsd_local.chat.xmlcalls import typed_value
 
-    assert typed_value("True", "boolean") is True
-    assert typed_value("{'a': [1, None]}", "object") == {"a": [1, None]}
-    assert typed_value("True", "string") == "True"
-    assert typed_value("__import__('os')", "integer") == "__import__('os')"  # (never run)
-    assert typed_value("{1, 2}", "array") == "{1, 2}"  # (no JSON value: text)
+    deep = "[" * 100_000 + "]" * 100_000
+    assert typed_value(deep, "array") == deep  # (not a RecursionError out of the reader)
+    assert typed_value("True", "boolean") == "True"  # (not JSON: the grammar asks for true)
+
+
+def test_minimax_values_never_read_cdata():
+    """CDATA is MiniCPM5's: in MiniMax-M2's form it is text like any other."""
+    block = ('<minimax:tool_call>\n<invoke name="plan_trip"><parameter name="city">'
+             "<![CDATA[x]]></parameter>\n</invoke>\n</minimax:tool_call>")
+    calls, end = minimax_section(block, types())
+    assert end == len(block) and json.loads(calls[0].arguments) == {"city": "<![CDATA[x]]>"}
