@@ -597,52 +597,48 @@ def make_named_templates_model(directory: Path) -> Path:
                        {"name": "tool_use", "template": AGENT_TEMPLATE}])
 
 
+def _marked_model(directory: Path, name: str, markers: tuple[str, ...], template) -> Path:
+    """make_pair's target with the agent words, a family's markers as words of their own
+    (control tokens where CONTROL_WORDS has them) and its template, as `name`.gguf."""
+    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + markers)
+    weights = random_weights(spec, 259 + len(spec.words))
+    return write_gguf(directory / f"{name}.gguf", spec, weights, template)
+
+
 def make_commandr_model(directory: Path) -> Path:
     """make_pair's target with the Command R7B-style template and its markers as control
     tokens, as Cohere's vocabulary has them."""
-    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + COMMANDR_WORDS)
-    weights = random_weights(spec, 259 + len(spec.words))
-    return write_gguf(directory / "commandr.gguf", spec, weights, COMMANDR_TEMPLATE)
+    return _marked_model(directory, "commandr", COMMANDR_WORDS, COMMANDR_TEMPLATE)
 
 
 def make_glm_model(directory: Path) -> Path:
     """make_pair's target with the GLM-4.5-style template and its argument tags as control
     tokens (which show as nothing unless lsd shows them)."""
-    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + GLM_WORDS)
-    weights = random_weights(spec, 259 + len(spec.words))
-    return write_gguf(directory / "glm.gguf", spec, weights, GLM_TEMPLATE)
+    return _marked_model(directory, "glm", GLM_WORDS, GLM_TEMPLATE)
 
 
 def make_gemma_model(directory: Path) -> Path:
     """make_pair's target with the Gemma-4-style template and its markers as control tokens
     (which show as nothing unless lsd shows them)."""
-    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + GEMMA_WORDS)
-    weights = random_weights(spec, 259 + len(spec.words))
-    return write_gguf(directory / "gemma.gguf", spec, weights, GEMMA_TEMPLATE)
+    return _marked_model(directory, "gemma", GEMMA_WORDS, GEMMA_TEMPLATE)
 
 
 def make_kimi_model(directory: Path) -> Path:
     """make_pair's target with the Kimi-K2-style template and its call markers as control
     tokens (which show as nothing unless lsd shows them)."""
-    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + KIMI_WORDS)
-    weights = random_weights(spec, 259 + len(spec.words))
-    return write_gguf(directory / "kimi.gguf", spec, weights, KIMI_TEMPLATE)
+    return _marked_model(directory, "kimi", KIMI_WORDS, KIMI_TEMPLATE)
 
 
 def make_seed_model(directory: Path) -> Path:
     """make_pair's target with the Seed-OSS-style template and its markers as control
     tokens."""
-    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + SEED_WORDS)
-    weights = random_weights(spec, 259 + len(spec.words))
-    return write_gguf(directory / "seed.gguf", spec, weights, SEED_TEMPLATE)
+    return _marked_model(directory, "seed", SEED_WORDS, SEED_TEMPLATE)
 
 
 def make_minicpm_model(directory: Path) -> Path:
     """make_pair's target with the MiniCPM5-style template and its call tags as control
     tokens."""
-    spec = TinySpec(words=tuple(WORDS) + AGENT_WORDS + MINICPM_WORDS)
-    weights = random_weights(spec, 259 + len(spec.words))
-    return write_gguf(directory / "minicpm.gguf", spec, weights, MINICPM_TEMPLATE)
+    return _marked_model(directory, "minicpm", MINICPM_WORDS, MINICPM_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:
