@@ -127,6 +127,12 @@ def tiny_minicpm(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_dsml(tiny_dir) -> Path:
+    """The tiny target with a DeepSeek-V3.2-style template and its DSML tags as words."""
+    return tinymodels.make_dsml_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_glm(tiny_dir) -> Path:
     """The tiny target with a GLM-4.5-style template and its argument tags as control
     tokens."""

@@ -44,7 +44,8 @@ def vocab(words: tuple[str, ...]) -> tuple[list[str], list[float], list[int]]:
     types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
     types += [gguf.TokenType.BYTE] * 256 + [
         gguf.TokenType.CONTROL if w in CONTROL_WORDS else
-        gguf.TokenType.USER_DEFINED if w in AGENT_WORDS or w in HARMONY_WORDS else
+        gguf.TokenType.USER_DEFINED if w in AGENT_WORDS or w in HARMONY_WORDS or
+        w in DSML_WORDS else
         gguf.TokenType.NORMAL
         for w in words]  # markers are matched whole, as Qwen's <tool_call> is
     scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
@@ -494,6 +495,27 @@ MINICPM_TEMPLATE = (
     "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
     "{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+# DeepSeek-V3.2's way: MiniMax's invokes in DSML tags, each parameter saying whether its
+# value is a string (raw) or not (JSON); written here for the tests
+DSML_TEMPLATE = (
+    "{%- set d = '｜DSML｜' %}"
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n' + (tools | tojson) + '\\n' }}"
+    "{{- 'Call them in <' + d + 'function_calls> blocks.<|im_end|>\\n' }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- if m.role == 'assistant' %}{{- '<|im_start|>assistant\\n' + (m.content or '') }}"
+    "{%- if m.tool_calls %}{{- '\\n\\n<' + d + 'function_calls>\\n' }}"
+    "{%- for call in m.tool_calls %}{{- '<' + d + 'invoke name=\"' + call.function.name + "
+    "'\">\\n' }}{%- for k, v in call.function.arguments | items %}{%- if v is string %}"
+    "{{- '<' + d + 'parameter name=\"' + k + '\" string=\"true\">' + v }}{%- else %}"
+    "{{- '<' + d + 'parameter name=\"' + k + '\" string=\"false\">' + (v | tojson) }}"
+    "{%- endif %}{{- '</' + d + 'parameter>\\n' }}{%- endfor %}"
+    "{{- '</' + d + 'invoke>\\n' }}{%- endfor %}{{- '</' + d + 'function_calls>' }}"
+    "{%- endif %}{{- '<|im_end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|im_start|>user\\n<function_results>' + m.content + "
+    "'</function_results><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}"
+    "{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
 # Command R7B's way: an action block with a JSON list of calls (id, tool_name, parameters);
 # written here for the tests
 COMMANDR_TEMPLATE = (
@@ -534,6 +556,9 @@ KIMI_WORDS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
               "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
 # Seed-OSS's call and thinking markers (special tokens of its vocabulary)
 SEED_WORDS = ("<seed:tool_call>", "</seed:tool_call>", "<seed:think>", "</seed:think>")
+# DeepSeek-V3.2's DSML tags, as words of their own (so that a call fits the tests' max_tokens)
+DSML_WORDS = ("<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "<｜DSML｜invoke",
+              "</｜DSML｜invoke>", "<｜DSML｜parameter", "</｜DSML｜parameter>")
 # MiniCPM5's call tags (tokens of its vocabulary, which llama.cpp preserves)
 MINICPM_WORDS = ("<function", "</function>", "<param", "</param>")
 # control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's, Kimi's,
@@ -639,6 +664,11 @@ def make_minicpm_model(directory: Path) -> Path:
     """make_pair's target with the MiniCPM5-style template and its call tags as control
     tokens."""
     return _marked_model(directory, "minicpm", MINICPM_WORDS, MINICPM_TEMPLATE)
+
+
+def make_dsml_model(directory: Path) -> Path:
+    """make_pair's target with the DeepSeek-V3.2-style template and its DSML tags."""
+    return _marked_model(directory, "dsml", DSML_WORDS, DSML_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

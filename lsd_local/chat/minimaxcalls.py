@@ -14,6 +14,9 @@ the grammar makes names, keys and typed values valid against each tool's schema.
 
 MiniCPM5 writes each call alone, with other tag names, a string holding `<`, `&` or a line
 break inside CDATA: `<function name="get_weather"><param name="city">Oslo</param></function>`.
+DeepSeek-V3.2 and V4 write MiniMax's form in their DSML tags (a block of `function_calls`,
+V4's `tool_calls`), each parameter saying whether it is a string:
+`<｜DSML｜parameter name="city" string="true">Oslo</｜DSML｜parameter>`.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import NamedTuple
 from .gbnfparts import literal, until_rules
 from .jsonscan import CallScan, skip_space
 from .jsonscan import value_end as json_end
-from .xmlcalls import typed_value, value_rule
+from .xmlcalls import string_value, typed_value, value_rule
 
 OPEN, CLOSE = "<minimax:tool_call>", "</minimax:tool_call>"
 INVOKE, INVOKE_CLOSE = '<invoke name="', "</invoke>"
@@ -34,7 +37,8 @@ CDATA_OPEN, CDATA_CLOSE = "<![CDATA[", "]]>"
 
 class Tags(NamedTuple):
     """A family's call tags: the block around the calls ("" where each call stands alone),
-    a call's and an argument's."""
+    a call's and an argument's; `says_string`: a parameter's tag says whether its value is
+    a string (DSML's `string="true"`)."""
 
     open: str
     close: str
@@ -42,15 +46,41 @@ class Tags(NamedTuple):
     invoke_close: str
     parameter: str
     parameter_close: str
+    says_string: bool = False
 
 
 MINIMAX = Tags(OPEN, CLOSE, INVOKE, INVOKE_CLOSE, PARAMETER, PARAMETER_CLOSE)
 MINICPM = Tags("", "", '<function name="', "</function>", '<param name="', "</param>")
+DSML = "｜DSML｜"
+
+
+def dsml_tags(block: str) -> Tags:
+    """DeepSeek's DSML tags, its block named `block` (V3.2's function_calls, V4's
+    tool_calls)."""
+    return Tags(f"<{DSML}{block}>", f"</{DSML}{block}>", f'<{DSML}invoke name="',
+                f"</{DSML}invoke>", f'<{DSML}parameter name="', f"</{DSML}parameter>", True)
+
+
+DSML_V32, DSML_V4 = dsml_tags("function_calls"), dsml_tags("tool_calls")
 
 
 def is_minimax(template: str) -> bool:
     """Whether a chat template writes calls in this form."""
     return OPEN in template
+
+
+def tags_for(name: str, variant: str = "") -> Tags:
+    """The tags of a MiniMax-like format (minimax, minicpm, dsml and its variant "v4")."""
+    if name == "dsml":
+        return DSML_V4 if variant == "v4" else DSML_V32
+    return MINICPM if name == "minicpm" else MINIMAX
+
+
+def dsml_of(template: str) -> Tags | None:
+    """The DSML tags a DeepSeek-V3.2 or V4 template writes calls in (None: not DSML)."""
+    if DSML not in template:
+        return None
+    return DSML_V32 if "function_calls" in template else DSML_V4
 
 
 def is_minicpm(template: str) -> bool:
@@ -66,16 +96,16 @@ def minimax_section(section: str, types: dict, tags: Tags = MINIMAX
     if not tags.open:
         scan, end = _invoke(section, len(tags.invoke), types, tags)
         return [scan], end
-    calls, i = [], len(OPEN)
+    calls, i = [], len(tags.open)
     while True:
         i = skip_space(section, i)
         rest = section[i:]
-        if rest.startswith(CLOSE):
-            return calls, i + len(CLOSE)
-        if not rest.startswith(INVOKE):
-            waiting = not rest or any(tag.startswith(rest) for tag in (CLOSE, INVOKE))
+        if rest.startswith(tags.close):
+            return calls, i + len(tags.close)
+        if not rest.startswith(tags.invoke):
+            waiting = not rest or any(tag.startswith(rest) for tag in (tags.close, tags.invoke))
             return calls, None if waiting else i  # (text that is no call ends the block)
-        scan, i = _invoke(section, i + len(INVOKE), types, tags)
+        scan, i = _invoke(section, i + len(tags.invoke), types, tags)
         calls.append(scan)
         if i is None:
             return calls, None
@@ -99,11 +129,13 @@ def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, in
                                                                  tags.parameter)):
                 return CallScan(name, arguments, False), None
             return CallScan(name, arguments + "}", True), i  # (not the form: it ends here)
-        key_end = section.find('">', i + len(tags.parameter))
+        # (the key is the name's text; DSML's string="..." may follow it in the tag)
+        key_end = section.find('"', i + len(tags.parameter))
+        tag_end = section.find('">', key_end) if key_end >= 0 else -1
         key = section[i + len(tags.parameter):key_end]
         kind = types.get((name, key))
-        value = _value(section, key_end + 2, kind, tags.parameter_close, not tags.open) \
-            if key_end >= 0 else None
+        value = _value(section, tag_end + 2, kind, tags.parameter_close, not tags.open) \
+            if tag_end >= 0 else None
         if value is None:
             return CallScan(name, arguments, False), None
         raw, end = value
@@ -163,8 +195,12 @@ def call_rules(tools, to_gbnf, tags: Tags = MINIMAX) -> tuple[str, list[str]]:
         parts = []
         for p, (key, schema) in enumerate(props.items()):
             value = value_rule(schema, text, f"mm{t}-{p}-", rules, to_gbnf)
-            item = (f'"{literal(tags.parameter + key)}\\">" {value} "{tags.parameter_close}" '
-                    '"\\n"?')
+            says = ""
+            if tags.says_string:  # (DSML: a string's value is raw text, any other JSON)
+                raw = string_value(schema, text) is not None
+                says = f' string=\\"{"true" if raw else "false"}\\"'
+            item = (f'"{literal(tags.parameter + key)}\\"{says}>" {value} '
+                    f'"{tags.parameter_close}" "\\n"?')
             parts.append(f"({item})" + ("" if key in required else "?"))
         alternatives.append(f'("{literal(tags.invoke + tool.name)}\\">" "\\n"? '
                             f'{" ".join(parts)} "{tags.invoke_close}")')

@@ -64,6 +64,7 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   "minimax": (minimaxcalls.OPEN, minimaxcalls.CLOSE),
                   # (MiniCPM5's vocabulary has these as tokens: llama.cpp preserves them)
                   "minicpm": ("<function", "</function>", "<param", "</param>"),
+                  "dsml": minimaxcalls.DSML_V32[:6] + minimaxcalls.DSML_V4[:2],
                   **{name: tuple(m for m in markers if m)
                      for name, markers in listcalls.LIST_FORMATS.items()}}
 
@@ -376,6 +377,6 @@ class OutputParser:
             return listcalls.list_block(section, fmt.name)[1]
         if fmt.name == "pythonic":
             return pythoncalls.python_section(section)[1]
-        if fmt.name in ("minimax", "minicpm"):
+        if fmt.name in ("minimax", "minicpm", "dsml"):
             return minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))[1]
         return value_end(section, 0)

@@ -55,7 +55,7 @@ def call_grammar(fmt: ToolFormat, tools: tuple[Tool, ...], parallel: bool,
     if rules_of is not None:  # (formats whose calls are not the JSON tool-call)
         call, rules = rules_of(tools, to_gbnf)
         body = "\n".join([body, call, *rules])
-    root = _root(fmt.name, parallel)
+    root = _root(fmt, parallel)
     if json_form:
         root = f"({root}) | {jsoncalls.grammar_rule(parallel)}"
     return f"root ::= {root}\ntool-ws ::= [ \\t\\n]{{0,2}}\n{body}"  # (bounded: no endless blanks)
@@ -69,6 +69,8 @@ def _call_rules(fmt: ToolFormat):
             "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
             "minimax": minimaxcalls.call_rules,
             "minicpm": functools.partial(minimaxcalls.call_rules, tags=minimaxcalls.MINICPM),
+            "dsml": functools.partial(minimaxcalls.call_rules,
+                                      tags=minimaxcalls.tags_for("dsml", fmt.variant)),
             "mistral-args": functools.partial(mistralcalls.call_rules,
                                               call_ids=fmt.variant == "ids"),
             "deepseek": functools.partial(deepseekcalls.call_rules,
@@ -77,9 +79,10 @@ def _call_rules(fmt: ToolFormat):
             "commandr": commandrcalls.call_rules}.get(fmt.name)
 
 
-def _root(name: str, parallel: bool) -> str:
-    """The grammar root of format `name`'s calls, from its opener; one call unless
+def _root(fmt: ToolFormat, parallel: bool) -> str:
+    """The grammar root of the format's calls, from its opener; one call unless
     `parallel`."""
+    name, dsml = fmt.name, minimaxcalls.tags_for("dsml", fmt.variant)
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
             "seed": f'(tool-ws "{xmlcalls.SEED_OPEN}" tool-ws xml-call tool-ws '
@@ -91,7 +94,7 @@ def _root(name: str, parallel: bool) -> str:
             **dict.fromkeys(listcalls.LIST_FORMATS, '("," tool-ws tool-call)*'),
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
             "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
-            "minicpm": "(tool-ws mm-call)*",
+            "minicpm": "(tool-ws mm-call)*", "dsml": "(tool-ws mm-call)*",
             "llama3": ""}[name] if parallel else ""
     return {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
@@ -113,6 +116,7 @@ def _root(name: str, parallel: bool) -> str:
             "minimax": f'"{minimaxcalls.OPEN}" "\\n"? mm-call {more} "\\n"? '
                        f'"{minimaxcalls.CLOSE}"',
             "minicpm": f"mm-call {more} tool-ws",
+            "dsml": f'"{dsml.open}" tool-ws mm-call {more} tool-ws "{dsml.close}"',
             "llama3": "tool-call"}[name]
 
 

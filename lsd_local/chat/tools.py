@@ -25,6 +25,8 @@ Formats:
   </invoke></minimax:tool_call>`, values typed as "xml"'s (MiniMax-M2; chat/minimaxcalls.py);
 - "minicpm": `<function name="NAME"><param name="P">value</param></function>` per call, a
   string holding `<`, `&` or a line break in CDATA (MiniCPM5; chat/minimaxcalls.py);
+- "dsml": "minimax"'s form in DeepSeek's DSML tags, `<｜DSML｜function_calls>` (V3.2; V4's
+  `tool_calls`: variant "v4"), each parameter saying `string="true"` or "false";
 - "pythonic": `<|tool_call_start|>[NAME(key='value', n=3)]<|tool_call_end|>`, Python calls
   (LFM2, LFM2.5; chat/pythoncalls.py);
 - "mistral", "nemotron", "granite": one JSON list of `{"name": ..., "arguments": {...}}` after
@@ -120,6 +122,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "pythonic": ToolFormat("pythonic", pythoncalls.OPEN),
            "minimax": ToolFormat("minimax", minimaxcalls.OPEN),
            "minicpm": ToolFormat("minicpm", minimaxcalls.MINICPM.invoke),
+           "dsml": ToolFormat("dsml", minimaxcalls.DSML_V32.open),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
@@ -154,6 +157,10 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["minimax"]
     if minimaxcalls.is_minicpm(source):
         return FORMATS["minicpm"]
+    if minimaxcalls.dsml_of(source) is minimaxcalls.DSML_V4:
+        return replace(FORMATS["dsml"], opener=minimaxcalls.DSML_V4.open, variant="v4")
+    if minimaxcalls.dsml_of(source) is not None:
+        return FORMATS["dsml"]
     if listcalls.list_format(source):
         return FORMATS[listcalls.list_format(source)]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -256,7 +263,7 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     if fmt.name in listcalls.LIST_FORMATS:
         calls, end = listcalls.list_block(section, fmt.name)
         return calls, end is not None
-    if fmt.name in ("pythonic", "minimax", "minicpm"):
+    if fmt.name in ("pythonic", "minimax", "minicpm", "dsml"):
         calls, end = pythoncalls.python_section(section) if fmt.name == "pythonic" else \
             minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))
         return calls, end is not None
@@ -267,8 +274,8 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
 
 
 def tags_of(fmt: ToolFormat) -> minimaxcalls.Tags:
-    """The tags of a MiniMax-like call (minimax, minicpm)."""
-    return minimaxcalls.MINICPM if fmt.name == "minicpm" else minimaxcalls.MINIMAX
+    """The tags of a MiniMax-like call (minimax, minicpm, dsml)."""
+    return minimaxcalls.tags_for(fmt.name, fmt.variant)
 
 
 def section_markers(fmt: ToolFormat) -> deepseekcalls.Markers:
@@ -341,7 +348,7 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     mode, callable_tools = choose_tools(checked, tool_choice)
     named = isinstance(tool_choice, dict)  # "call this function": once, as OpenAI does
     fmt = detect_format(template)
-    if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm"):  # (how values read back)
+    if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm", "dsml"):  # (values' types)
         fmt = replace(fmt, parameter_types=tuple(
             (tool, key, kind) for (tool, key), kind in xmlcalls.parameter_types(checked).items()))
     return ToolPlan(fmt, mode, checked, callable_tools, bool(parallel) and not named)

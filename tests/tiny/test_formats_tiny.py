@@ -21,6 +21,7 @@ from tinymodels import (
     COMMANDR_TEMPLATE,
     DEEPSEEK_TEMPLATE,
     DEEPSEEK_V31_TEMPLATE,
+    DSML_TEMPLATE,
     GEMMA_TEMPLATE,
     GLM_TEMPLATE,
     GRANITE_TEMPLATE,
@@ -61,6 +62,8 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "minimax": (MINIMAX_TEMPLATE,
                        rb'<minimax:tool_call>\s*<invoke name="(get_weather|now)">'),
            "seed": (SEED_TEMPLATE, rb"<seed:tool_call>\s*<function=(get_weather|now)>"),
+           "dsml": (DSML_TEMPLATE, '<｜DSML｜function_calls>\\s*<｜DSML｜invoke name="'
+                                   '(get_weather|now)">'.encode()),
            "minicpm": (MINICPM_TEMPLATE, rb'<function name="(get_weather|now)">'),
            "pythonic": (PYTHONIC_TEMPLATE, rb"<\|tool_call_start\|>\[(get_weather|now)\("),
            "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
@@ -75,7 +78,8 @@ CLOSER_TOKENS = {"kimi": "<|tool_calls_section_end|>",  # (a marker of one token
 
 # formats whose markers are tokens of their own in the model's vocabulary (a long marker
 # spelled byte by byte would not leave room for a call in the tests' max_tokens)
-OWN_MODEL = {"kimi": "tiny_kimi", "seed": "tiny_seed", "minicpm": "tiny_minicpm"}
+OWN_MODEL = {"kimi": "tiny_kimi", "seed": "tiny_seed", "minicpm": "tiny_minicpm",
+             "dsml": "tiny_dsml"}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -128,10 +132,10 @@ def test_a_named_call_writes_typed_parameters(format_agent):
 
 def test_auto_call_after_the_opener(format_agent):
     openers = {"xml": "<tool_call>", "glm": "<tool_call>", "kimi": "<|tool_calls_section_begin|>",
-               "seed": "<seed:tool_call>"}
+               "seed": "<seed:tool_call>", "dsml": "<｜DSML｜function_calls>"}
     if format_agent.format not in openers:
-        pytest.skip("the opener is one token only in the agent model's words (<tool_call>), "
-                    "Kimi's and Seed-OSS's")
+        pytest.skip("the opener is one token only in the agent model's words (<tool_call>) "
+                    "and in the models of Kimi, Seed-OSS and DSML")
     opener = agent_token(format_agent.target.vocab, openers[format_agent.format])
     gen = format_agent.generate(ASK, tools=TOOLS, max_tokens=200, parallel_tool_calls=False,
                              logit_bias=stop_bias(format_agent, {opener: 60.0})).run()
@@ -188,6 +192,11 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "deepseek-v3.1":
         assert ('<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "metric": true}'
                 "<｜tool▁call▁end｜>") in text
+    elif format_agent.format == "dsml":
+        assert ('<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" '
+                'string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="metric" '
+                'string="false">true</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+                "</｜DSML｜function_calls>") in text
     elif format_agent.format == "minicpm":
         assert ('<function name="get_weather"><param name="city">Paris</param><param '
                 'name="metric">true</param></function><|im_end|>') in text
@@ -411,3 +420,27 @@ def test_the_minicpm_grammar_admits_raw_or_cdata_strings_and_json_values(tiny_ag
         assert complete and calls[0].name == "note"
         arguments = json.loads(calls[0].arguments)
         assert arguments["n"] == 3 and "CDATA[" not in arguments["text"]
+
+
+DSML_CALL = ('<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter '
+             'name="city" string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter '
+             'name="metric" string="false">true</｜DSML｜parameter>\n</｜DSML｜invoke>\n'
+             "</｜DSML｜function_calls>")
+
+
+@pytest.mark.parametrize("call,whole", [
+    (DSML_CALL, True),
+    (DSML_CALL.replace('"city" string="true"', '"city" string="false"'), False),
+    (DSML_CALL.replace('"metric" string="false"', '"metric" string="true"'), False),
+    (DSML_CALL.replace(">true<", ">yes<"), False),
+])
+def test_the_dsml_grammar_says_which_values_are_strings(tiny_agent, call, whole):
+    """DeepSeek-V3.2's parameters say string="true" for a raw string and "false" for JSON:
+    the grammar holds the attribute to the schema, and the call reads back typed."""
+    from lsd_local.chat.tools import section_calls, tool_plan
+
+    plan = tool_plan(DSML_TEMPLATE, TOOLS, "required", False)
+    assert plan_admits(tiny_agent, plan, call, ends=True) == whole
+    if whole:
+        calls, complete = section_calls(plan.fmt, call)
+        assert complete and json.loads(calls[0].arguments) == {"city": "Paris", "metric": True}

@@ -101,3 +101,30 @@ def test_minimax_values_never_read_cdata():
              "<![CDATA[x]]></parameter>\n</invoke>\n</minimax:tool_call>")
     calls, end = minimax_section(block, types())
     assert end == len(block) and json.loads(calls[0].arguments) == {"city": "<![CDATA[x]]>"}
+
+
+def test_dsml_blocks_read_back_and_the_version_is_found():
+    """DeepSeek-V3.2's and V4's DSML calls: MiniMax's form in other tags, each parameter's
+    tag saying whether it is a string (the key is the name's text, not the attribute)."""
+    from lsd_local.chat.minimaxcalls import DSML_V4, DSML_V32
+
+    v32 = "{{ '<｜DSML｜function_calls>' }} ｜DSML｜"
+    v4 = "{{ '<｜DSML｜tool_calls>' }} ｜DSML｜"
+    assert (detect_format(v32).name, detect_format(v4).variant) == ("dsml", "v4")
+    for template, tags in ((v32, DSML_V32), (v4, DSML_V4)):
+        block = CALLS.replace("<minimax:tool_call>", tags.open).replace(
+            "</minimax:tool_call>", tags.close).replace("<invoke name=", tags.invoke[:-1])
+        block = block.replace("</invoke>", tags.invoke_close).replace(
+            "</parameter>", tags.parameter_close)
+        block = block.replace('<parameter name="city">', tags.parameter + 'city" string="true">')
+        block = block.replace('<parameter name="days">', tags.parameter + 'days" string="false">')
+        block = block.replace('<parameter name="stops">',
+                              tags.parameter + 'stops" string="false">')
+        kinds = tool_plan(template, TOOLS, "auto", True).fmt.types()
+        seen, _ = growing_prefixes(
+            lambda text, t=tags, k=kinds: minimax_section(text, k, t), block)
+        assert json.loads(seen[0]) == {"city": 'Rome </p>\n"x"', "days": 3, "stops": ["a", 2]}
+        parser = OutputParser(tool_plan(template, TOOLS, "auto", True).fmt, False, True)
+        content, _, _ = feed_in_chunks(parser, "Sure.\n\n" + block, 7)
+        assert content.strip() == "Sure." and [c.name for c in parser.tool_calls] == [
+            "plan_trip", "now"]
