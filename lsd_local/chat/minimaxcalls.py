@@ -189,22 +189,41 @@ def call_rules(tools, to_gbnf, tags: Tags = MINIMAX) -> tuple[str, list[str]]:
         rules += [*_cdata_rules(), f'mm-string ::= "{literal(CDATA_OPEN)}" mm-cdata '
                                    f'"{CDATA_CLOSE}" | mm-plain']
         text = "mm-string"
+    # (DSML's templates write two line breaks in a call without arguments)
+    around = ("tool-ws", " tool-ws") if tags.says_string else ('"\\n"?', "")
     for t, tool in enumerate(tools):
         props = tool.parameters.get("properties") or {}
         required = set(tool.parameters.get("required") or ())
-        parts = []
-        for p, (key, schema) in enumerate(props.items()):
-            value = value_rule(schema, text, f"mm{t}-{p}-", rules, to_gbnf)
-            says = ""
-            if tags.says_string:  # (DSML: a string's value is raw text, any other JSON)
-                raw = string_value(schema, text) is not None
-                says = f' string=\\"{"true" if raw else "false"}\\"'
-            item = (f'"{literal(tags.parameter + key)}\\"{says}>" {value} '
-                    f'"{tags.parameter_close}" "\\n"?')
-            parts.append(f"({item})" + ("" if key in required else "?"))
-        alternatives.append(f'("{literal(tags.invoke + tool.name)}\\">" "\\n"? '
-                            f'{" ".join(parts)} "{tags.invoke_close}")')
+        parts = [f"({_parameter(key, schema, f'mm{t}-{p}-', tags, text, rules, to_gbnf)})"
+                 + ("" if key in required else "?")
+                 for p, (key, schema) in enumerate(props.items())]
+        alternatives.append(f'("{literal(tags.invoke + tool.name)}\\">" {around[0]} '
+                            f'{" ".join(parts)}{around[1]} "{tags.invoke_close}")')
     return "mm-call ::= " + " | ".join(alternatives), rules
+
+
+def _parameter(key: str, schema, prefix: str, tags: Tags, text: str, rules: list[str],
+               to_gbnf) -> str:
+    """One parameter's tag, value and closer. DSML's tag says whether the value is a raw
+    string (string="true": also where the schema takes a string among other types, as
+    llama.cpp's may_be_string) or JSON (string="false")."""
+    value = value_rule(schema, text, prefix, rules, to_gbnf)
+    says = ""
+    if tags.says_string:
+        raw = string_value(schema, text) is not None or _takes_a_string(schema)
+        value = text if raw and string_value(schema, text) is None else value
+        says = f' string=\\"{"true" if raw else "false"}\\"'
+    return (f'"{literal(tags.parameter + key)}\\"{says}>" {value} '
+            f'"{tags.parameter_close}" "\\n"?')
+
+
+def _takes_a_string(schema) -> bool:
+    """Whether one of a schema's alternatives (anyOf, oneOf) takes a string."""
+    if not isinstance(schema, dict):
+        return False
+    return any(string_value(option, "") is not None or _takes_a_string(option)
+               for key in ("anyOf", "oneOf") for option in schema.get(key) or ()
+               if isinstance(option, dict))
 
 
 def _cdata_rules() -> list[str]:

@@ -157,10 +157,10 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["minimax"]
     if minimaxcalls.is_minicpm(source):
         return FORMATS["minicpm"]
-    if minimaxcalls.dsml_of(source) is minimaxcalls.DSML_V4:
-        return replace(FORMATS["dsml"], opener=minimaxcalls.DSML_V4.open, variant="v4")
-    if minimaxcalls.dsml_of(source) is not None:
-        return FORMATS["dsml"]
+    dsml = minimaxcalls.dsml_of(source)
+    if dsml is not None:
+        return replace(FORMATS["dsml"], opener=dsml.open,
+                       variant="v4" if dsml is minimaxcalls.DSML_V4 else "")
     if listcalls.list_format(source):
         return FORMATS[listcalls.list_format(source)]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:

@@ -444,3 +444,27 @@ def test_the_dsml_grammar_says_which_values_are_strings(tiny_agent, call, whole)
     if whole:
         calls, complete = section_calls(plan.fmt, call)
         assert complete and json.loads(calls[0].arguments) == {"city": "Paris", "metric": True}
+
+
+def test_dsml_v4_calls_without_arguments_and_optional_strings(tiny_agent):
+    """DeepSeek-V4's template writes two line breaks in a call without arguments; a
+    parameter that takes a string among other types (pydantic's Optional[str]) is written
+    raw, string="true", as llama.cpp's grammar has it."""
+    from lsd_local.chat.tools import section_calls, tool_plan
+
+    v4 = DSML_TEMPLATE.replace("function_calls", "tool_calls")
+    note = [{"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"text": {"anyOf": [{"type": "string"},
+                                                            {"type": "null"}]}}}}}]
+    tools = TOOLS + note
+    plan = tool_plan(v4, tools, "required", True)
+    assert plan.fmt.variant == "v4"
+    empty = ('<｜DSML｜tool_calls>\n<｜DSML｜invoke name="now">\n\n</｜DSML｜invoke>\n'
+             '<｜DSML｜invoke name="note">\n<｜DSML｜parameter name="text" string="true">'
+             "a note</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>")
+    assert plan_admits(tiny_agent, plan, empty, ends=True)
+    assert not plan_admits(tiny_agent, plan, empty.replace('string="true">a note',
+                                                           'string="false">"a note"'))
+    calls, complete = section_calls(plan.fmt, empty)
+    assert complete and [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("now", {}), ("note", {"text": "a note"})]
