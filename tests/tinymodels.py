@@ -343,6 +343,20 @@ GRANITE_TEMPLATE = (
     "'<|end_of_role|>' + m.content + '<|end_of_text|>\n' }}{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start_of_role|>assistant<|end_of_role|>' }}"
     "{%- endif %}")
+# Apriel 1.6's way: one JSON list of calls in <tool_calls> tags (its reasoning prompt left
+# out: a random model would not end it); written here for the tests
+APRIEL_TEMPLATE = (
+    "{%- if tools %}{{- '<|begin_system|>\\nReturn calls as <tool_calls>[{\"name\": ..., "
+    "\"arguments\": ...}]</tool_calls>\\n' + tools | tojson + '\\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{{- '<|begin_assistant|>\\n' + (m.content or '') }}{%- if m.tool_calls %}"
+    "{{- '\\n<tool_calls>[' }}{%- for c in m.tool_calls %}{{- '{\"name\": \"' + "
+    "c.function.name + '\", \"arguments\": ' + c.function.arguments | tojson + '}' }}"
+    "{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}{{- ']</tool_calls>' }}"
+    "{%- endif %}{{- '\\n<|end|>\\n' }}"
+    "{%- elif m.role == 'tool' %}{{- '<|begin_tool_result|>\\n' + m.content + '\\n' }}"
+    "{%- else %}{{- '<|begin_' + m.role + '|>\\n' + m.content + '\\n' }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|begin_assistant|>\\n' }}{%- endif %}")
 # LFM2.5's way: Python calls with keyword arguments between two markers, strings in single
 # quotes, the assistant's turns in transformers' {% generation %} blocks; written here for
 # the tests

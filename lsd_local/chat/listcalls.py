@@ -4,7 +4,9 @@ and before a closer where the family writes one:
 - "mistral": `[TOOL_CALLS][...]` (Mistral 7B v0.3, Nemo: templates with `[TOOL_CALLS]`);
 - "nemotron": `<TOOLCALL>[...]</TOOLCALL>` (NVIDIA Nemotron Nano v2: templates with
   `<TOOLCALL>`);
-- "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`).
+- "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`);
+- "apriel": `<tool_calls>[...]</tool_calls>` (ServiceNow's Apriel 1.5 and 1.6: templates
+  with `<tool_calls>[`; MiniMax-M1's `<tool_calls>` holds objects without a list).
 
 Read back as the same CallScans as any JSON call; the grammar (chat/tools.py) makes each
 element a valid call of one of the tools.
@@ -17,13 +19,15 @@ from .jsonscan import CallScan, closed_at, list_elements, scan_call
 
 # name -> (opener, closer or ""), in the order they are looked for in a template
 LIST_FORMATS = {"nemotron": ("<TOOLCALL>", "</TOOLCALL>"), "granite": ("<|tool_call|>", ""),
-                "mistral": ("[TOOL_CALLS]", "")}
+                "mistral": ("[TOOL_CALLS]", ""), "apriel": ("<tool_calls>", "</tool_calls>")}
+# what a template must hold to write a format's lists (its opener, unless named here)
+_FOUND_BY = {"apriel": "<tool_calls>["}
 
 
 def list_format(template: str) -> str | None:
     """The list format a template writes calls in (None: none of them)."""
-    return next((name for name, (opener, _) in LIST_FORMATS.items() if opener in template),
-                None)
+    return next((name for name, (opener, _) in LIST_FORMATS.items()
+                 if _FOUND_BY.get(name, opener) in template), None)
 
 
 def list_block(section: str, name: str) -> tuple[list[CallScan], int | None]:

@@ -52,6 +52,9 @@ GEMMA_THINK = Thinking("<|channel>thought", "<channel|>", "<channel|>")  # Gemma
 MISTRAL_THINK = Thinking(mistralcalls.THINK_OPEN, mistralcalls.THINK_CLOSE,
                          mistralcalls.THINK_CLOSE)  # Magistral's, Ministral 3's
 SEED_THINK = Thinking("<seed:think>", "</seed:think>", "</seed:think>")  # Seed-OSS's
+# Apriel 1.6's: its generation prompt opens the reasoning in words, a marker ends it
+APRIEL_THINK = Thinking("Here are my reasoning steps:\n", "[BEGIN FINAL RESPONSE]",
+                        "\n[BEGIN FINAL RESPONSE]\n")
 REASONING_CLOSE = THINK.budget_close
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
@@ -71,10 +74,13 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
 
 def thinking_of(template: str | None) -> Thinking:
     """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
-    Seed-OSS's, else `<think>`)."""
+    Seed-OSS's, Apriel 1.6's, else `<think>`)."""
     for think in (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK):
         if template and think.open in template:
             return think
+    if template and "Here are my reasoning steps:" in template and \
+            APRIEL_THINK.close in template:
+        return APRIEL_THINK
     return THINK
 
 

@@ -18,6 +18,7 @@ import pytest
 from tinymodels import AGENT_ASK as ASK
 from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import (
+    APRIEL_TEMPLATE,
     COMMANDR_TEMPLATE,
     DEEPSEEK_TEMPLATE,
     DEEPSEEK_V31_TEMPLATE,
@@ -66,6 +67,7 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
                                    '(get_weather|now)">'.encode()),
            "minicpm": (MINICPM_TEMPLATE, rb'<function name="(get_weather|now)">'),
            "pythonic": (PYTHONIC_TEMPLATE, rb"<\|tool_call_start\|>\[(get_weather|now)\("),
+           "apriel": (APRIEL_TEMPLATE, rb'<tool_calls>\s*\[\s*\{\s*"name"'),
            "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
            "mistral-ids": (MISTRAL_IDS_TEMPLATE,
                            rb"\[TOOL_CALLS\](get_weather|now)\[CALL_ID\][a-zA-Z0-9]{9}\[ARGS\]")}
@@ -186,6 +188,9 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "pythonic":
         assert ("<|tool_call_start|>[get_weather(city='Paris', metric=True)]<|tool_call_end|>"
                 "<|im_end|>\n<|im_start|>tool\n18 C, sunny<|im_end|>") in text
+    elif format_agent.format == "apriel":
+        assert ('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
+                "true}}]</tool_calls>\n<|end|>\n<|begin_tool_result|>\n18 C") in text
     elif format_agent.format == "granite":
         assert ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
                 "true}}]<|end_of_text|>") in text

@@ -130,3 +130,26 @@ def test_json_scanning_follows_strings_and_nesting():
     assert (scan.name, scan.arguments, scan.complete) == ("f", '{"a": [', False)
     assert scan_call('{"arguments": {}, "name": "g"}').name == "g"
     assert list_elements(' [ {"a": 1}, {"b": ', 0) == ([(3, 11), (13, None)], None)
+
+
+def test_apriel_reasoning_is_opened_by_its_prompt_and_ended_by_its_marker():
+    """Apriel 1.6's generation prompt opens the reasoning in words; `[BEGIN FINAL
+    RESPONSE]` ends it; its calls are one JSON list in <tool_calls> tags."""
+    from lsd_local.chat.harmonyoutput import output_parser
+    from lsd_local.chat.output import APRIEL_THINK, thinking_of
+    from lsd_local.chat.tools import tool_plan
+
+    template = ("{{ 'x <tool_calls>[' }} [BEGIN FINAL RESPONSE] "
+                "{{ 'Here are my reasoning steps:\\n' }}")
+    assert thinking_of(template) == APRIEL_THINK
+    assert thinking_of("[BEGIN FINAL RESPONSE]") != APRIEL_THINK  # (Apriel 1.5: no opener)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    plan = tool_plan(template, tools, "auto", True)
+    assert plan.fmt.name == "apriel"
+    parser = output_parser(template, plan, "<|begin_assistant|>\nHere are my reasoning steps:\n",
+                           True)
+    answer = 'Two steps.\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": "f", "arguments": {}}]'
+    parts = parser.feed([(answer + "</tool_calls>", None)], True)
+    assert "".join(t for t, _ in parts.reasoning).strip() == "Two steps."
+    assert "".join(t for t, _ in parts.content) == ""
+    assert [(c.name, c.arguments) for c in parser.tool_calls] == [("f", "{}")]
