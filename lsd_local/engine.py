@@ -238,6 +238,8 @@ class Engine:
         harmony = parser if isinstance(parser, HarmonyParser) else None
         if harmony is not None and plan is not None:
             plan = replace(plan, opened=harmony.opened_analysis)
+        elif plan is not None and parser is not None and parser.in_reasoning:
+            plan = replace(plan, after=parser.think.close)  # (reasoning, then the calls)
         compiled = (compile_tool_grammar(self.target, plan) if plan is not None and
                     plan.mode != "none" else
                     compile_constraint(self.target, request.grammar, request.json_schema,

@@ -5,8 +5,8 @@ and before a closer where the family writes one:
 - "nemotron": `<TOOLCALL>[...]</TOOLCALL>` (NVIDIA Nemotron Nano v2: templates with
   `<TOOLCALL>`);
 - "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`);
-- "apriel": `<tool_calls>[...]</tool_calls>` (ServiceNow's Apriel 1.5 and 1.6: templates
-  with `<tool_calls>[`; MiniMax-M1's `<tool_calls>` holds objects without a list).
+- "apriel": `<tool_calls>[...]</tool_calls>` (ServiceNow's Apriel 1.6: templates with
+  `<tool_calls>[`; MiniMax-M1's `<tool_calls>` holds objects without a list).
 
 Read back as the same CallScans as any JSON call; the grammar (chat/tools.py) makes each
 element a valid call of one of the tools.

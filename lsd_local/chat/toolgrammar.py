@@ -20,6 +20,7 @@ from . import (
     pythoncalls,
     xmlcalls,
 )
+from .gbnfparts import literal, until_rules
 
 if TYPE_CHECKING:
     from .tools import Tool, ToolFormat
@@ -128,3 +129,12 @@ def lazy_triggers(fmt: ToolFormat, json_names: tuple[str, ...] = ()) -> tuple[st
         return (r"^\s*(\{[\s\S]*)$",)
     return (*(re.escape(opener) for opener in fmt.openers),
             *(jsoncalls.trigger_patterns(json_names) if json_names else ()))
+
+
+def after_reasoning(text: str, close: str) -> str:
+    """GBNF `text` (a grammar from the first token) after a reasoning block the prompt
+    opened: any text up to the block's `close` first, then `text`'s root (llama.cpp's
+    grammars, too, let a model reason before the calls it must make)."""
+    body = re.sub(r"(?m)^root ::=", "tool-root ::=", text, count=1)
+    head = f'root ::= think-text "{literal(close)}" [ \\t\\n]{{0,2}} tool-root'
+    return "\n".join([head, *until_rules("think-text", close), body])

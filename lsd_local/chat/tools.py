@@ -63,7 +63,7 @@ from . import (
     xmlcalls,
 )
 from .jsonscan import CallScan, list_elements, scan_call, value_end
-from .toolgrammar import call_grammar, lazy_triggers
+from .toolgrammar import after_reasoning, call_grammar, lazy_triggers
 
 FALLBACK_SYSTEM = (
     "You can call these tools (OpenAI function specifications):\n{tools}\n\n"
@@ -313,6 +313,8 @@ class ToolPlan:
     callable: tuple[Tool, ...]  # the ones a call may name
     parallel: bool  # more than one call per answer
     opened: bool = False  # harmony: the prompt left an analysis message open
+    # "required": the close of a reasoning block the prompt opened, which the calls follow
+    after: str = ""
 
     @property
     def specs(self) -> list[dict]:
@@ -337,7 +339,9 @@ class ToolPlan:
             return text, (harmony.TRIGGERS if self.mode == "auto" else ())
         text = call_grammar(self.fmt, self.callable, self.parallel, to_gbnf,
                             json_form=bool(self.json_names))
-        return text, (lazy_triggers(self.fmt, self.json_names) if self.mode == "auto" else ())
+        if self.mode == "auto":
+            return text, lazy_triggers(self.fmt, self.json_names)
+        return (after_reasoning(text, self.after) if self.after else text), ()
 
 
 def tool_plan(template: str | None, tools: object, tool_choice: object,

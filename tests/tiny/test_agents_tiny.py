@@ -282,6 +282,26 @@ def test_a_budget_lsd_cannot_close_is_dropped_not_an_error(tiny_agent):
         assert len(short.tokens) <= 4 and short.finish_reason == "length"
 
 
+@pytest.mark.parametrize("choice", ["required", {"type": "function",
+                                                  "function": {"name": "get_weather"}}])
+def test_a_required_call_follows_the_reasoning_the_prompt_opened(tiny_agent, choice):
+    """A template that opens <think> itself (DeepSeek-R1 distills, Apriel 1.6 always): the
+    model reasons first, then makes the call it must make; the grammar used to hold from
+    the first token, so the call was written inside the block and read as reasoning (found
+    by an independent review)."""
+    template = OPENED.replace("{% endfor %}", "{% endfor %}{{ tools | tojson }}\n")
+    with Engine.load(tiny_agent, drafter="none", n_ctx=TINY_CTX, chat_template=template) as eng:
+        letter = eng.target.vocab.byte_tokens()[ord("a")]  # (reasoning in whole characters:
+        # the close cannot follow half a UTF-8 sequence)
+        for budget in (0, 4):
+            gen = eng.generate(ASK, tools=TOOLS, tool_choice=choice, max_tokens=120,
+                               reasoning_budget=budget,
+                               logit_bias=stop_bias(eng, {letter: 20.0})).run()
+            assert gen.finish_reason == "tool_calls" and len(gen.tool_calls) >= 1, gen.text
+            assert all(valid(c) for c in gen.tool_calls) and gen.text == ""
+            assert gen.stats.reasoning_tokens == budget
+
+
 @pytest.mark.parametrize("markers", [None, ("<|START_THINKING|>", "<|END_THINKING|>")])
 def test_a_call_in_a_block_the_prompt_opened_does_not_start_the_grammar(bpe_like_agent,
                                                                         markers):
