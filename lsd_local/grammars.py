@@ -98,8 +98,9 @@ def compile_constraint(model, grammar: str | os.PathLike | None = None,
 def compile_tool_grammar(model, plan):
     """The grammar that makes a request's tool calls valid (chat/tools.ToolPlan): lazy for
     tool_choice "auto" (free text until a call opens; an opener that is one token triggers
-    it too), from the first token for "required" or a named function; None for
-    "none". A tool whose parameters cannot be converted is a GrammarError naming it."""
+    it too), from the first token for "required" or a named function (after the reasoning
+    block the prompt opened: plan.after); None for "none". A tool whose parameters cannot be
+    converted is a GrammarError naming it."""
     from .backend import Grammar, schema_to_gbnf
 
     try:
