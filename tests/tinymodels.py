@@ -357,6 +357,18 @@ APRIEL_TEMPLATE = (
     "{%- elif m.role == 'tool' %}{{- '<|begin_tool_result|>\\n' + m.content + '\\n' }}"
     "{%- else %}{{- '<|begin_' + m.role + '|>\\n' + m.content + '\\n' }}{%- endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}{{- '<|begin_assistant|>\\n' }}{%- endif %}")
+# GigaChat 3's way: one call as a message of its own after the answer's ("function call"),
+# every message ending with a separator; written here for the tests
+GIGACHAT_TEMPLATE = (
+    "{%- set sep, role = '<|message_sep|>\\n\\n', '<|role_sep|>\\n' %}"
+    "{%- if tools %}{{- 'function descriptions' + role + (tools | tojson) + sep }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{{- 'assistant' + role + (m.content or '') + sep }}{%- if m.tool_calls %}"
+    "{{- 'function call' + role + '{\"name\": \"' + m.tool_calls[0].function.name + "
+    "'\", \"arguments\": ' + m.tool_calls[0].function.arguments | tojson + '}' + sep }}"
+    "{%- endif %}{%- elif m.role == 'tool' %}{{- 'function result' + role + m.content + sep }}"
+    "{%- else %}{{- m.role + role + m.content + sep }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- 'assistant' + role }}{%- endif %}")
 # LFM2.5's way: Python calls with keyword arguments between two markers, strings in single
 # quotes, the assistant's turns in transformers' {% generation %} blocks; written here for
 # the tests

@@ -10,12 +10,16 @@ and before a closer where the family writes one:
 
 Read back as the same CallScans as any JSON call; the grammar (chat/tools.py) makes each
 element a valid call of one of the tools.
+
+GigaChat 3 writes one call, no list, as a message of its own after the answer's:
+`<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": ..., "arguments": {...}}`; GigaChat
+3.1 the same object after `<|function_call|>`.
 """
 
 from __future__ import annotations
 
 from .gbnfparts import literal
-from .jsonscan import CallScan, closed_at, list_elements, scan_call
+from .jsonscan import CallScan, closed_at, list_elements, scan_call, skip_space, value_end
 
 # name -> (opener, closer or ""), in the order they are looked for in a template
 LIST_FORMATS = {"nemotron": ("<TOOLCALL>", "</TOOLCALL>"), "granite": ("<|tool_call|>", ""),
@@ -39,6 +43,27 @@ def list_block(section: str, name: str) -> tuple[list[CallScan], int | None]:
     if list_end is None or not closer:
         return calls, list_end
     return calls, closed_at(section, list_end, closer)
+
+
+GIGACHAT_OPEN = "<|message_sep|>\n\nfunction call<|role_sep|>\n"
+GIGACHAT31_OPEN = "<|function_call|>"
+GIGACHAT_MARKERS = ("<|message_sep|>", "<|role_sep|>", GIGACHAT31_OPEN)
+
+
+def gigachat_opener(template: str) -> str | None:
+    """What a GigaChat 3 or 3.1 template's call starts with (None: not GigaChat's; llama.cpp
+    finds both by their separators, 3.1 by `<|function_call|>`)."""
+    if not all(marker in template for marker in GIGACHAT_MARKERS[:2]):
+        return None
+    return GIGACHAT31_OPEN if GIGACHAT31_OPEN in template else GIGACHAT_OPEN
+
+
+def gigachat_block(section: str, opener: str = GIGACHAT_OPEN) -> tuple[CallScan, int | None]:
+    """The call a section starting with `opener` holds so far, and where it ends (its JSON's
+    end; None while unknown)."""
+    start = len(opener)
+    end = value_end(section, skip_space(section, start))
+    return scan_call(section[start:end] if end else section[start:]), end
 
 
 def list_root(name: str, more: str) -> str:

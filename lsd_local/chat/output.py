@@ -68,6 +68,7 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   # (MiniCPM5's vocabulary has these as tokens: llama.cpp preserves them)
                   "minicpm": ("<function", "</function>", "<param", "</param>"),
                   "dsml": minimaxcalls.DSML_V32[:6] + minimaxcalls.DSML_V4[:2],
+                  "gigachat": listcalls.GIGACHAT_MARKERS,
                   **{name: tuple(m for m in markers if m)
                      for name, markers in listcalls.LIST_FORMATS.items()}}
 
@@ -385,4 +386,6 @@ class OutputParser:
             return pythoncalls.python_section(section)[1]
         if fmt.name in ("minimax", "minicpm", "dsml"):
             return minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))[1]
+        if fmt.name == "gigachat":
+            return listcalls.gigachat_block(section, fmt.opener)[1]
         return value_end(section, 0)

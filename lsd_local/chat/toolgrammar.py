@@ -96,7 +96,7 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
             "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
             "minicpm": "(tool-ws mm-call)*", "dsml": "(tool-ws mm-call)*",
-            "llama3": ""}[name] if parallel else ""
+            "llama3": "", "gigachat": ""}[name] if parallel else ""
     return {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
             "seed": f'"{xmlcalls.SEED_OPEN}" tool-ws xml-call tool-ws "{xmlcalls.SEED_CLOSE}" '
@@ -118,7 +118,8 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
                        f'"{minimaxcalls.CLOSE}"',
             "minicpm": f"mm-call {more} tool-ws",
             "dsml": f'"{dsml.open}" tool-ws mm-call {more} tool-ws "{dsml.close}"',
-            "llama3": "tool-call"}[name]
+            "llama3": "tool-call",
+            "gigachat": f'"{literal(fmt.opener)}" tool-call'}[name]
 
 
 def lazy_triggers(fmt: ToolFormat, json_names: tuple[str, ...] = ()) -> tuple[str, ...]:

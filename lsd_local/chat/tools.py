@@ -33,6 +33,8 @@ Formats:
   `[TOOL_CALLS]`, in `<TOOLCALL>...</TOOLCALL>`, after `<|tool_call|>` (chat/listcalls.py);
 - "mistral-args": `[TOOL_CALLS]NAME[ARGS]{...}` per call (Mistral Small 3.2, Devstral,
   Ministral 3: templates with `[ARGS]`; chat/mistralcalls.py);
+- "gigachat": one JSON call as a message after the answer's, `<|message_sep|>\n\nfunction
+  call<|role_sep|>\n{...}` (GigaChat 3; 3.1: after `<|function_call|>`; chat/listcalls.py);
 - "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
   (Llama 3.1/3.2/3.3 templates: `<|start_header_id|>` with `ipython`);
 - "harmony": gpt-oss's channels, a call being a message to `functions.NAME` whose body is
@@ -124,6 +126,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "minicpm": ToolFormat("minicpm", minimaxcalls.MINICPM.invoke),
            "dsml": ToolFormat("dsml", minimaxcalls.DSML_V32.open),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
+           "gigachat": ToolFormat("gigachat", listcalls.GIGACHAT_OPEN),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
 
@@ -161,6 +164,8 @@ def detect_format(template: str | None) -> ToolFormat:
     if dsml is not None:
         return replace(FORMATS["dsml"], opener=dsml.open,
                        variant="v4" if dsml is minimaxcalls.DSML_V4 else "")
+    if listcalls.gigachat_opener(source):
+        return replace(FORMATS["gigachat"], opener=listcalls.gigachat_opener(source))
     if listcalls.list_format(source):
         return FORMATS[listcalls.list_format(source)]
     if "<|start_header_id|>" in source and "ipython" in source and "tools" in source:
@@ -267,6 +272,9 @@ def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
         calls, end = pythoncalls.python_section(section) if fmt.name == "pythonic" else \
             minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))
         return calls, end is not None
+    if fmt.name == "gigachat":
+        scan, end = listcalls.gigachat_block(section, fmt.opener)
+        return [scan], end is not None
     if fmt.name == "llama3":
         scan = scan_call(section, ("parameters", "arguments"))
         return [scan], scan.complete

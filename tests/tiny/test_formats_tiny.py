@@ -24,6 +24,7 @@ from tinymodels import (
     DEEPSEEK_V31_TEMPLATE,
     DSML_TEMPLATE,
     GEMMA_TEMPLATE,
+    GIGACHAT_TEMPLATE,
     GLM_TEMPLATE,
     GRANITE_TEMPLATE,
     KIMI_TEMPLATE,
@@ -68,6 +69,8 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "minicpm": (MINICPM_TEMPLATE, rb'<function name="(get_weather|now)">'),
            "pythonic": (PYTHONIC_TEMPLATE, rb"<\|tool_call_start\|>\[(get_weather|now)\("),
            "apriel": (APRIEL_TEMPLATE, rb'<tool_calls>\s*\[\s*\{\s*"name"'),
+           "gigachat": (GIGACHAT_TEMPLATE, rb'<\|message_sep\|>\n\nfunction call<\|role_sep\|>\n'
+                                           rb'\{\s*"name"'),
            "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
            "mistral-ids": (MISTRAL_IDS_TEMPLATE,
                            rb"\[TOOL_CALLS\](get_weather|now)\[CALL_ID\][a-zA-Z0-9]{9}\[ARGS\]")}
@@ -191,6 +194,10 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "apriel":
         assert ('<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
                 "true}}]</tool_calls>\n<|end|>\n<|begin_tool_result|>\n18 C") in text
+    elif format_agent.format == "gigachat":
+        assert ('assistant<|role_sep|>\n<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": '
+                '"get_weather", "arguments": {"city": "Paris", "metric": true}}<|message_sep|>'
+                "\n\nfunction result<|role_sep|>\n18 C, sunny<|message_sep|>") in text
     elif format_agent.format == "granite":
         assert ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
                 "true}}]<|end_of_text|>") in text

@@ -154,6 +154,28 @@ def test_seed_oss_blocks_read_back_values_right_between_their_tags():
     assert call.name == "get_weather" and streamed_arguments(deltas, 0) == call.arguments
 
 
+@pytest.mark.parametrize("opener,template", [
+    ("<|message_sep|>\n\nfunction call<|role_sep|>\n",
+     "{{ '<|role_sep|>' }} {{ '<|message_sep|>' }}"),
+    ("<|function_call|>", "{{ '<|role_sep|>' }} {{ '<|message_sep|>' }} <|function_call|>"),
+], ids=["3", "3.1"])
+def test_gigachat_calls_read_back_after_the_answer(opener, template):
+    """GigaChat 3 writes one call as a message after the answer's, 3.1 after
+    <|function_call|>: the answer before it is content, the call reads back as it streams."""
+    from lsd_local.chat.listcalls import gigachat_block
+
+    plan = tool_plan(template, TOOLS, "auto", True)
+    assert plan.fmt.name == "gigachat" and plan.fmt.opener == opener
+    call = opener + '{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}'
+    growing_prefixes(single(lambda text: gigachat_block(text, opener)), call)
+    parser = OutputParser(plan.fmt, False, True)
+    content, _, deltas = feed_in_chunks(parser, "Checking." + call, 5)
+    assert content == "Checking."
+    [scan] = parser.tool_calls
+    assert json.loads(scan.arguments) == {"city": "Oslo", "days": 2}
+    assert streamed_arguments(deltas, 0) == scan.arguments
+
+
 def test_command_r_action_blocks_read_back_every_call():
     from lsd_local.chat.commandrcalls import commandr_section
 
