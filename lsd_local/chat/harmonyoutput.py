@@ -18,7 +18,8 @@ from .harmony import (
     read_header,
 )
 from .jsonscan import CallScan, value_end
-from .output import OutputParser, Parts, _partial_suffix, thinking_of
+from .output import OutputParser, Parts, _partial_suffix
+from .thinking import thinking_of
 
 HEADER_STARTS = (START, CHANNEL, " to=")
 MAX_HEADER = 256  # characters: a longer "header" is text a model wrote without one

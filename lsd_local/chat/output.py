@@ -28,34 +28,10 @@ from .deepseekcalls import deepseek_section
 from .gemmacalls import gemma_block
 from .glmcalls import glm_block
 from .jsonscan import scan_call, value_end
+from .thinking import THINK, Thinking
 from .tools import ToolFormat, section_calls, section_markers, tags_of
 from .xmlcalls import hermes_block, xml_block
 
-
-@dataclass(frozen=True)
-class Thinking:
-    """How a family marks its reasoning block."""
-
-    open: str
-    close: str
-    budget_close: str  # what a spent reasoning budget writes (generation.py)
-
-    def opened_by(self, prompt_text: str) -> bool:
-        """Whether a rendered prompt leaves the block open (a template that starts the
-        model's reasoning itself: its answer begins inside the block)."""
-        return prompt_text.rfind(self.open) > prompt_text.rfind(self.close)
-
-
-THINK = Thinking("<think>", "</think>", "\n</think>\n\n")  # DeepSeek-R1, Qwen3, QwQ, ...
-COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINKING|>")
-GEMMA_THINK = Thinking("<|channel>thought", "<channel|>", "<channel|>")  # Gemma 4's channel
-MISTRAL_THINK = Thinking(mistralcalls.THINK_OPEN, mistralcalls.THINK_CLOSE,
-                         mistralcalls.THINK_CLOSE)  # Magistral's, Ministral 3's
-SEED_THINK = Thinking("<seed:think>", "</seed:think>", "</seed:think>")  # Seed-OSS's
-# Apriel 1.6's: its generation prompt opens the reasoning in words, a marker ends it
-APRIEL_THINK = Thinking("Here are my reasoning steps:\n", "[BEGIN FINAL RESPONSE]",
-                        "\n[BEGIN FINAL RESPONSE]\n")
-REASONING_CLOSE = THINK.budget_close
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
                   "seed": (xmlcalls.SEED_OPEN, xmlcalls.SEED_CLOSE),
@@ -71,18 +47,6 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   "gigachat": listcalls.GIGACHAT_MARKERS,
                   **{name: tuple(m for m in markers if m)
                      for name, markers in listcalls.LIST_FORMATS.items()}}
-
-
-def thinking_of(template: str | None) -> Thinking:
-    """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
-    Seed-OSS's, Apriel 1.6's, else `<think>`)."""
-    for think in (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK):
-        if template and think.open in template:
-            return think
-    if template and "Here are my reasoning steps:" in template and \
-            APRIEL_THINK.close in template:
-        return APRIEL_THINK
-    return THINK
 
 
 @dataclass(frozen=True)
@@ -281,6 +245,10 @@ class OutputParser:
             self._after_call = False
         at, end = _first_opener(text, fmt.openers, final)
         json_at, brace = self._json_call_at(text, final)
+        if at < 0 and json_at is None and fmt.ends_message:
+            end = self._before_message_end(parts, text, end, final)
+            if end is None:
+                return
         if json_at is not None and json_at < end:
             at, end = -1, json_at
         self._content_seen |= bool(text[:end].strip())
@@ -290,6 +258,22 @@ class OutputParser:
         elif json_at == end and brace is not None:
             self._take(brace - json_at)  # the fence: neither content nor call
             self.state = "json_call"
+
+    def _before_message_end(self, parts: Parts, text: str, end: int,
+                            final: bool) -> int | None:
+        """GigaChat's separator ends the model's message and is not the answer's: content up
+        to it is released (it and the blanks after it dropped at the end; None: done here),
+        else `end`, short of a piece of it that may go on."""
+        closer = self.fmt.ends_message
+        stripped = text.rstrip()
+        if stripped.endswith(closer):
+            kept = len(stripped) - len(closer)
+            parts.content += self._take(kept)
+            if final:
+                self._take(len(text) - kept)
+            return None
+        return end if final else min(end, len(text) - _partial_suffix(stripped, closer)
+                                     - (len(text) - len(stripped)))
 
     def _json_call_at(self, text: str, final: bool) -> tuple[int | None, int | None]:
         """(where a call in JSON form starts, or may start: text is held back from there;

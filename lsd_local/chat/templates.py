@@ -20,7 +20,7 @@ from . import gemmacalls, pythoncalls
 from .harmony import MARKERS as HARMONY_MARKERS
 from .harmony import is_harmony, template_messages
 from .literal import Shield
-from .output import COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, THINK
+from .thinking import COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK, THINK
 from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
 from .turns import (
     NINE_CHAR_IDS,
@@ -205,8 +205,10 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
 
 # The families' reasoning and message markers that are no control tokens in some
 # vocabularies: the user's spellings of them are masked where the answer's start is read
-MARKUP = tuple(m for think in (THINK, COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK)
+MARKUP = tuple(m for think in (THINK, COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK)
                for m in (think.open, think.close)) + HARMONY_MARKERS
+
+
 def _special(vocab, token: int) -> str:
     return vocab.token_bytes(token).decode("utf-8", "replace")
 

@@ -88,6 +88,8 @@ class ToolFormat:
     # call ids), "bare" (deepseek: V3.1's calls without type and fence)
     also_opens: tuple[str, ...] = ()  # other texts a call section may start with (Kimi's
     # first call's opener: its models may leave the section's out, as llama.cpp allows)
+    ends_message: str = ""  # what ends the model's message, not part of its answer (shown
+    # where it is a control token, to read the opener it begins: GigaChat's separator)
 
     @property
     def openers(self) -> tuple[str, ...]:
@@ -126,7 +128,8 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "minicpm": ToolFormat("minicpm", minimaxcalls.MINICPM.invoke),
            "dsml": ToolFormat("dsml", minimaxcalls.DSML_V32.open),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
-           "gigachat": ToolFormat("gigachat", listcalls.GIGACHAT_OPEN),
+           "gigachat": ToolFormat("gigachat", listcalls.GIGACHAT_OPEN,
+                                  ends_message=listcalls.GIGACHAT_MARKERS[0]),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
 

@@ -13,7 +13,7 @@ from tinymodels import TINY_CTX, accept_text, agent_token, stop_bias, streamed_p
 from tinymodels import valid_call as valid
 
 from lsd_local import Engine, ParameterError
-from lsd_local.chat.output import REASONING_CLOSE
+from lsd_local.chat.thinking import REASONING_CLOSE
 
 
 @pytest.fixture(scope="module")

@@ -136,7 +136,7 @@ def test_apriel_reasoning_is_opened_by_its_prompt_and_ended_by_its_marker():
     """Apriel 1.6's generation prompt opens the reasoning in words; `[BEGIN FINAL
     RESPONSE]` ends it; its calls are one JSON list in <tool_calls> tags."""
     from lsd_local.chat.harmonyoutput import output_parser
-    from lsd_local.chat.output import APRIEL_THINK, thinking_of
+    from lsd_local.chat.thinking import APRIEL_THINK, thinking_of
     from lsd_local.chat.tools import tool_plan
 
     template = ("{{ 'x <tool_calls>[' }} [BEGIN FINAL RESPONSE] "

@@ -11,7 +11,8 @@ import pytest
 from callstream import feed_in_chunks, growing_prefixes, single, streamed_arguments
 
 from lsd_local.chat.gemmacalls import gemma_block, template_messages
-from lsd_local.chat.output import GEMMA_THINK, OutputParser, thinking_of
+from lsd_local.chat.output import OutputParser
+from lsd_local.chat.thinking import GEMMA_THINK, thinking_of
 from lsd_local.chat.tools import detect_format, tool_plan
 
 Q = '<|"|>'

@@ -10,7 +10,8 @@ import pytest
 from callstream import feed_in_chunks, growing_prefixes, single, streamed_arguments
 
 from lsd_local.chat.mistralcalls import args_block
-from lsd_local.chat.output import MISTRAL_THINK, OutputParser, thinking_of
+from lsd_local.chat.output import OutputParser
+from lsd_local.chat.thinking import MISTRAL_THINK, thinking_of
 from lsd_local.chat.tools import detect_format, tool_plan
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -138,7 +138,7 @@ def test_seed_oss_blocks_read_back_values_right_between_their_tags():
     """Seed-OSS writes Qwen3-Coder's calls in its own blocks, each value between its tags
     without the line breaks: read whole (line breaks and tags inside it too), typed."""
     from lsd_local.chat.harmonyoutput import output_parser
-    from lsd_local.chat.output import SEED_THINK
+    from lsd_local.chat.thinking import SEED_THINK
 
     plan = tool_plan(SEED_TEMPLATE, TOOLS, "auto", True)
     assert plan.fmt.name == "seed" and detect_format(TEMPLATE).name == "xml"
@@ -174,6 +174,10 @@ def test_gigachat_calls_read_back_after_the_answer(opener, template):
     [scan] = parser.tool_calls
     assert json.loads(scan.arguments) == {"city": "Oslo", "days": 2}
     assert streamed_arguments(deltas, 0) == scan.arguments
+    # an answer without a call ends its message with the separator, which is not the answer's
+    plain = OutputParser(plan.fmt, False, True)
+    content, _, _ = feed_in_chunks(plain, "It is sunny.<|message_sep|>\n\n", 4)
+    assert content == "It is sunny."
 
 
 def test_command_r_action_blocks_read_back_every_call():

@@ -1,0 +1,47 @@
+"""How each model family marks its reasoning block, and which a chat template uses (the
+answer's reader, chat/output.py, splits the block out; generation.py closes it when a
+reasoning budget is spent)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import mistralcalls
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """How a family marks its reasoning block."""
+
+    open: str
+    close: str
+    budget_close: str  # what a spent reasoning budget writes (generation.py)
+
+    def opened_by(self, prompt_text: str) -> bool:
+        """Whether a rendered prompt leaves the block open (a template that starts the
+        model's reasoning itself: its answer begins inside the block)."""
+        return prompt_text.rfind(self.open) > prompt_text.rfind(self.close)
+
+
+THINK = Thinking("<think>", "</think>", "\n</think>\n\n")  # DeepSeek-R1, Qwen3, QwQ, ...
+COMMANDR_THINK = Thinking("<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINKING|>")
+GEMMA_THINK = Thinking("<|channel>thought", "<channel|>", "<channel|>")  # Gemma 4's channel
+MISTRAL_THINK = Thinking(mistralcalls.THINK_OPEN, mistralcalls.THINK_CLOSE,
+                         mistralcalls.THINK_CLOSE)  # Magistral's, Ministral 3's
+SEED_THINK = Thinking("<seed:think>", "</seed:think>", "</seed:think>")  # Seed-OSS's
+# Apriel 1.6's: its generation prompt opens the reasoning in words, a marker ends it
+APRIEL_THINK = Thinking("Here are my reasoning steps:\n", "[BEGIN FINAL RESPONSE]",
+                        "\n[BEGIN FINAL RESPONSE]\n")
+REASONING_CLOSE = THINK.budget_close
+
+
+def thinking_of(template: str | None) -> Thinking:
+    """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
+    Seed-OSS's, Apriel 1.6's, else `<think>`)."""
+    for think in (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK):
+        if template and think.open in template:
+            return think
+    if template and "Here are my reasoning steps:" in template and \
+            APRIEL_THINK.close in template:
+        return APRIEL_THINK
+    return THINK
