@@ -23,14 +23,9 @@ from . import (
     pythoncalls,
     xmlcalls,
 )
-from .commandrcalls import commandr_section
-from .deepseekcalls import deepseek_section
-from .gemmacalls import gemma_block
-from .glmcalls import glm_block
 from .jsonscan import scan_call, value_end
 from .thinking import THINK, Thinking
-from .tools import ToolFormat, section_calls, section_markers, tags_of
-from .xmlcalls import hermes_block, xml_block
+from .tools import ToolFormat, read_section
 
 # The markers each tool format's calls are read by (what must show as text, chat/markers)
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
@@ -295,10 +290,9 @@ class OutputParser:
 
     def _call(self, parts: Parts, final: bool) -> None:
         origin = self._grow_section()
-        end = self._section_end()
         # (each format's reader stops at its block's end; GLM's arguments have no closer of
         # their own, so only the text after them shows that they are complete)
-        calls, _ = section_calls(self.fmt, self._section)
+        calls, end = read_section(self.fmt, self._section)
         base = len(self._announced) - len(self._section_ids)
         for i, scan in enumerate(calls):
             self._stream_call(parts, base + i, scan)
@@ -346,30 +340,3 @@ class OutputParser:
         if len(scan.arguments) > len(sent) and scan.arguments.startswith(sent):
             parts.tool_calls.append(ToolCallDelta(index, arguments=scan.arguments[len(sent):]))
             self._sent[index] = scan.arguments
-
-    def _section_end(self) -> int | None:
-        """Where the current call section ends in its text (None while it goes on)."""
-        section, fmt = self._section, self.fmt
-        if fmt.name == "hermes":
-            return hermes_block(section)[2]
-        if fmt.name in ("xml", "seed"):
-            return xml_block(section, fmt.types(), fmt.name == "seed")[1]
-        if fmt.name == "glm":
-            return glm_block(section, fmt.types())[1]
-        if fmt.name == "gemma":
-            return gemma_block(section)[1]
-        if fmt.name == "mistral-args":
-            return mistralcalls.args_block(section)[1]
-        if fmt.name in ("deepseek", "kimi"):
-            return deepseek_section(section, section_markers(fmt))[1]
-        if fmt.name == "commandr":
-            return commandr_section(section)[1]
-        if fmt.name in listcalls.LIST_FORMATS:
-            return listcalls.list_block(section, fmt.name)[1]
-        if fmt.name == "pythonic":
-            return pythoncalls.python_section(section)[1]
-        if fmt.name in ("minimax", "minicpm", "dsml"):
-            return minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))[1]
-        if fmt.name == "gigachat":
-            return listcalls.gigachat_block(section, fmt.opener)[1]
-        return value_end(section, 0)

@@ -247,40 +247,45 @@ def choose_tools(tools: tuple[Tool, ...], tool_choice: object) -> tuple[str, tup
 def section_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], bool]:
     """The calls a call section (its text from the opener on, maybe unfinished) holds so far,
     and whether the section is complete."""
+    calls, end = read_section(fmt, section)
+    return calls, end is not None
+
+
+def read_section(fmt: ToolFormat, section: str) -> tuple[list[CallScan], int | None]:
+    """The calls a call section holds so far, and where it ends (None while unknown): each
+    format's reader stops at its block's end."""
     if fmt.name == "hermes":
         start, json_end, end = xmlcalls.hermes_block(section)
-        return [scan_call(section[start:json_end])], end is not None
+        return [scan_call(section[start:json_end])], end
     if fmt.name in ("xml", "seed"):
         scan, end = xmlcalls.xml_block(section, fmt.types(), fmt.name == "seed")
-        return [scan], end is not None
-    if fmt.name == "glm":
+    elif fmt.name == "glm":
         scan, end = glmcalls.glm_block(section, fmt.types())
-        return [scan], end is not None
-    if fmt.name == "gemma":
+    elif fmt.name == "gemma":
         scan, end = gemmacalls.gemma_block(section)
-        return [scan], end is not None
-    if fmt.name == "mistral-args":
+    elif fmt.name == "mistral-args":
         scan, end = mistralcalls.args_block(section)
-        return [scan], end is not None
-    if fmt.name in ("deepseek", "kimi"):
-        calls, end = deepseekcalls.deepseek_section(section, section_markers(fmt))
-        return calls, end is not None
-    if fmt.name == "commandr":
-        calls, end = commandrcalls.commandr_section(section)
-        return calls, end is not None
-    if fmt.name in listcalls.LIST_FORMATS:
-        calls, end = listcalls.list_block(section, fmt.name)
-        return calls, end is not None
-    if fmt.name in ("pythonic", "minimax", "minicpm", "dsml"):
-        calls, end = pythoncalls.python_section(section) if fmt.name == "pythonic" else \
-            minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))
-        return calls, end is not None
-    if fmt.name == "gigachat":
+    elif fmt.name == "gigachat":
         scan, end = listcalls.gigachat_block(section, fmt.opener)
-        return [scan], end is not None
-    if fmt.name == "llama3":
-        scan = scan_call(section, ("parameters", "arguments"))
-        return [scan], scan.complete
+    elif fmt.name == "llama3":
+        scan, end = scan_call(section, ("parameters", "arguments")), value_end(section, 0)
+    else:
+        return _section_of_calls(fmt, section)
+    return [scan], end
+
+
+def _section_of_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], int | None]:
+    """read_section for the formats whose section holds several calls."""
+    if fmt.name in ("deepseek", "kimi"):
+        return deepseekcalls.deepseek_section(section, section_markers(fmt))
+    if fmt.name == "commandr":
+        return commandrcalls.commandr_section(section)
+    if fmt.name in listcalls.LIST_FORMATS:
+        return listcalls.list_block(section, fmt.name)
+    if fmt.name == "pythonic":
+        return pythoncalls.python_section(section)
+    if fmt.name in ("minimax", "minicpm", "dsml"):
+        return minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))
     return _generic_calls(section)
 
 
@@ -294,13 +299,13 @@ def section_markers(fmt: ToolFormat) -> deepseekcalls.Markers:
     return deepseekcalls.KIMI if fmt.name == "kimi" else deepseekcalls.DEEPSEEK
 
 
-def _generic_calls(section: str) -> tuple[list[CallScan], bool]:
+def _generic_calls(section: str) -> tuple[list[CallScan], int | None]:
     match = re.match(r'\s*\{\s*"tool_calls"\s*:', section)
     if not match:
-        return [], value_end(section, 0) is not None
+        return [], value_end(section, 0)
     elements, _ = list_elements(section, match.end())
     calls = [scan_call(section[a:b] if b else section[a:]) for a, b in elements]
-    return calls, value_end(section, 0) is not None
+    return calls, value_end(section, 0)
 
 
 def template_arguments(arguments: object) -> object:
