@@ -68,10 +68,8 @@ def _call_rules(fmt: ToolFormat):
     return {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
             "seed": functools.partial(xmlcalls.call_rules, tight=True),
             "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
-            "minimax": minimaxcalls.call_rules,
-            "minicpm": functools.partial(minimaxcalls.call_rules, tags=minimaxcalls.MINICPM),
-            "dsml": functools.partial(minimaxcalls.call_rules,
-                                      tags=minimaxcalls.tags_for("dsml", fmt.variant)),
+            **dict.fromkeys(("minimax", "minicpm", "dsml"), functools.partial(
+                minimaxcalls.call_rules, tags=minimaxcalls.tags_for(fmt.name, fmt.variant))),
             "mistral-args": functools.partial(mistralcalls.call_rules,
                                               call_ids=fmt.variant == "ids"),
             "deepseek": functools.partial(deepseekcalls.call_rules,
