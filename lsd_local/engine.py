@@ -26,7 +26,13 @@ from .config import (
     changed_settings,
     engine_settings,
 )
-from .drafters.auto.calibration import CALIBRATION_CONTEXT, Calibration
+from .drafters.auto.calibration import (
+    CALIBRATION_CONTEXT,
+    filler,
+    filler_arrays,
+    measure_missing,
+    needs_measuring,
+)
 from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
 from .drafters.forced import Forced, ForcedDraft
@@ -266,31 +272,52 @@ class Engine:
             self._runner.join(gen)
         return gen
 
+    def calibrate(self) -> bool:
+        """Measure now, on filler tokens, what auto measures before it first tries the draft
+        model (drafters/auto/calibration.py), so that no request waits for it (side by side,
+        every stream did); `lsd serve` does so before it answers. Returns whether it
+        measured: not without a draft model, with a drafter other than auto, or when what
+        auto learned already knows. Empties the first sequence's cache."""
+        self._check_open()
+        if self._claim.current():
+            raise EngineBusyError("finish or close the unfinished generations before "
+                                  "calibrating this Engine")
+        drafter = self._drafter
+        if self.draft_model is None or not needs_measuring(drafter):
+            return False
+        target, draft = self.target.slots[0], self.draft_model.slots[0]
+        arrays = filler_arrays(target, draft)
+        if arrays is None:
+            return False
+        for slot in (target, draft):
+            slot.truncate(0)
+        self._pools[0].reset()
+        self._calibration = measure_missing(drafter, target, draft, *arrays,
+                                            self._calibration)
+        target.truncate(0)  # (the filler prefix is no prompt's)
+        return True
+
     def _calibrate(self, drafter, target, draft, prompt_ids: list[int]) -> tuple[int, float]:
-        """Before auto first tries the draft model (nothing learned yet), measure what it and
-        the target cost here, and at the first prompt long enough how t(n) grows with the
-        context: a draft model that cannot pay is then never tried (once per process and
-        model pair, then kept with what auto learned). `target`, `draft`: the generation's
-        sequences. Returns (prompt tokens left cached, seconds their evaluation took)."""
-        if draft is None or not getattr(drafter, "needs_calibration", False) and \
-                not getattr(drafter, "needs_slope", False):
+        """Before auto first tries the draft model (nothing learned yet, no `calibrate`),
+        measure what it and the target cost here, and at the first prompt long enough how
+        t(n) grows with the context: a draft model that cannot pay is then never tried (once
+        per process and model pair, then kept with what auto learned). `target`, `draft`:
+        the generation's sequences. Returns (prompt tokens left cached, seconds their
+        evaluation took)."""
+        if draft is None or not needs_measuring(drafter):
             return 0, 0.0
         if self._calibration is not None:  # (measured for another sequence's drafter)
             drafter.use_calibration(self._calibration, timings=drafter.needs_calibration)
-        if target.n_cached or not (drafter.needs_calibration or drafter.needs_slope):
+        if target.n_cached or not needs_measuring(drafter):
             return 0, 0.0  # (never at the cost of a conversation's cache)
-        vocab = draft.vocab  # (its own token ids: it may have another vocabulary)
-        filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
         n = min(len(prompt_ids), CALIBRATION_CONTEXT, target.n_ctx // 2, draft.n_ctx - 2)
         if n < 1:  # (a context too small to measure in: auto tries the model to learn)
             return 0, 0.0
         prompt = np.asarray(prompt_ids, np.int32)
         prefix = prompt[:min(len(prompt) - 1, target.n_ctx - 1)]  # (the prefill reuses it)
-        self._calibration = drafter.calibrate(
-            target, draft, prompt[:n], np.full(n, filler, np.int32), prefix) \
-            if drafter.needs_calibration else \
-            drafter.calibrate_slope(target, prompt[:n], prefix, self._calibration or
-                                    Calibration((), drafter.draft_token_s, None))
+        # (the draft model's own token ids: it may have another vocabulary)
+        self._calibration = measure_missing(drafter, target, draft, prompt[:n],
+                                            filler(draft.vocab, n), prefix, self._calibration)
         return self._calibration.evaluated
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
@@ -369,3 +396,4 @@ class Engine:
 
     def __exit__(self, *exc) -> None:
         self.close()
+

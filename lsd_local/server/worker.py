@@ -82,6 +82,12 @@ def worker_main(conn, settings: WorkerSettings) -> None:
         conn.send(LoadFailed(str(exc)))
         return
     engine.keep_conversations(settings.state_cache, settings.state_cache_bytes)
+    # auto's costs measured before the first request, so that none waits for it
+    started = time.perf_counter()
+    if engine.calibrate():
+        engine.notices.append(f"auto measured what drafting costs on this machine "
+                              f"({time.perf_counter() - started:.1f} s)")
+        engine.save_learned()  # (kept at once: a server killed later measures no more)
     conn.send(Ready({"pid": os.getpid(), "n_ctx": engine.target.n_ctx,
                          "notices": list(engine.notices), "placement": engine.placement,
                          "draft": engine.draft_model.path.name if engine.draft_model else None,

@@ -28,6 +28,27 @@ def server(tiny_pair):
         yield srv
 
 
+def test_auto_measures_its_costs_before_the_server_is_ready(server):
+    """With nothing learned, auto's costs are measured while the server loads, so that no
+    request's stream waits for them; it says so before its ready line."""
+    text = "".join(server.stderr)
+    assert text.index("auto measured what drafting costs") < text.index("ready at")
+
+
+def test_what_auto_measured_at_startup_is_kept_for_the_next_server(tiny_pair, tmp_path):
+    """Where auto remembers (no LSD_NO_STATE), a second server on the same pair starts from
+    what the first measured."""
+    env = {"LSD_NO_STATE": "", "XDG_CACHE_HOME": str(tmp_path)}
+    starts = []
+    for _ in range(2):
+        with serving.Server(tiny_pair[0], "--draft", str(tiny_pair[1]), "--ctx", CTX,
+                            env=env) as srv:
+            pass
+        starts.append(srv.all_stderr())
+    assert "auto measured what drafting costs" in starts[0]
+    assert "auto measured" not in starts[1] and "ready at" in starts[1]
+
+
 def lsd_run(tiny_pair, prompt: str, *args: str) -> dict:
     """What `lsd run --json` answers with the same model and settings."""
     result = CliRunner().invoke(cli, ["run", "--json", "-m", str(tiny_pair[0]), "--draft",

@@ -222,6 +222,39 @@ def test_auto_calibrates_once_for_every_sequence(tiny_pair, monkeypatch):
         assert len(measured) == 1 and len({id(d) for d in drafters}) == 3
 
 
+def test_calibrating_before_any_request_leaves_nothing_to_measure(tiny_pair, plain,
+                                                                   monkeypatch):
+    """`Engine.calibrate` (what `lsd serve` does before it answers) measures the sizes, the
+    draft model's step and how t(n) grows with the context on filler tokens: no generation
+    then measures anything (no stream waits for it), every sequence's drafter starts from
+    it, and each answer is still its greedy answer alone. Nothing is left to measure after."""
+    from lsd_local.drafters.auto import calibration
+
+    measured = []
+
+    def spying(name: str, real):
+        def spy(*args):
+            measured.append(name)
+            return real(*args)
+        return spy
+    for name in ("measure", "measure_slope"):
+        monkeypatch.setattr(calibration, name, spying(name, getattr(calibration, name)))
+    assert not plain.calibrate()  # (no draft model: nothing to measure)
+    with load_tiny(tiny_pair, "auto", draft=tiny_pair[1], parallel=3) as eng:
+        assert eng.calibrate() and measured == ["measure"]
+        assert eng.target.slots[0].n_cached == 0  # (the filler is no prompt's)
+        assert not eng.calibrate()
+        gens = [eng.generate(p, max_tokens=n) for p, n in zip(PROMPTS[:3], LENGTHS[:3],
+                                                                strict=True)]
+        drafters = [gen._parts.drafter for gen in gens]
+        assert not any(d.needs_calibration or d.needs_slope for d in drafters)
+        assert len({d.cost.per_query_context_s for d in drafters}) == 1
+        interleaved(gens)
+        assert measured == ["measure"]
+        for gen, prompt, n in zip(gens, PROMPTS, LENGTHS[:3], strict=False):
+            assert gen.tokens == alone(plain, prompt, n), prompt
+
+
 @pytest.mark.parametrize("drafter", ["model", "multilevel"])
 def test_the_draft_model_drafts_for_every_sequence_in_one_batch(tiny_pair, plain, monkeypatch,
                                                                 drafter):

@@ -19,6 +19,12 @@ sequences' drafters and learned.json keeps it between processes).
   16 times as plainly as a step), which stays cached: its prefill then costs nothing more
   (the generation is told, for its statistics). A prompt too short for that leaves the
   slope unknown, to be timed at the first long prompt (`measure_slope`).
+- Before any prompt (`lsd serve` at startup, `Engine.calibrate`): the same sizes and the slope
+  are timed on filler tokens (a step costs the same whatever the tokens are), so that no
+  request waits while they are measured: side by side, a first request's calibration held
+  every other stream for seconds. It takes 5.7-6.7 s on the Qwen pair on 2 cores (3.3 s of
+  it the sizes and the draft model, the rest the slope's 320-token prefill), once per
+  machine and model pair where auto remembers.
 """
 
 from __future__ import annotations
@@ -85,6 +91,38 @@ def measure_slope(target, context: np.ndarray, prefix: np.ndarray,
     near_s = _evaluate(target, context, 0)
     near = time_blocks(target, context, (1, SLOPE_SIZE), SLOPE_REPEATS)
     return _far(target, context, prefix, known, near(SLOPE_SIZE), near(1), near_s)
+
+
+def needs_measuring(drafter) -> bool:
+    """Whether a drafter is auto with a draft model that has not measured its costs yet."""
+    return getattr(drafter, "needs_calibration", False) or \
+        getattr(drafter, "needs_slope", False)
+
+
+def measure_missing(drafter, target, draft, context: np.ndarray, draft_context: np.ndarray,
+                    prefix: np.ndarray, known: Calibration | None) -> Calibration:
+    """What the AutoDrafter `drafter` still needs measured (everything, through its
+    `calibrate`, or the slope alone after `known`), taught to it; the arrays are `measure`'s."""
+    if drafter.needs_calibration:
+        return drafter.calibrate(target, draft, context, draft_context, prefix)
+    return drafter.calibrate_slope(target, context, prefix,
+                                   known or Calibration((), drafter.draft_token_s, None))
+
+
+def filler_arrays(target, draft) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(context, draft_context, prefix) for `measure` before any prompt: filler tokens
+    (int32, each model's own BOS, else EOS) as many as a prompt would give, the prefix as
+    long as the slope needs where the context allows; None when no context fits."""
+    n = min(CALIBRATION_CONTEXT, target.n_ctx // 2, draft.n_ctx - 2)
+    if n < 1:
+        return None
+    prefix = min(n + SLOPE_SPREAD, target.n_ctx - SLOPE_SIZE)  # (each filler costs time)
+    return filler(target.vocab, n), filler(draft.vocab, n), filler(target.vocab, prefix)
+
+
+def filler(vocab, n: int) -> np.ndarray:
+    """int32[n] of one token every vocabulary has (what is timed does not depend on it)."""
+    return np.full(n, vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token, np.int32)
 
 
 def _slope_fits(target, context: np.ndarray, prefix: np.ndarray | None) -> bool:
