@@ -357,6 +357,18 @@ APRIEL_TEMPLATE = (
     "{%- elif m.role == 'tool' %}{{- '<|begin_tool_result|>\\n' + m.content + '\\n' }}"
     "{%- else %}{{- '<|begin_' + m.role + '|>\\n' + m.content + '\\n' }}{%- endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}{{- '<|begin_assistant|>\\n' }}{%- endif %}")
+# Functionary v3.2's way: the generation prompt ends with ">>>", each message names its
+# recipient on its first line ("all": the answer), a call's arguments as JSON text after its
+# function's name; written here for the tests
+FUNCTIONARY_TEMPLATE = (
+    "{%- if tools %}{{- 'system\nRespond in this format:\n>>>${recipient}\n${content}\n' + "
+    "(tools | tojson) + '<|eot|>' }}{%- endif %}"
+    "{%- for m in messages %}{{- m.role + '\n' }}{%- if m.role == 'assistant' %}"
+    "{%- if m.content %}{{- '>>>all\n' + m.content }}{%- endif %}"
+    "{%- for c in m.tool_calls or [] %}{{- '>>>' + c.function.name + '\n' + "
+    "c.function.arguments }}{%- endfor %}{%- else %}{{- m.content }}{%- endif %}"
+    "{{- '<|eot|>' }}{%- endfor %}{%- if add_generation_prompt %}{{- 'assistant\n>>>' }}"
+    "{%- endif %}")
 # GigaChat 3's way: one call as a message of its own after the answer's ("function call"),
 # every message ending with a separator; written here for the tests
 GIGACHAT_TEMPLATE = (

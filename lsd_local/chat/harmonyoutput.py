@@ -4,6 +4,9 @@ channel (and a preamble) to content."""
 
 from __future__ import annotations
 
+from .functionarycalls import OPEN as FUNCTIONARY_OPEN
+from .functionarycalls import is_functionary
+from .functionaryoutput import RecipientParser
 from .harmony import (
     CALL_PREFIX,
     CHANNEL,
@@ -20,6 +23,7 @@ from .harmony import (
 from .jsonscan import CallScan, value_end
 from .output import OutputParser, Parts, _partial_suffix
 from .thinking import thinking_of
+from .tools import FORMATS
 
 HEADER_STARTS = (START, CHANNEL, " to=")
 MAX_HEADER = 256  # characters: a longer "header" is text a model wrote without one
@@ -189,6 +193,10 @@ def output_parser(template: str | None, plan, prompt_text: str,
     if is_harmony(template):
         return HarmonyParser(tuple(t.name for t in plan.callable) if calls else (), reasoning,
                              opened_header(prompt_text), calls and plan.mode == "required")
+    if is_functionary(template):
+        return RecipientParser(plan.fmt if calls else FORMATS["functionary"],
+                               tuple(t.name for t in plan.callable) if calls else (),
+                               prompt_text.endswith(FUNCTIONARY_OPEN))
     think = thinking_of(template)
     return OutputParser(plan.fmt if calls else None, think.opened_by(prompt_text), reasoning,
                         plan.json_names if plan is not None else (), think)

@@ -16,7 +16,7 @@ from datetime import datetime
 from functools import lru_cache
 
 from ..errors import ContextOverflowError, LsdError, ParameterError
-from . import gemmacalls, pythoncalls
+from . import functionarycalls, gemmacalls, pythoncalls
 from .harmony import MARKERS as HARMONY_MARKERS
 from .harmony import is_harmony, template_messages
 from .literal import Shield
@@ -174,6 +174,8 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
         clean = template_messages(clean)
     elif template and gemmacalls.is_gemma(template) and gemmacalls.OPENAI_MARKER not in template:
         clean = gemmacalls.template_messages(clean)  # (an older Gemma 4 template)
+    elif functionarycalls.is_functionary(template):
+        clean = functionarycalls.template_messages(clean)  # (arguments added to text)
     elif template and pythoncalls.is_python_calls(template):
         clean = with_thinking(clean)  # (LFM2's templates read an earlier turn's reasoning so)
     if template and NINE_CHAR_IDS.search(template):

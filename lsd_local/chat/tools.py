@@ -35,6 +35,8 @@ Formats:
   Ministral 3: templates with `[ARGS]`; chat/mistralcalls.py);
 - "gigachat": one JSON call as a message after the answer's, `<|message_sep|>\n\nfunction
   call<|role_sep|>\n{...}` (GigaChat 3; 3.1: after `<|function_call|>`; chat/listcalls.py);
+- "functionary": messages after the prompt's `>>>`, each naming its recipient first, a call
+  `NAME\n{...}`, the answer `all\n...` (Functionary v3.2; chat/functionarycalls.py);
 - "llama3": a JSON object `{"name": ..., "parameters": {...}}` as the whole answer
   (Llama 3.1/3.2/3.3 templates: `<|start_header_id|>` with `ipython`);
 - "harmony": gpt-oss's channels, a call being a message to `functions.NAME` whose body is
@@ -55,6 +57,7 @@ from ..errors import ParameterError
 from . import (
     commandrcalls,
     deepseekcalls,
+    functionarycalls,
     gemmacalls,
     glmcalls,
     harmony,
@@ -98,6 +101,8 @@ class ToolFormat:
 
     def opener_tokens(self, vocab) -> tuple[int, ...]:
         """The openers that are one token each in `vocab` (a backend Vocab), as tokens."""
+        if self.name == "functionary":  # (">>>" opens a call only with a function's name)
+            return ()
         spelled = [vocab.tokenize(opener, add_special=False) for opener in self.openers]
         return tuple(ids[0] for ids in spelled if len(ids) == 1)
 
@@ -130,6 +135,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
            "gigachat": ToolFormat("gigachat", listcalls.GIGACHAT_OPEN,
                                   ends_message=listcalls.GIGACHAT_MARKERS[0]),
+           "functionary": ToolFormat("functionary", functionarycalls.OPEN),
            "llama3": ToolFormat("llama3", "", "parameters"),
            "generic": ToolFormat("generic", "")}
 
@@ -143,6 +149,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["gemma"]
     if "<function=" in source and "<parameter=" in source:
         return FORMATS["seed" if xmlcalls.SEED_OPEN in source else "xml"]
+    if functionarycalls.is_functionary(source):
+        return FORMATS["functionary"]
     if glmcalls.is_glm(source):
         return FORMATS["glm"]
     if "<tool_call>" in source:
@@ -267,6 +275,8 @@ def read_section(fmt: ToolFormat, section: str) -> tuple[list[CallScan], int | N
         scan, end = mistralcalls.args_block(section)
     elif fmt.name == "gigachat":
         scan, end = listcalls.gigachat_block(section, fmt.opener)
+    elif fmt.name == "functionary":
+        scan, end = functionarycalls.functionary_block(section)
     elif fmt.name == "llama3":
         scan, end = scan_call(section, ("parameters", "arguments")), value_end(section, 0)
     else:
@@ -340,7 +350,8 @@ class ToolPlan:
     def json_names(self) -> tuple[str, ...]:
         """The tools a call in JSON form may name (chat/jsoncalls.py): with "auto", in a
         format that has a template form of its own (an opener)."""
-        if self.mode != "auto" or self.fmt.at_start_only or self.fmt.name == "harmony":
+        if self.mode != "auto" or self.fmt.at_start_only or \
+                self.fmt.name in ("harmony", "functionary"):
             return ()
         return tuple(tool.name for tool in self.callable)
 
@@ -353,6 +364,10 @@ class ToolPlan:
             text = harmony.call_grammar(self.callable, self.mode == "required", to_gbnf,
                                         self.opened)
             return text, (harmony.TRIGGERS if self.mode == "auto" else ())
+        if self.fmt.name == "functionary":  # (its first call has no opener)
+            lazy = self.mode == "auto"
+            return functionarycalls.call_grammar(self.callable, self.parallel, to_gbnf, lazy), \
+                (functionarycalls.triggers(self.callable) if lazy else ())
         text = call_grammar(self.fmt, self.callable, self.parallel, to_gbnf,
                             json_form=bool(self.json_names))
         if self.mode == "auto":

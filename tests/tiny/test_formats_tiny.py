@@ -23,6 +23,7 @@ from tinymodels import (
     DEEPSEEK_TEMPLATE,
     DEEPSEEK_V31_TEMPLATE,
     DSML_TEMPLATE,
+    FUNCTIONARY_TEMPLATE,
     GEMMA_TEMPLATE,
     GIGACHAT_TEMPLATE,
     GLM_TEMPLATE,
@@ -71,6 +72,7 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "apriel": (APRIEL_TEMPLATE, rb'<tool_calls>\s*\[\s*\{\s*"name"'),
            "gigachat": (GIGACHAT_TEMPLATE, rb'<\|message_sep\|>\n\nfunction call<\|role_sep\|>\n'
                                            rb'\{\s*"name"'),
+           "functionary": (FUNCTIONARY_TEMPLATE, rb"^(get_weather|now)\n\{"),
            "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
            "mistral-ids": (MISTRAL_IDS_TEMPLATE,
                            rb"\[TOOL_CALLS\](get_weather|now)\[CALL_ID\][a-zA-Z0-9]{9}\[ARGS\]")}
@@ -198,6 +200,9 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
         assert ('assistant<|role_sep|>\n<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": '
                 '"get_weather", "arguments": {"city": "Paris", "metric": true}}<|message_sep|>'
                 "\n\nfunction result<|role_sep|>\n18 C, sunny<|message_sep|>") in text
+    elif format_agent.format == "functionary":  # (arguments as the client's JSON text)
+        assert ('assistant\n>>>get_weather\n{"city": "Paris", "metric": true}<|eot|>tool\n'
+                "18 C, sunny<|eot|>assistant\n>>>") in text
     elif format_agent.format == "granite":
         assert ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
                 "true}}]<|end_of_text|>") in text
@@ -480,3 +485,18 @@ def test_dsml_v4_calls_without_arguments_and_optional_strings(tiny_agent):
     calls, complete = section_calls(plan.fmt, empty)
     assert complete and [(c.name, json.loads(c.arguments)) for c in calls] == [
         ("now", {}), ("note", {"text": "a note"})]
+
+
+@pytest.mark.parametrize("mode,call,whole", [
+    ("required", 'get_weather\n{"city": "Paris", "metric": true}', True),
+    ("required", 'get_weather\n{"city": "Paris", "metric": true}>>>now\n{}', True),
+    ("required", '>>>get_weather\n{"city": "Paris", "metric": true}', False),  # (the prompt's)
+    ("required", 'python\n{"code": "1"}', False),
+    ("auto", '>>>now\n{}', True),  # (lazily, from the >>> that triggered it)
+    ("auto", 'now\n{"city": "Paris"}', False),
+])
+def test_the_functionary_grammar_starts_where_its_calls_do(tiny_agent, mode, call, whole):
+    from lsd_local.chat.tools import tool_plan
+
+    plan = tool_plan(FUNCTIONARY_TEMPLATE, TOOLS, mode, True)
+    assert plan_admits(tiny_agent, plan, call, ends=True) == whole
