@@ -292,10 +292,11 @@ class Engine:
         for slot in (target, draft):
             slot.truncate(0)
         self._pools[0].reset()
+        known = (drafter.draft_token_s, drafter.cost.per_query_context_s)
         self._calibration = measure_missing(drafter, target, draft, *arrays,
                                             self._calibration)
         target.truncate(0)  # (the filler prefix is no prompt's)
-        return True
+        return known != (drafter.draft_token_s, drafter.cost.per_query_context_s)
 
     def _calibrate(self, drafter, target, draft, prompt_ids: list[int]) -> tuple[int, float]:
         """Before auto first tries the draft model (nothing learned yet, no `calibrate`),

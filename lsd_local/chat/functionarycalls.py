@@ -23,8 +23,9 @@ from .gbnfparts import literal, renamed
 from .jsonscan import CallScan, skip_space, value_end
 
 OPEN = ">>>"
-RECIPIENT = re.compile(r"(?:>>>)?([A-Za-z0-9_.\-]{1,64})\n")
-MAYBE_RECIPIENT = re.compile(r">{1,2}|(?:>>>)?[A-Za-z0-9_.\-]{0,64}")  # (may become one)
+# (more ">" before a name: the lazy grammar's trigger, too, finds ">>>NAME" in ">>>>NAME")
+RECIPIENT = re.compile(r"(?:>>>+)?([A-Za-z0-9_.\-]{1,64})\n")
+MAYBE_RECIPIENT = re.compile(r">{1,2}|(?:>>>+)?[A-Za-z0-9_.\-]{0,64}")  # (may become one)
 
 
 def is_functionary(template: str | None) -> bool:

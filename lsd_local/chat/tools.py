@@ -383,6 +383,9 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     mode, callable_tools = choose_tools(checked, tool_choice)
     named = isinstance(tool_choice, dict)  # "call this function": once, as OpenAI does
     fmt = detect_format(template)
+    if fmt.name == "functionary" and any(tool.name == "all" for tool in checked):
+        raise ParameterError("invalid tools: this model's template reads a message to 'all' "
+                             "as the answer, so no tool may be named so", param="tools")
     if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm", "dsml"):  # (values' types)
         fmt = replace(fmt, parameter_types=tuple(
             (tool, key, kind) for (tool, key), kind in xmlcalls.parameter_types(checked).items()))

@@ -84,10 +84,15 @@ def worker_main(conn, settings: WorkerSettings) -> None:
     engine.keep_conversations(settings.state_cache, settings.state_cache_bytes)
     # auto's costs measured before the first request, so that none waits for it
     started = time.perf_counter()
-    if engine.calibrate():
-        engine.notices.append(f"auto measured what drafting costs on this machine "
-                              f"({time.perf_counter() - started:.1f} s)")
-        engine.save_learned()  # (kept at once: a server killed later measures no more)
+    try:
+        if engine.calibrate():
+            engine.notices.append(f"auto measured what drafting costs on this machine "
+                                  f"({time.perf_counter() - started:.1f} s)")
+            engine.save_learned()  # (kept at once: a server killed later measures no more)
+    except LsdError as exc:  # (the server serves; the first request measures, or fails)
+        engine.reset()
+        engine.notices.append(f"auto could not measure what drafting costs before the "
+                              f"first request ({exc})")
     conn.send(Ready({"pid": os.getpid(), "n_ctx": engine.target.n_ctx,
                          "notices": list(engine.notices), "placement": engine.placement,
                          "draft": engine.draft_model.path.name if engine.draft_model else None,

@@ -35,6 +35,16 @@ def test_auto_measures_its_costs_before_the_server_is_ready(server):
     assert text.index("auto measured what drafting costs") < text.index("ready at")
 
 
+def test_a_server_whose_measuring_fails_still_starts_and_says_why(tiny_pair, tmp_path):
+    """A target that returns NaN logits fails auto's measuring at startup: the server still
+    starts (the first request measures, or fails with its own error), and says why."""
+    nan = tinymodels.make_nan_model(tmp_path)
+    with serving.Server(nan, "--draft", str(tiny_pair[1]), "--ctx", CTX) as srv:
+        assert srv.port is not None
+    text = srv.all_stderr()
+    assert "auto could not measure what drafting costs" in text and "NaN" in text
+
+
 def test_what_auto_measured_at_startup_is_kept_for_the_next_server(tiny_pair, tmp_path):
     """Where auto remembers (no LSD_NO_STATE), a second server on the same pair starts from
     what the first measured."""

@@ -222,6 +222,14 @@ def test_auto_calibrates_once_for_every_sequence(tiny_pair, monkeypatch):
         assert len(measured) == 1 and len({id(d) for d in drafters}) == 3
 
 
+def test_calibrate_says_whether_it_measured_in_a_context_too_short_for_the_slope(tiny_pair):
+    """In 256 tokens the slope cannot be timed (the prefix needs 256 more than the sizes'
+    64): the first call measures the sizes, a second measures nothing and says so."""
+    with load_tiny(tiny_pair, "auto", draft=tiny_pair[1], n_ctx=256) as eng:
+        assert eng.calibrate() and eng.drafter.needs_slope
+        assert not eng.calibrate()
+
+
 def test_calibrating_before_any_request_leaves_nothing_to_measure(tiny_pair, plain,
                                                                    monkeypatch):
     """`Engine.calibrate` (what `lsd serve` does before it answers) measures the sizes, the
@@ -243,7 +251,7 @@ def test_calibrating_before_any_request_leaves_nothing_to_measure(tiny_pair, pla
     with load_tiny(tiny_pair, "auto", draft=tiny_pair[1], parallel=3) as eng:
         assert eng.calibrate() and measured == ["measure"]
         assert eng.target.slots[0].n_cached == 0  # (the filler is no prompt's)
-        assert not eng.calibrate()
+        assert not eng.calibrate()  # (nothing left to measure)
         gens = [eng.generate(p, max_tokens=n) for p, n in zip(PROMPTS[:3], LENGTHS[:3],
                                                                 strict=True)]
         drafters = [gen._parts.drafter for gen in gens]

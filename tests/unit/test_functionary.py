@@ -46,6 +46,7 @@ def test_the_format_is_found_as_llama_cpp_finds_it():
     ("Hello, no recipient line", "Hello, no recipient line", []),
     ("all\nA text to all.>>>all\nand more.", "A text to all.and more.", []),
     ('python\n{"code": "1"}', 'python\n{"code": "1"}', []),  # (no such tool: text)
+    ('all\nsee x>>>>now\n{}', "see x", [("now", {})]),  # (as the trigger finds it)
 ])
 def test_recipients_split_the_answer_into_content_and_calls(size, text, content, calls):
     got, tool_calls, deltas = parse(text, size)
@@ -59,6 +60,14 @@ def test_without_tools_the_answer_line_goes_and_a_call_stays_text():
     assert parse("all\nHi", 2, tools=False)[:2] == ("Hi", [])
     text = 'get_weather\n{"city": "Oslo"}'
     assert parse(text, 2, tools=False)[:2] == (text, [])
+
+
+def test_no_tool_may_be_named_as_the_answers_recipient():
+    from lsd_local.errors import ParameterError
+
+    named_all = [{"type": "function", "function": {"name": "all", "parameters": {}}}]
+    with pytest.raises(ParameterError, match="'all'"):
+        tool_plan(TEMPLATE, named_all, "auto", True)
 
 
 def test_a_call_reads_back_as_it_streams():
