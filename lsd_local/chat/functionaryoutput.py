@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .functionarycalls import MAYBE_RECIPIENT, OPEN, RECIPIENT
-from .output import OutputParser, Parts
+from .output import OutputParser, Parts, _partial_suffix
 
 ANSWER = "all"  # the recipient of the answer's text
 
@@ -36,7 +36,7 @@ class RecipientParser(OutputParser):
             text = self._pending_text()  # (no recipient: text from here on)
         at = text.find(OPEN)
         if at < 0:
-            keep = 0 if final else next((n for n in (2, 1) if text.endswith(OPEN[:n])), 0)
+            keep = 0 if final else _partial_suffix(text, OPEN)
             parts.content += self._take(len(text) - keep)
             return
         parts.content += self._take(at)
