@@ -1,5 +1,4 @@
-"""The public engine: load a target (and optional draft), then hand out one Generation at a
-time (generation.py owns each request from start to close)."""
+"""The public engine: load the models, hand out Generations (generation.py runs each one)."""
 
 from __future__ import annotations
 
@@ -37,7 +36,7 @@ from .drafters.auto.learned import request_family
 from .drafters.base import Drafter
 from .drafters.forced import Forced, ForcedDraft
 from .drafters.pool import DrafterPool
-from .errors import EngineBusyError, ParameterError, check
+from .errors import ParameterError, check
 from .generation import EngineParts, Generation
 from .grammars import compile_constraint, compile_tool_grammar
 from .limits import check_seed
@@ -125,16 +124,15 @@ class Engine:
         learned, unless `fresh_drafter` (each benchmark run). One request's own settings:
         Request.drafter and Request.rule."""
         self._check_open()
-        if self._claim.current():  # what a generation uses is fixed when made
-            raise EngineBusyError("finish or close the unfinished generation before "
-                                  "configuring this Engine")
-        dcfg, rcfg = changed_settings(self.drafter_config, self.rule_config, drafter, rule,
-                                      **changes)
-        self._check_speculation(dcfg)
-        for pool in self._pools[1:]:  # (side by side: each sequence has its own)
-            pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
-        self._drafter = self._pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
-        self.drafter_config, self.rule_config = dcfg, rcfg
+        with self._claim.idle("finish or close the unfinished generation before configuring "
+                              "this Engine"):  # (what a generation uses is fixed when made)
+            dcfg, rcfg = changed_settings(self.drafter_config, self.rule_config, drafter,
+                                          rule, **changes)
+            self._check_speculation(dcfg)
+            for pool in self._pools[1:]:  # (side by side: each sequence has its own)
+                pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
+            self._drafter = self._pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
+            self.drafter_config, self.rule_config = dcfg, rcfg
 
     def _check_speculation(self, dcfg: DrafterConfig) -> None:
         if dcfg.uses_draft_model and self.draft_model is None:
@@ -274,14 +272,16 @@ class Engine:
 
     def calibrate(self) -> bool:
         """Measure now, on filler tokens, what auto measures before it first tries the draft
-        model (drafters/auto/calibration.py), so that no request waits for it (side by side,
-        every stream did); `lsd serve` does so before it answers. Returns whether it
-        measured: not without a draft model, with a drafter other than auto, or when what
-        auto learned already knows. Empties the first sequence's cache."""
+        model (drafters/auto/calibration.py), so that no request waits for it; `lsd serve`
+        does so before it answers. Returns whether it measured: not without a draft model,
+        with a drafter other than auto, or when auto's learned state already knows. Empties
+        the first sequence's cache; no generation starts meanwhile."""
         self._check_open()
-        if self._claim.current():
-            raise EngineBusyError("finish or close the unfinished generations before "
-                                  "calibrating this Engine")
+        with self._claim.idle("finish or close the unfinished generations before "
+                              "calibrating this Engine"):
+            return self._calibrate_now()
+
+    def _calibrate_now(self) -> bool:
         drafter = self._drafter
         if self.draft_model is None or not needs_measuring(drafter):
             return False

@@ -45,7 +45,7 @@ class SlotClaim:
     (and closed) as any object is."""
 
     def __init__(self, n_seq: int) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (a generation collected under it gives back its sequence)
         self._held: list[weakref.ref | None] = [None] * n_seq
 
     def _holder(self, seq: int):
@@ -75,6 +75,15 @@ class SlotClaim:
             self._held[seq] = weakref.ref(gen)
             return gen
 
+    @contextlib.contextmanager
+    def idle(self, busy: str) -> Iterator[None]:
+        """Hold the claim while no generation is unfinished (EngineBusyError(busy) when one
+        is): no generation starts on another thread until the block ends."""
+        with self._lock:
+            if self.current():
+                raise EngineBusyError(busy)
+            yield
+
     def give_back(self, gen) -> None:
         """The generation ended: its sequence is free."""
         with self._lock:
@@ -92,10 +101,11 @@ class SideBySide:
         # generation.Generation, in arrival order, held weakly: one dropped without being
         # closed is collected (and closed) as any object is, never stepped on for nobody
         self._refs: list[weakref.ref] = []
-        self._last_block: dict[int, int] = {}  # id(generation) -> its last block's size
-        # id(generation) -> tokens its rounds commit, a moving average (one lucky copy must
-        # not make every other request stop drafting for a step)
-        self._yields: dict[int, float] = {}
+        # keyed by the generation itself, held weakly: an id() could be a later one's
+        self._last_block: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # its
+        # last block's size; and the tokens its rounds commit, a moving average (one lucky
+        # copy must not make every other request stop drafting for a step)
+        self._yields: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @property
     def _members(self) -> list:
@@ -144,14 +154,14 @@ class SideBySide:
         with self.lock:
             blocks: list[tuple] = []  # (gen, PendingRound | None, tokens, n_logit_rows)
             members = self._members
-            expected = sum(self._last_block.get(id(g), 1) for g in members)
+            expected = sum(self._last_block.get(g, 1) for g in members)
             others_yield = weighed_others([(expected_length(g), self._yield_of(g))
                                            for g in members])
             planning = []  # (gen, its plan in steps)
             for gen, weighed in zip(members, others_yield, strict=True):
                 drafter = gen._parts.drafter
                 if drafter is not None:  # what the others will likely add (their last)
-                    drafter.batch_tokens = expected - self._last_block.get(id(gen), 1)
+                    drafter.batch_tokens = expected - self._last_block.get(gen, 1)
                     drafter.batch_yield, drafter.batch_free = weighed, 0
                 steps = self._plan_steps(gen)
                 if steps is not None:
@@ -160,8 +170,10 @@ class SideBySide:
             for gen, _ in planning:  # (in arrival order, whatever order they finished in)
                 if id(gen) in planned:
                     self._planned(gen, planned[id(gen)], blocks)
-            self._last_block = {id(b[0]): len(b[2]) for b in blocks if b[1] is not None}
-            self._yields = {key: n for key, n in self._yields.items() if key in self._last_block}
+            self._last_block = weakref.WeakKeyDictionary(
+                {b[0]: len(b[2]) for b in blocks if b[1] is not None})
+            self._yields = weakref.WeakKeyDictionary(
+                {g: n for g, n in self._yields.items() if g in self._last_block})
             # prompts still being read fill the rest, and always move on (a full batch of
             # rounds must not hold a new request back: then they take a decode of their own)
             budget = max(self.model.n_batch - sum(len(b[2]) for b in blocks), MIN_PROMPT_CHUNK)
@@ -179,7 +191,7 @@ class SideBySide:
         if gen.prefill_left:
             return 0
         left = gen._settings.max_tokens - gen.stats.generated_tokens
-        return max(0, min(self._yields.get(id(gen), 1), left))
+        return max(0, min(self._yields.get(gen, 1), left))
 
     def _plan_steps(self, gen):
         """The generation's next round in steps (Generation._plan_steps), or None when it has
@@ -272,8 +284,8 @@ class SideBySide:
                 if gen._parts.drafter is not None:  # (the decode's size: others' and its)
                     gen._parts.drafter.batch_tokens = total - len(tokens)
                 event = gen._finish_round(planned, logits, grew, seconds)
-                before = self._yields.get(id(gen), len(event.tokens))
-                self._yields[id(gen)] = (before + len(event.tokens)) / 2
+                before = self._yields.get(gen, len(event.tokens))
+                self._yields[gen] = (before + len(event.tokens)) / 2
                 gen.outbox.append(event)
                 self._done(gen)
             except Exception as exc:  # noqa: BLE001 - see _plan

@@ -421,4 +421,75 @@ def test_what_a_generation_commits_is_kept_as_a_moving_average(tiny_pair):
             committed.append(len(event.tokens))
             average = committed[-1] if average is None else (average + committed[-1]) / 2
         assert len(set(committed)) > 1  # (rounds that drafted and rounds that did not)
-        assert eng._runner._yields[id(gen)] == pytest.approx(average)
+        assert eng._runner._yields[gen] == pytest.approx(average)
+
+
+def test_what_the_step_keeps_of_a_generation_goes_with_it(tiny_pair):
+    """Each generation's last block and moving average are keyed by the generation itself,
+    held weakly: once it is collected nothing of it is left for a later generation (an id()
+    key could be reused by one made at the same address)."""
+    import gc
+
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=2) as eng:
+        gen = eng.generate(PROMPTS[2], max_tokens=12)
+        gen.run()
+        assert list(eng._runner._yields) == [gen]
+        del gen
+        gc.collect()
+        assert not list(eng._runner._yields) and not list(eng._runner._last_block)
+
+
+def test_no_generation_starts_while_the_engine_calibrates(tiny_pair, monkeypatch):
+    """`calibrate` holds the sequences' claim while it measures: another thread's generate
+    waits for it, instead of reading a prompt into the cache being measured on."""
+    from lsd_local.drafters.auto import calibration
+
+    seen = []
+    real = calibration.measure
+
+    def measuring(*args):
+        other = threading.Thread(target=lambda: seen.append(
+            eng._claim._lock.acquire(blocking=False)))
+        other.start()
+        other.join()
+        return real(*args)
+    monkeypatch.setattr(calibration, "measure", measuring)
+    with load_tiny(tiny_pair, "auto", draft=tiny_pair[1], parallel=2) as eng:
+        assert eng.calibrate()
+        assert seen == [False]  # (held by the calibrating thread)
+        assert eng.generate(PROMPTS[1], max_tokens=3).run().tokens
+
+
+def test_a_generation_collected_while_another_is_made_gives_its_sequence_back(
+        tiny_pair, monkeypatch):
+    """An unfinished generation dropped in a reference cycle is closed by the garbage
+    collector whenever it runs, maybe while another generation is being made under the
+    sequences' claim: its closing gives its sequence back under that claim too, on the same
+    thread (a claim that is not reentrant hung there for good)."""
+    import gc
+
+    from lsd_local.engine import Engine
+
+    real = Engine._generation
+
+    def making(self, *args):
+        gc.collect()  # (the dropped generation is closed here)
+        return real(self, *args)
+    eng = load_tiny(tiny_pair, "lookup", k=4, parallel=2)
+    dropped = eng.generate(PROMPTS[0], max_tokens=40)
+    rounds = iter(dropped)
+    next(rounds)
+    assert not dropped.finished
+    cycle = [dropped, rounds]
+    cycle.append(cycle)
+    del dropped, rounds, cycle
+    monkeypatch.setattr(Engine, "_generation", making)
+    made = []
+    thread = threading.Thread(target=lambda: made.append(
+        eng.generate(PROMPTS[1], max_tokens=3).run().tokens), daemon=True)
+    thread.start()
+    thread.join(timeout=120)  # (a cap for a failure: it ends in well under a second)
+    if thread.is_alive():  # (the engine is left open: closing it would wait for that thread)
+        pytest.fail("making a generation hung while another was collected")
+    eng.close()
+    assert made and made[0]
