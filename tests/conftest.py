@@ -127,6 +127,12 @@ def tiny_minicpm(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_minimax3(tiny_dir) -> Path:
+    """The tiny target with a MiniMax-M3-style template, its marker a control token."""
+    return tinymodels.make_minimax3_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_dsml(tiny_dir) -> Path:
     """The tiny target with a DeepSeek-V3.2-style template and its DSML tags as words."""
     return tinymodels.make_dsml_model(tiny_dir)

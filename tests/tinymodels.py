@@ -45,7 +45,7 @@ def vocab(words: tuple[str, ...]) -> tuple[list[str], list[float], list[int]]:
     types += [gguf.TokenType.BYTE] * 256 + [
         gguf.TokenType.CONTROL if w in CONTROL_WORDS else
         gguf.TokenType.USER_DEFINED if w in AGENT_WORDS or w in HARMONY_WORDS or
-        w in DSML_WORDS else
+        w in DSML_WORDS or w in MINIMAX3_TAGS else
         gguf.TokenType.NORMAL
         for w in words]  # markers are matched whole, as Qwen's <tool_call> is
     scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
@@ -415,6 +415,32 @@ MINIMAX_TEMPLATE = (
     "{{- '[e~[\n' }}{%- elif m.role == 'tool' %}{{- ']~b]tool\n<response>' + m.content + "
     "'</response>[e~[\n' }}{%- else %}{{- ']~b]' + m.role + '\n' + m.content + '[e~[\n' }}"
     "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- ']~b]ai\n' }}{%- endif %}")
+# MiniMax-M3's way: every tag after the marker ]<]minimax[>[, each argument a tag named by its
+# key, objects and arrays as nested tags, a bare </mm:think> before an answer that did not
+# reason; written here for the tests
+MINIMAX3_TEMPLATE = (
+    "{%- set ns = ']<]minimax[>[' %}"
+    "{%- macro xml(v) %}{%- if v is mapping %}{%- for k, x in v.items() %}"
+    "{{- ns + '<' + k + '>' + xml(x) + ns + '</' + k + '>' }}{%- endfor %}"
+    "{%- elif v is iterable and v is not string %}{%- for x in v %}"
+    "{{- ns + '<item>' + xml(x) + ns + '</item>' }}{%- endfor %}"
+    "{%- elif v is boolean %}{{- v | tojson }}{%- else %}{{- v }}{%- endif %}{%- endmacro %}"
+    "{%- if tools %}{{- ']~b]system\n<tools>' + tools | tojson + '</tools>\nCall them as ' + "
+    "ns + '<tool_call>' + ns + '<invoke name=\"...\">' + ns + '<key>value' + ns + '</key>' + "
+    "ns + '</invoke>' + ns + '</tool_call>[e~[\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}{{- ']~b]ai\n' }}"
+    "{{- '<mm:think>' + m.reasoning_content + '</mm:think>' if m.reasoning_content else "
+    "'</mm:think>' }}{{- m.content or '' }}{%- if m.tool_calls %}"
+    "{{- ns + '<tool_call>\n' }}{%- for call in m.tool_calls %}"
+    "{{- ns + '<invoke name=\"' + call.function.name + '\">' }}"
+    "{%- for k, v in call.function.arguments.items() %}"
+    "{{- ns + '<' + k + '>' + xml(v) + ns + '</' + k + '>' }}{%- endfor %}"
+    "{{- ns + '</invoke>\n' }}{%- endfor %}{{- ns + '</tool_call>' }}{%- endif %}"
+    "{{- '[e~[\n' }}{%- elif m.role == 'tool' %}{{- ']~b]tool\n<response>' + m.content + "
+    "'</response>[e~[\n' }}{%- else %}{{- ']~b]' + m.role + '\n' + m.content + '[e~[\n' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- ']~b]ai\n' }}"
+    "{%- if thinking_mode == 'enabled' %}{{- '<mm:think>' }}"
+    "{%- elif thinking_mode == 'disabled' %}{{- '</mm:think>' }}{%- endif %}{%- endif %}")
 # Gemma 4's way: a call's arguments in Gemma's notation (bare keys, strings between <|"|>
 # marks), tool results on the model's turn as an older Gemma 4 template reads them, the
 # thinking channel closed in the generation prompt unless enable_thinking; written here for
@@ -599,11 +625,14 @@ DSML_WORDS = ("<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "<｜
               "</｜DSML｜invoke>", "<｜DSML｜parameter", "</｜DSML｜parameter>")
 # MiniCPM5's call tags (tokens of its vocabulary, which llama.cpp preserves)
 MINICPM_WORDS = ("<function", "</function>", "<param", "</param>")
+# MiniMax-M3's marker and thinking tags (control tokens), and its invoke tags as words
+MINIMAX3_WORDS = ("]<]minimax[>[", "<mm:think>", "</mm:think>")
+MINIMAX3_TAGS = ('<invoke name="', "</invoke>")
 # control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's, Kimi's,
 # Seed-OSS's and MiniCPM5's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
                  *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS, *SEED_WORDS,
-                 *MINICPM_WORDS)
+                 *MINICPM_WORDS, *MINIMAX3_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -707,6 +736,13 @@ def make_minicpm_model(directory: Path) -> Path:
 def make_dsml_model(directory: Path) -> Path:
     """make_pair's target with the DeepSeek-V3.2-style template and its DSML tags."""
     return _marked_model(directory, "dsml", DSML_WORDS, DSML_TEMPLATE)
+
+
+def make_minimax3_model(directory: Path) -> Path:
+    """make_pair's target with the MiniMax-M3-style template, its marker as a control token
+    and its invoke tags as words."""
+    return _marked_model(directory, "minimax3", MINIMAX3_WORDS + MINIMAX3_TAGS,
+                         MINIMAX3_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

@@ -23,16 +23,36 @@ def literal(text: str) -> str:
 
 def until_rules(name: str, end: str) -> list[str]:
     """Rules of `name`: any text that does not contain `end` (what comes before a closing
-    marker). An automaton over how much of `end` the text ends with; `end` must repeat no
-    prefix of itself (no border: "\\n</parameter>", "<|end|>"), so that a broken match falls
-    back to state 0, or to 1 on `end`'s first character."""
+    marker). An automaton over how much of `end` the text ends with (Knuth-Morris-Pratt's:
+    a broken match falls back to the longest part of `end` that the text still ends with,
+    so that an end whose start repeats inside it, as MiniMax-M3's `]<]minimax[>[`, is found
+    wherever it starts)."""
     first = literal(end[0])
-    rules = [f"{name} ::= {name}0", f'{name}0 ::= ([^{first}] {name}0 | "{first}" {name}1)?']
+    rules = [f"{name} ::= {name}0",
+             f'{name}0 ::= ([^{_in_class(end[0])}] {name}0 | "{first}" {name}1)?']
     for i in range(1, len(end)):
         char = literal(end[i])
         go_on = f'"{char}" {name}{i + 1} | ' if i + 1 < len(end) else ""
-        rules.append(f'{name}{i} ::= ({go_on}"{first}" {name}1 | [^{char}{first}] {name}0)?')
+        # (each other character of `end` leads to what the text then ends with of it)
+        back = {c: _matched(end, end[:i] + c) for c in dict.fromkeys(end) if c != end[i]}
+        back = {c: n for c, n in back.items() if n}
+        others = "".join(f'"{literal(c)}" {name}{n} | ' for c, n in back.items())
+        excluded = "".join(_in_class(c) for c in (end[i], *back))
+        rules.append(f"{name}{i} ::= ({go_on}{others}[^{excluded}] {name}0)?")
     return rules
+
+
+def _in_class(char: str) -> str:
+    """`char` inside a GBNF character class (llama.cpp: `]`, `\\` and `-` escaped)."""
+    return "\\" + char if char in "]\\-" else literal(char)
+
+
+def _matched(end: str, text: str) -> int:
+    """The length of the longest start of `end` that `text` ends with (short of all)."""
+    for n in range(min(len(text), len(end) - 1), 0, -1):
+        if text.endswith(end[:n]):
+            return n
+    return 0
 
 
 def in_order(items: list[tuple[str, bool]], sep: str = '","') -> str:

@@ -18,6 +18,7 @@ from . import (
     glmcalls,
     jsoncalls,
     listcalls,
+    minimax3calls,
     minimaxcalls,
     mistralcalls,
     pythoncalls,
@@ -36,6 +37,7 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
                   "mistral-args": mistralcalls.MARKERS, "pythonic": pythoncalls.MARKERS,
                   "minimax": (minimaxcalls.OPEN, minimaxcalls.CLOSE),
+                  "minimax3": minimax3calls.MARKERS,
                   # (MiniCPM5's vocabulary has these as tokens: llama.cpp preserves them)
                   "minicpm": ("<function", "</function>", "<param", "</param>"),
                   "dsml": minimaxcalls.DSML_V32[:6] + minimaxcalls.DSML_V4[:2],
@@ -183,15 +185,20 @@ class OutputParser:
         return taken
 
     def _start(self, parts: Parts, final: bool) -> None:
-        """Before any text: a reasoning block may open."""
+        """Before any text: a reasoning block may open, or a bare close say there is none
+        (MiniMax-M3's answers without reasoning start so)."""
         text = self._pending_text()
         stripped = text.lstrip()
-        opener = self.think.open
+        opener, close = self.think.open, self.think.close
         if self.reasoning and stripped.startswith(opener):
             self._take(len(text) - len(stripped) + len(opener))
             self.state = "reasoning"
             self._reasoned = True
-        elif self.reasoning and opener.startswith(stripped) and not final:
+        elif self.reasoning and stripped.startswith(close):
+            self._take(len(text) - len(stripped) + len(close))
+            self.state = "after_reasoning"
+        elif self.reasoning and not final and (opener.startswith(stripped) or
+                                               close.startswith(stripped)):
             return  # maybe the beginning of "<think>"
         else:
             self.state = "content"

@@ -20,13 +20,14 @@ from . import functionarycalls, gemmacalls, pythoncalls
 from .harmony import MARKERS as HARMONY_MARKERS
 from .harmony import is_harmony, template_messages
 from .literal import Shield
-from .thinking import COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK, THINK
+from .thinking import FAMILIES, THINK
 from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
 from .turns import (
     NINE_CHAR_IDS,
     NO_SYSTEM,
     nine_char_ids,
     system_into_user,
+    thinking_switch,
     tool_turns_as_text,
     with_thinking,
 )
@@ -187,6 +188,7 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
             clean, tools = with_fallback_tools(clean, tools), None
     if template and NO_SYSTEM in template:
         clean = system_into_user(clean)
+    template_kwargs = thinking_switch(template, template_kwargs)
     import jinja2
 
     compiled = _compile(template or CHATML)
@@ -207,8 +209,8 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
 
 # The families' reasoning and message markers that are no control tokens in some
 # vocabularies: the user's spellings of them are masked where the answer's start is read
-MARKUP = tuple(m for think in (THINK, COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK)
-               for m in (think.open, think.close)) + HARMONY_MARKERS
+MARKUP = tuple(m for think in (THINK, *FAMILIES) for m in (think.open, think.close)) + \
+    HARMONY_MARKERS
 
 
 def _special(vocab, token: int) -> str:

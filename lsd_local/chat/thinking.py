@@ -29,6 +29,9 @@ GEMMA_THINK = Thinking("<|channel>thought", "<channel|>", "<channel|>")  # Gemma
 MISTRAL_THINK = Thinking(mistralcalls.THINK_OPEN, mistralcalls.THINK_CLOSE,
                          mistralcalls.THINK_CLOSE)  # Magistral's, Ministral 3's
 SEED_THINK = Thinking("<seed:think>", "</seed:think>", "</seed:think>")  # Seed-OSS's
+# MiniMax-M3's: an answer without reasoning starts with a bare close
+MM_THINK = Thinking("<mm:think>", "</mm:think>", "</mm:think>")
+FAMILIES = (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK, MM_THINK)
 # Apriel 1.6's: its generation prompt opens the reasoning in words, a marker ends it
 APRIEL_THINK = Thinking("Here are my reasoning steps:\n", "[BEGIN FINAL RESPONSE]",
                         "\n[BEGIN FINAL RESPONSE]\n")
@@ -37,8 +40,8 @@ REASONING_CLOSE = THINK.budget_close
 
 def thinking_of(template: str | None) -> Thinking:
     """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
-    Seed-OSS's, Apriel 1.6's, else `<think>`)."""
-    for think in (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK):
+    Seed-OSS's, MiniMax-M3's, Apriel 1.6's, else `<think>`)."""
+    for think in FAMILIES:
         if template and think.open in template:
             return think
     if template and "Here are my reasoning steps:" in template and \

@@ -15,6 +15,7 @@ from . import (
     glmcalls,
     jsoncalls,
     listcalls,
+    minimax3calls,
     minimaxcalls,
     mistralcalls,
     pythoncalls,
@@ -23,7 +24,8 @@ from . import (
 from .gbnfparts import literal, until_rules
 
 if TYPE_CHECKING:
-    from .tools import Tool, ToolFormat
+    from .tools import ToolFormat
+    from .toolspec import Tool
 
 
 def call_schema(tools: tuple[Tool, ...], arguments_key: str) -> dict:
@@ -75,7 +77,8 @@ def _call_rules(fmt: ToolFormat):
             "deepseek": functools.partial(deepseekcalls.call_rules,
                                           bare=fmt.variant == "bare"),
             "kimi": functools.partial(deepseekcalls.call_rules, markers=deepseekcalls.KIMI),
-            "commandr": commandrcalls.call_rules}.get(fmt.name)
+            "commandr": commandrcalls.call_rules,
+            "minimax3": minimax3calls.call_rules}.get(fmt.name)
 
 
 def _root(fmt: ToolFormat, parallel: bool) -> str:
@@ -94,6 +97,7 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
             "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
             "minicpm": "(tool-ws mm-call)*", "dsml": "(tool-ws mm-call)*",
+            "minimax3": "(tool-ws m3-call)*",
             "llama3": "", "gigachat": ""}[name] if parallel else ""
     return {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
@@ -115,6 +119,8 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "minimax": f'"{minimaxcalls.OPEN}" "\\n"? mm-call {more} "\\n"? '
                        f'"{minimaxcalls.CLOSE}"',
             "minicpm": f"mm-call {more} tool-ws",
+            "minimax3": f'"{literal(minimax3calls.OPEN)}" tool-ws m3-call {more} tool-ws '
+                        f'"{literal(minimax3calls.CLOSE)}"',
             "dsml": f'"{dsml.open}" tool-ws mm-call {more} tool-ws "{dsml.close}"',
             "llama3": "tool-call",
             "gigachat": f'"{literal(fmt.opener)}" tool-call'}[name]

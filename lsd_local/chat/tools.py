@@ -23,6 +23,9 @@ Formats:
   {...}}, ...]<|END_ACTION|>` (Command R7B; chat/commandrcalls.py);
 - "minimax": `<minimax:tool_call><invoke name="NAME"><parameter name="P">value</parameter>
   </invoke></minimax:tool_call>`, values typed as "xml"'s (MiniMax-M2; chat/minimaxcalls.py);
+- "minimax3": `NS<tool_call>NS<invoke name="NAME">NS<P>value NS</P>NS</invoke>NS</tool_call>`,
+  NS the marker `]<]minimax[>[`, objects and arrays as nested tags (MiniMax-M3;
+  chat/minimax3calls.py);
 - "minicpm": `<function name="NAME"><param name="P">value</param></function>` per call, a
   string holding `<`, `&` or a line break in CDATA (MiniCPM5; chat/minimaxcalls.py);
 - "dsml": "minimax"'s form in DeepSeek's DSML tags, `<｜DSML｜function_calls>` (V3.2; V4's
@@ -62,6 +65,7 @@ from . import (
     glmcalls,
     harmony,
     listcalls,
+    minimax3calls,
     minimaxcalls,
     mistralcalls,
     pythoncalls,
@@ -69,6 +73,7 @@ from . import (
 )
 from .jsonscan import CallScan, list_elements, scan_call, value_end
 from .toolgrammar import after_reasoning, call_grammar, lazy_triggers
+from .toolspec import Tool, choose_tools, parse_tools
 
 FALLBACK_SYSTEM = (
     "You can call these tools (OpenAI function specifications):\n{tools}\n\n"
@@ -84,8 +89,8 @@ class ToolFormat:
     name: str
     opener: str  # the text a call section starts with ("" : the answer's first "{")
     arguments_key: str = "arguments"
-    # xml, glm: ((tool, parameter, JSON type or None), ...) from the request's tools: how a
-    # parameter's text is read back (chat/xmlcalls.py)
+    # xml, glm, ...: ((tool, parameter, JSON type or None), ...) from the request's tools:
+    # how a parameter's text is read back (chat/xmlcalls.py; minimax3: a path for parameter)
     parameter_types: tuple = ()
     variant: str = ""  # the family's other form: "ids" (mistral-args: Mistral Small 3.2's
     # call ids), "bare" (deepseek: V3.1's calls without type and fence)
@@ -130,6 +135,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "mistral-args": ToolFormat("mistral-args", mistralcalls.OPEN),
            "pythonic": ToolFormat("pythonic", pythoncalls.OPEN),
            "minimax": ToolFormat("minimax", minimaxcalls.OPEN),
+           "minimax3": ToolFormat("minimax3", minimax3calls.OPEN),
            "minicpm": ToolFormat("minicpm", minimaxcalls.MINICPM.invoke),
            "dsml": ToolFormat("dsml", minimaxcalls.DSML_V32.open),
            "harmony": ToolFormat("harmony", f" to={harmony.CALL_PREFIX}"),
@@ -153,6 +159,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["functionary"]
     if glmcalls.is_glm(source):
         return FORMATS["glm"]
+    if minimax3calls.is_minimax3(source):  # (its template has <tool_call> too)
+        return FORMATS["minimax3"]
     if "<tool_call>" in source:
         return FORMATS["hermes"]
     if deepseekcalls.is_kimi(source):
@@ -188,66 +196,6 @@ def renders_tools(template: str | None) -> bool:
     """Whether the template itself shows the model its tools (else FALLBACK_SYSTEM does)."""
     return bool(template) and re.search(r"\btools\b", template) is not None and \
         detect_format(template).name != "generic"
-
-
-# --- requests ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Tool:
-    """One function the model may call."""
-
-    name: str
-    description: str
-    parameters: dict  # JSON schema of its arguments object
-
-    def spec(self) -> dict:
-        """The OpenAI function specification (what templates render)."""
-        return {"type": "function", "function": {"name": self.name,
-                                                 "description": self.description,
-                                                 "parameters": self.parameters}}
-
-
-def parse_tools(tools: object) -> tuple[Tool, ...]:
-    """OpenAI `tools` (a list of {"type": "function", "function": {...}}) checked: a
-    ParameterError names what is wrong (param "tools")."""
-    if not isinstance(tools, (list, tuple)) or not tools:
-        raise ParameterError("invalid tools: a non-empty list of function specifications",
-                             param="tools")
-    out, seen = [], set()
-    for i, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(tool, dict) or tool.get("type", "function") != "function" or \
-                not isinstance(function, dict):
-            raise ParameterError(f"invalid tools[{i}]: expected {{\"type\": \"function\", "
-                                 "\"function\": {...}}", param="tools")
-        name = function.get("name")
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", name):
-            raise ParameterError(f"invalid tools[{i}].function.name: {name!r} (1-64 letters, "
-                                 "digits, _ . -)", param="tools")
-        if name in seen:
-            raise ParameterError(f"invalid tools[{i}]: the name {name!r} is used twice",
-                                 param="tools")
-        seen.add(name)
-        parameters = function.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
-            raise ParameterError(f"invalid tools[{i}].function.parameters: a JSON schema of "
-                                 "type object", param="tools")
-        out.append(Tool(name, str(function.get("description") or ""), parameters))
-    return tuple(out)
-
-
-def choose_tools(tools: tuple[Tool, ...], tool_choice: object) -> tuple[str, tuple[Tool, ...]]:
-    """("auto" | "required" | "none", the tools a call may name) for OpenAI's tool_choice:
-    "auto", "none", "required", or {"type": "function", "function": {"name": ...}}."""
-    if tool_choice in (None, "auto", "none", "required"):
-        return tool_choice or "auto", tools
-    function = tool_choice.get("function") if isinstance(tool_choice, dict) else None
-    name = function.get("name") if isinstance(function, dict) else None
-    named = [tool for tool in tools if tool.name == name]
-    if not named:
-        raise ParameterError(f"invalid tool_choice: {tool_choice!r} (auto, none, required, or "
-                             "a function among the tools)", param="tool_choice")
-    return "required", tuple(named)
 
 
 # --- reading calls back --------------------------------------------------------------------
@@ -296,6 +244,8 @@ def _section_of_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], in
         return pythoncalls.python_section(section)
     if fmt.name in ("minimax", "minicpm", "dsml"):
         return minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))
+    if fmt.name == "minimax3":
+        return minimax3calls.minimax3_section(section, fmt.types())
     return _generic_calls(section)
 
 
@@ -386,9 +336,10 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     if fmt.name == "functionary" and any(tool.name == "all" for tool in checked):
         raise ParameterError("invalid tools: this model's template reads a message to 'all' "
                              "as the answer, so no tool may be named so", param="tools")
-    if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm", "dsml"):  # (values' types)
-        fmt = replace(fmt, parameter_types=tuple(
-            (tool, key, kind) for (tool, key), kind in xmlcalls.parameter_types(checked).items()))
+    if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm", "dsml", "minimax3"):
+        types = (minimax3calls if fmt.name == "minimax3" else xmlcalls).parameter_types(checked)
+        fmt = replace(fmt, parameter_types=tuple(  # (how values are written)
+            (tool, key, kind) for (tool, key), kind in types.items()))
     return ToolPlan(fmt, mode, checked, callable_tools, bool(parallel) and not named)
 
 

@@ -122,3 +122,14 @@ def _nine_chars(call_id: object) -> object:
     if _NINE_CHARS.fullmatch(text):
         return text
     return hashlib.sha256(utf8_bytes(text)).hexdigest()[:9]  # (lone surrogates too)
+
+
+def thinking_switch(template: str | None, kwargs: dict) -> dict:
+    """The template kwargs with `enable_thinking` (the switch most families read, and `lsd
+    chat`'s /think) also given as MiniMax-M3's `thinking_mode` ("enabled" or "disabled"),
+    unless the request sets that itself."""
+    if template and "thinking_mode" in template and "enable_thinking" in kwargs and \
+            "thinking_mode" not in kwargs:
+        return {**kwargs, "thinking_mode": "enabled" if kwargs["enable_thinking"] else
+                "disabled"}
+    return kwargs

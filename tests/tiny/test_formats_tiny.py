@@ -30,6 +30,7 @@ from tinymodels import (
     GRANITE_TEMPLATE,
     KIMI_TEMPLATE,
     MINICPM_TEMPLATE,
+    MINIMAX3_TEMPLATE,
     MINIMAX_TEMPLATE,
     MINISTRAL_TEMPLATE,
     MISTRAL_IDS_TEMPLATE,
@@ -64,6 +65,8 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
                         rb'<TOOLCALL>\s*\[\s*\{\s*"name"[\s\S]*\]\s*</TOOLCALL>'),
            "minimax": (MINIMAX_TEMPLATE,
                        rb'<minimax:tool_call>\s*<invoke name="(get_weather|now)">'),
+           "minimax3": (MINIMAX3_TEMPLATE, rb'\]<\]minimax\[>\[<tool_call>\s*\]<\]minimax\[>\['
+                                           rb'<invoke name="(get_weather|now)">'),
            "seed": (SEED_TEMPLATE, rb"<seed:tool_call>\s*<function=(get_weather|now)>"),
            "dsml": (DSML_TEMPLATE, '<｜DSML｜function_calls>\\s*<｜DSML｜invoke name="'
                                    '(get_weather|now)">'.encode()),
@@ -80,13 +83,13 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
 
 CLOSER_BYTES = {"minimax": "/"}
 CLOSER_TOKENS = {"kimi": "<|tool_calls_section_end|>",  # (a marker of one token)
-                 "seed": "</seed:tool_call>"}
+                 "seed": "</seed:tool_call>", "minimax3": "</tool_call>"}
 
 
 # formats whose markers are tokens of their own in the model's vocabulary (a long marker
 # spelled byte by byte would not leave room for a call in the tests' max_tokens)
 OWN_MODEL = {"kimi": "tiny_kimi", "seed": "tiny_seed", "minicpm": "tiny_minicpm",
-             "dsml": "tiny_dsml"}
+             "dsml": "tiny_dsml", "minimax3": "tiny_minimax3"}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -190,6 +193,11 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
         assert ('<minimax:tool_call>\n<invoke name="get_weather"><parameter name="city">Paris'
                 '</parameter>\n<parameter name="metric">true</parameter>\n</invoke>\n'
                 "</minimax:tool_call>") in text
+    elif format_agent.format == "minimax3":  # (after the bare close: no reasoning)
+        ns = "]<]minimax[>["
+        assert (f"]~b]ai\n</mm:think>{ns}<tool_call>\n{ns}<invoke name=\"get_weather\">{ns}<city>"
+                f"Paris{ns}</city>{ns}<metric>true{ns}</metric>{ns}</invoke>\n{ns}</tool_call>"
+                "[e~[\n]~b]tool\n<response>18 C, sunny</response>") in text
     elif format_agent.format == "pythonic":
         assert ("<|tool_call_start|>[get_weather(city='Paris', metric=True)]<|tool_call_end|>"
                 "<|im_end|>\n<|im_start|>tool\n18 C, sunny<|im_end|>") in text

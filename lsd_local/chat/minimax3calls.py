@@ -1,0 +1,243 @@
+"""Tool calls as MiniMax-M3's template asks for them: one block holding every call, each an
+`invoke` naming its function, each argument a tag named by its key, and every tag preceded
+by the namespace marker `]<]minimax[>[` (NS below, a control token of its vocabulary):
+
+    NS<tool_call>
+    NS<invoke name="plan_trip">NS<city>Oslo NS</city>NS<stops>NS<item>NS<name>Bergen
+    NS</name>NS</item>NS</stops>NS</invoke>
+    NS</tool_call>
+
+(without the line breaks inside the invoke). A value that may be a string is raw text, as
+the template writes it; an object is a tag per key and an array a tag `item` per element,
+nested as deep as the value (the template's `to_xml`); anything else is JSON. Read back as
+the same CallScans as any JSON call, each argument once its tag is closed (so the arguments'
+JSON text only grows); the grammar makes names, keys and values valid against each tool's
+schema. Detected as llama.cpp does (NS, `<tool_call>` and `<invoke name=` in the template),
+before the `<tool_call>` of the Hermes form that the same template also holds.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .gbnfparts import literal, renamed, until_rules
+from .jsonscan import CallScan, skip_space
+from .minimaxcalls import _takes_a_string
+from .xmlcalls import string_value, typed_value
+
+NS = "]<]minimax[>["
+OPEN, CLOSE = NS + "<tool_call>", NS + "</tool_call>"
+INVOKE, INVOKE_CLOSE = NS + '<invoke name="', NS + "</invoke>"
+ITEM = "item"  # an array's element's tag
+IN_ARRAY = "[]"  # an element's step in a parameter's path (its key's, in an object)
+MAX_DEPTH = 6  # nesting written as tags; deeper values are JSON
+MARKERS = (NS, "<tool_call>", "</tool_call>")  # (preserved tokens, as llama.cpp has them)
+_MALFORMED = object()  # text that is not this form: the call ends where it starts
+
+
+def is_minimax3(template: str | None) -> bool:
+    """Whether a chat template writes calls in this form (llama.cpp's check)."""
+    return bool(template) and NS in template and "<tool_call>" in template and \
+        "<invoke name=" in template
+
+
+# --- the schema, as the reader needs it ---------------------------------------------------
+
+def parameter_types(tools) -> dict:
+    """{(tool name, path): how its value is written} for chat.tools.Tool objects: a path is
+    the keys down to a value (IN_ARRAY for an array's element); "string" (raw text),
+    "object" and "array" (tags), another JSON type, or None (JSON, else text)."""
+    out: dict = {}
+    for tool in tools:
+        _members_types(tool.name, (), tool.parameters, out, 0)
+    return out
+
+
+def _members_types(name: str, path: tuple, schema: dict, out: dict, depth: int) -> None:
+    for key, sub in (schema.get("properties") or {}).items():
+        _value_types(name, (*path, key), sub, out, depth)
+
+
+def _value_types(name: str, path: tuple, schema: object, out: dict, depth: int) -> None:
+    out[(name, path)] = written_as(schema)
+    if depth < MAX_DEPTH and isinstance(schema, dict):  # (a request's schema may nest deep)
+        if schema.get("properties"):
+            _members_types(name, path, schema, out, depth + 1)
+        elif isinstance(schema.get("items"), dict):
+            _value_types(name, (*path, IN_ARRAY), schema["items"], out, depth + 1)
+
+
+def written_as(schema: object) -> str | None:
+    """How a value of `schema` is read back: "string" where it may be a string (llama.cpp's
+    may_be_string: raw text up to its closing tag), else its JSON type (None: unknown). An
+    object or array comes as tags (as the template writes one) or as JSON."""
+    if not isinstance(schema, dict):
+        return None
+    if string_value(schema, "text") is not None or _takes_a_string(schema):
+        return "string"
+    kind = schema.get("type")
+    if kind is None and schema.get("properties"):
+        return "object"
+    return kind if isinstance(kind, str) else None
+
+
+def as_tags(schema: object, depth: int) -> bool:
+    """Whether the grammar writes a value of `schema` as nested tags: an object with
+    properties or an array of one schema, within MAX_DEPTH (else its JSON)."""
+    kind = written_as(schema)
+    return depth < MAX_DEPTH and (kind == "object" and bool(schema.get("properties")) or
+                                  kind == "array" and isinstance(schema.get("items"), dict))
+
+
+# --- reading calls back -------------------------------------------------------------------
+
+def minimax3_section(section: str, types: dict) -> tuple[list[CallScan], int | None]:
+    """The calls a section starting with OPEN holds so far, and where it ends after its
+    closer (None while unknown; text that is no call ends it). `types`: parameter_types."""
+    calls, i = [], len(OPEN)
+    while True:
+        i = skip_space(section, i)
+        rest = section[i:]
+        if rest.startswith(CLOSE):
+            return calls, i + len(CLOSE)
+        if not rest.startswith(INVOKE):
+            waiting = not rest or any(tag.startswith(rest) for tag in (CLOSE, INVOKE))
+            return calls, None if waiting else i
+        scan, i = _invoke(section, i + len(INVOKE), types)
+        calls.append(scan)
+        if i is None:
+            return calls, None
+
+
+def _invoke(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
+    """One call from after `<invoke name="`: (what is known of it, the index after its
+    closer, or None while it goes on)."""
+    name_end = section.find('">', i)
+    if name_end < 0:
+        return CallScan(None, "", False), None
+    name, pairs, i = section[i:name_end], [], name_end + 2
+    while True:
+        i = skip_space(section, i)
+        arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+        if section.startswith(INVOKE_CLOSE, i):
+            return CallScan(name, arguments + "}", True), i + len(INVOKE_CLOSE)
+        element = None if INVOKE_CLOSE.startswith(section[i:]) else \
+            _element(section, i, name, (), None, types)
+        if element is None:
+            return CallScan(name, arguments, False), None
+        if element is _MALFORMED:
+            return CallScan(name, arguments + "}", True), i  # (not the form: it ends here)
+        key, value, i = element
+        pairs.append((key, value))
+
+
+def _element(section: str, i: int, tool: str, path: tuple, parent: str | None, types: dict):
+    """The element at `i`: (its tag, its value, the index after its closing tag), None while
+    unknown, or _MALFORMED. `parent`: how the enclosing value is written."""
+    opener = NS + "<"
+    if not section.startswith(opener, i):
+        return None if opener.startswith(section[i:]) else _MALFORMED
+    start = i + len(opener)
+    tag_end = section.find(">", start)
+    if section.startswith("/", start):
+        return _MALFORMED  # (a closing tag that is not the enclosing one's)
+    if tag_end < 0:
+        return None if NS not in section[start:] else _MALFORMED
+    tag = section[start:tag_end]
+    in_array = parent == "array" or (parent != "object" and bool(path) and tag == ITEM)
+    sub = (*path, IN_ARRAY if in_array else tag)
+    value = _value(section, tag_end + 1, tool, sub, f"{NS}</{tag}>", types)
+    if value is None or value is _MALFORMED:
+        return value
+    return (tag, *value)
+
+
+def _value(section: str, start: int, tool: str, path: tuple, close: str, types: dict):
+    """A value from `start` up to its `close`: (the value, the index after `close`), None
+    while unknown, or _MALFORMED. Tags inside make an object or array, unless the schema
+    takes a string (raw up to the first NS)."""
+    kind = types.get((tool, path))
+    if kind != "string":
+        i = skip_space(section, start)
+        head = section[i:i + len(NS) + 2]
+        if len(head) < len(NS) + 2 and (NS + "<").startswith(head[:len(NS) + 1]):
+            return None  # (tags or text: not known yet)
+        if head.startswith(NS + "<") and not head.startswith(NS + "</"):
+            return _children(section, i, tool, path, kind, close, types)
+    at = section.find(NS, start)
+    if at < 0:
+        return None
+    if section.startswith(close, at):
+        return _leaf(section[start:at], kind), at + len(close)
+    return None if close.startswith(section[at:]) else _MALFORMED
+
+
+def _children(section: str, i: int, tool: str, path: tuple, kind: str | None, close: str,
+              types: dict):
+    """An object's or array's elements from `i` up to its `close` (as _value)."""
+    tags, values = [], []
+    while True:
+        i = skip_space(section, i)
+        if section.startswith(close, i):
+            break
+        if close.startswith(section[i:]):
+            return None
+        element = _element(section, i, tool, path, kind, types)
+        if element is None or element is _MALFORMED:
+            return element
+        tag, value, i = element
+        tags.append(tag)
+        values.append(value)
+    if kind == "array" or (kind != "object" and set(tags) == {ITEM}):
+        return values, i + len(close)
+    return dict(zip(tags, values, strict=True)), i + len(close)
+
+
+def _leaf(raw: str, kind: str | None) -> object:
+    """A value's text as its schema takes it (an empty object or array is written empty)."""
+    if not raw.strip() and kind in ("object", "array"):
+        return {} if kind == "object" else []
+    return typed_value(raw, kind)
+
+
+# --- the grammar --------------------------------------------------------------------------
+
+def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
+    """(the rule `m3-call` for one call to any of `tools`, from its invoke to its closer,
+    and the rules it needs): arguments in the schema's order, a required one always, an
+    optional one maybe; a value that may be a string is any text without NS."""
+    rules = until_rules("m3-text", NS)
+    alternatives = []
+    for t, tool in enumerate(tools):
+        members = _members_rule(tool.parameters, f"m3{t}", rules, to_gbnf, 0)
+        alternatives.append(f'("{literal(INVOKE + tool.name)}\\">" {members} tool-ws '
+                            f'"{literal(INVOKE_CLOSE)}")')
+    return "m3-call ::= " + " | ".join(alternatives), rules
+
+
+def _members_rule(schema: dict, prefix: str, rules: list[str], to_gbnf, depth: int) -> str:
+    """An object's elements, a tag per key, in the schema's order."""
+    required = set(schema.get("required") or ())
+    parts = []
+    for p, (key, sub) in enumerate((schema.get("properties") or {}).items()):
+        tag = literal(f"{NS}<{key}>")
+        value = _value_rule(sub, f"{prefix}-{p}", rules, to_gbnf, depth)
+        element = f'(tool-ws "{tag}" {value} "{literal(f"{NS}</{key}>")}")'
+        parts.append(element + ("" if key in required else "?"))
+    return " ".join(parts) or '""'
+
+
+def _value_rule(schema: object, prefix: str, rules: list[str], to_gbnf, depth: int) -> str:
+    """A value's grammar: raw text where it may be a string, tags for an object or array
+    as_tags says, else its JSON under the schema."""
+    if written_as(schema) == "string":
+        return string_value(schema, "m3-text") or "m3-text"
+    if as_tags(schema, depth) and written_as(schema) == "object":
+        return f"{_members_rule(schema, prefix, rules, to_gbnf, depth + 1)} tool-ws"
+    if as_tags(schema, depth):
+        item = _value_rule(schema["items"], f"{prefix}-i", rules, to_gbnf, depth + 1)
+        return f'(tool-ws "{literal(NS)}<{ITEM}>" {item} "{literal(NS)}</{ITEM}>")* tool-ws'
+    if isinstance(schema, dict) and not schema:
+        return "m3-text"  # (any value: written as text, read back as JSON where it is)
+    rules.append(renamed(to_gbnf(schema if isinstance(schema, dict) else {}), f"{prefix}-"))
+    return f"{prefix}-root"
