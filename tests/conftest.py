@@ -133,6 +133,12 @@ def tiny_minimax3(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_kimi3(tiny_dir) -> Path:
+    """The tiny target with a Kimi-K3-style template, its markers control tokens."""
+    return tinymodels.make_kimi3_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_dsml(tiny_dir) -> Path:
     """The tiny target with a DeepSeek-V3.2-style template and its DSML tags as words."""
     return tinymodels.make_dsml_model(tiny_dir)

@@ -45,7 +45,7 @@ def vocab(words: tuple[str, ...]) -> tuple[list[str], list[float], list[int]]:
     types += [gguf.TokenType.BYTE] * 256 + [
         gguf.TokenType.CONTROL if w in CONTROL_WORDS else
         gguf.TokenType.USER_DEFINED if w in AGENT_WORDS or w in HARMONY_WORDS or
-        w in DSML_WORDS or w in MINIMAX3_TAGS else
+        w in DSML_WORDS or w in MINIMAX3_TAGS or w in KIMI3_TAGS else
         gguf.TokenType.NORMAL
         for w in words]  # markers are matched whole, as Qwen's <tool_call> is
     scores = [0.0] * 259 + [-float(i) for i in range(len(words))]
@@ -415,6 +415,30 @@ MINIMAX_TEMPLATE = (
     "{{- '[e~[\n' }}{%- elif m.role == 'tool' %}{{- ']~b]tool\n<response>' + m.content + "
     "'</response>[e~[\n' }}{%- else %}{{- ']~b]' + m.role + '\n' + m.content + '[e~[\n' }}"
     "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- ']~b]ai\n' }}{%- endif %}")
+# Kimi K3's way: every part of a message a section between control tokens, the answer's text
+# in a response section, its calls in a tools section (one section per argument, saying its
+# type); `thinking` off unless asked (the real template thinks by default); written here
+KIMI3_TEMPLATE = (
+    "{%- macro open_tag(tag, attrs=[]) %}{{- '<|open|>' + tag }}{%- for a in attrs %}"
+    "{{- ' ' + a[0] + '=\"' + (a[1] | string | replace('&', '&amp;') | replace('\"', '&quot;'))"
+    " + '\"' }}{%- endfor %}{{- '<|sep|>' }}{%- endmacro %}"
+    "{%- macro close_tag(tag) %}{{- '<|close|>' + tag + '<|sep|>' }}{%- endmacro %}"
+    "{%- if thinking is undefined %}{%- set thinking = false %}{%- endif %}"
+    "{%- if tools %}{{- open_tag('message', [('role', 'system')]) + '# Tools\\n' + "
+    "tools | tojson + close_tag('message') + '<|end_of_msg|>' }}{%- endif %}"
+    "{%- for m in messages %}{{- open_tag('message', [('role', m.role)]) }}"
+    "{%- if m.role == 'assistant' %}{%- if thinking %}"
+    "{{- open_tag('think') + (m.reasoning_content or '') + close_tag('think') }}{%- endif %}"
+    "{{- open_tag('response') + (m.content or '') + close_tag('response') }}"
+    "{%- if m.tool_calls %}{{- open_tag('tools') }}{%- for c in m.tool_calls %}"
+    "{{- open_tag('call', [('tool', c.function.name), ('index', loop.index)]) }}"
+    "{%- for k, v in c.function.arguments.items() %}{{- open_tag('argument', [('key', k), "
+    "('type', 'string' if v is string else 'boolean' if v is boolean else 'number' if v is "
+    "number else 'object')]) + (v if v is string else v | tojson) + close_tag('argument') }}"
+    "{%- endfor %}{{- close_tag('call') }}{%- endfor %}{{- close_tag('tools') }}{%- endif %}"
+    "{%- else %}{{- m.content }}{%- endif %}{{- close_tag('message') + '<|end_of_msg|>' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- open_tag('message', [('role', "
+    "'assistant')]) + open_tag('think' if thinking else 'response') }}{%- endif %}")
 # MiniMax-M3's way: every tag after the marker ]<]minimax[>[, each argument a tag named by its
 # key, objects and arrays as nested tags, a bare </mm:think> before an answer that did not
 # reason; written here for the tests
@@ -628,11 +652,15 @@ MINICPM_WORDS = ("<function", "</function>", "<param", "</param>")
 # MiniMax-M3's marker and thinking tags (control tokens), and its invoke tags as words
 MINIMAX3_WORDS = ("]<]minimax[>[", "<mm:think>", "</mm:think>")
 MINIMAX3_TAGS = ('<invoke name="', "</invoke>")
+# Kimi K3's markers (control tokens), and its section names and attributes as words
+KIMI3_WORDS = ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>")
+KIMI3_TAGS = ("think", "response", "tools", "call", "argument", "message", ' tool="',
+              ' index="', ' key="', ' type="', "string", "boolean")
 # control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's, Kimi's,
 # Seed-OSS's and MiniCPM5's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
                  *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS, *SEED_WORDS,
-                 *MINICPM_WORDS, *MINIMAX3_WORDS)
+                 *MINICPM_WORDS, *MINIMAX3_WORDS, *KIMI3_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -743,6 +771,12 @@ def make_minimax3_model(directory: Path) -> Path:
     and its invoke tags as words."""
     return _marked_model(directory, "minimax3", MINIMAX3_WORDS + MINIMAX3_TAGS,
                          MINIMAX3_TEMPLATE)
+
+
+def make_kimi3_model(directory: Path) -> Path:
+    """make_pair's target with the Kimi-K3-style template, its markers as control tokens
+    and its section names as words."""
+    return _marked_model(directory, "kimi3", KIMI3_WORDS + KIMI3_TAGS, KIMI3_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

@@ -235,16 +235,21 @@ _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
 def schema_to_gbnf(schema: dict, source: str = "JSON schema") -> str:
     """GBNF text for a JSON schema (llama-cpp-python's converter); GrammarError when the schema
     uses something it cannot convert."""
-    import json
-
-    from llama_cpp.llama_grammar import json_schema_to_gbnf
+    from llama_cpp.llama_grammar import SchemaConverter
 
     if not isinstance(schema, dict):
         raise GrammarError(f"invalid {source}: the top level must be an object, "
                            f"not {type(schema).__name__}")
     check_schema(schema, source)
-    try:
-        text = json_schema_to_gbnf(json.dumps(schema))
+    try:  # (llama_cpp.llama_grammar.json_schema_to_gbnf's steps, with literals escaped)
+        converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False,
+                                    raw_pattern=False)
+        quoted = converter._format_literal
+        # (its literals leave a backslash as it is: a key, const or enum holding `"` or `\`
+        # made a grammar llama.cpp refuses, `"\"a \\"b\\"\""` for the key 'a "b"')
+        converter._format_literal = lambda text: quoted(text.replace("\\", "\\\\"))
+        converter.visit(converter.resolve_refs(schema, "stdin"), "")
+        text = converter.format_grammar()
     except Exception as exc:  # noqa: BLE001 - the converter signals with assorted exceptions
         raise GrammarError(f"cannot convert {source} to a grammar: {exc}") from None
     return text.replace(_LOOSE_CHAR, _JSON_CHAR)

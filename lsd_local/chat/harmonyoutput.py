@@ -21,6 +21,8 @@ from .harmony import (
     read_header,
 )
 from .jsonscan import CallScan, value_end
+from .kimi3calls import is_kimi3
+from .kimi3output import Kimi3Parser
 from .output import OutputParser, Parts, _partial_suffix
 from .thinking import thinking_of
 from .tools import FORMATS
@@ -198,5 +200,8 @@ def output_parser(template: str | None, plan, prompt_text: str,
                                tuple(t.name for t in plan.callable) if calls else (),
                                prompt_text.endswith(FUNCTIONARY_OPEN))
     think = thinking_of(template)
+    if is_kimi3(template):  # (its response section's markers are no part of the answer)
+        return Kimi3Parser(plan.fmt if calls else None, think.opened_by(prompt_text),
+                           reasoning, plan.json_names if plan is not None else (), think)
     return OutputParser(plan.fmt if calls else None, think.opened_by(prompt_text), reasoning,
                         plan.json_names if plan is not None else (), think)

@@ -17,6 +17,7 @@ from . import (
     gemmacalls,
     glmcalls,
     jsoncalls,
+    kimi3calls,
     listcalls,
     minimax3calls,
     minimaxcalls,
@@ -37,7 +38,7 @@ FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OP
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),
                   "mistral-args": mistralcalls.MARKERS, "pythonic": pythoncalls.MARKERS,
                   "minimax": (minimaxcalls.OPEN, minimaxcalls.CLOSE),
-                  "minimax3": minimax3calls.MARKERS,
+                  "minimax3": minimax3calls.MARKERS, "kimi3": kimi3calls.MARKERS,
                   # (MiniCPM5's vocabulary has these as tokens: llama.cpp preserves them)
                   "minicpm": ("<function", "</function>", "<param", "</param>"),
                   "dsml": minimaxcalls.DSML_V32[:6] + minimaxcalls.DSML_V4[:2],

@@ -14,6 +14,7 @@ from . import (
     gemmacalls,
     glmcalls,
     jsoncalls,
+    kimi3calls,
     listcalls,
     minimax3calls,
     minimaxcalls,
@@ -78,7 +79,8 @@ def _call_rules(fmt: ToolFormat):
                                           bare=fmt.variant == "bare"),
             "kimi": functools.partial(deepseekcalls.call_rules, markers=deepseekcalls.KIMI),
             "commandr": commandrcalls.call_rules,
-            "minimax3": minimax3calls.call_rules}.get(fmt.name)
+            "minimax3": minimax3calls.call_rules,
+            "kimi3": kimi3calls.call_rules}.get(fmt.name)
 
 
 def _root(fmt: ToolFormat, parallel: bool) -> str:
@@ -97,7 +99,7 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
             "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
             "minicpm": "(tool-ws mm-call)*", "dsml": "(tool-ws mm-call)*",
-            "minimax3": "(tool-ws m3-call)*",
+            "minimax3": "(tool-ws m3-call)*", "kimi3": "k3-call*",
             "llama3": "", "gigachat": ""}[name] if parallel else ""
     return {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
@@ -121,6 +123,12 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "minicpm": f"mm-call {more} tool-ws",
             "minimax3": f'"{literal(minimax3calls.OPEN)}" tool-ws m3-call {more} tool-ws '
                         f'"{literal(minimax3calls.CLOSE)}"',
+            # (no blanks between sections, as the template writes them; after an empty
+            # response section, as the model writes one before its calls, then the
+            # message's close, which llama.cpp's grammar admits too)
+            "kimi3": f'("{kimi3calls.RESPONSE_OPEN}" "{kimi3calls.RESPONSE_CLOSE}")? '
+                     f'"{kimi3calls.TOOLS_OPEN}" k3-call {more} "{kimi3calls.TOOLS_CLOSE}" '
+                     f'"{kimi3calls.MESSAGE_CLOSE}"?',
             "dsml": f'"{dsml.open}" tool-ws mm-call {more} tool-ws "{dsml.close}"',
             "llama3": "tool-call",
             "gigachat": f'"{literal(fmt.opener)}" tool-call'}[name]

@@ -19,6 +19,9 @@ Formats:
 - "kimi": `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0
   <|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>`, a call
   named by an id (Kimi K2; chat/deepseekcalls.py);
+- "kimi3": `<|open|>tools<|sep|><|open|>call tool="NAME" index="1"<|sep|><|open|>argument
+  key="P" type="string"<|sep|>value<|close|>argument<|sep|><|close|>call<|sep|>...<|close|>
+  tools<|sep|>`, sections between control tokens (Kimi K3; chat/kimi3calls.py);
 - "commandr": `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters":
   {...}}, ...]<|END_ACTION|>` (Command R7B; chat/commandrcalls.py);
 - "minimax": `<minimax:tool_call><invoke name="NAME"><parameter name="P">value</parameter>
@@ -64,6 +67,7 @@ from . import (
     gemmacalls,
     glmcalls,
     harmony,
+    kimi3calls,
     listcalls,
     minimax3calls,
     minimaxcalls,
@@ -129,6 +133,7 @@ FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
            "kimi": ToolFormat("kimi", deepseekcalls.KIMI.open,
                               also_opens=(deepseekcalls.KIMI.call_open,)),
+           "kimi3": ToolFormat("kimi3", kimi3calls.TOOLS_OPEN),
            "commandr": ToolFormat("commandr", commandrcalls.OPEN, "parameters"),
            **{name: ToolFormat(name, opener) for name, (opener, _) in
               listcalls.LIST_FORMATS.items()},
@@ -165,6 +170,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["hermes"]
     if deepseekcalls.is_kimi(source):
         return FORMATS["kimi"]
+    if kimi3calls.is_kimi3(source):
+        return FORMATS["kimi3"]
     if deepseekcalls.OPEN in source:
         return replace(FORMATS["deepseek"],
                        variant="bare" if deepseekcalls.is_bare(source) else "")
@@ -246,6 +253,8 @@ def _section_of_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], in
         return minimaxcalls.minimax_section(section, fmt.types(), tags_of(fmt))
     if fmt.name == "minimax3":
         return minimax3calls.minimax3_section(section, fmt.types())
+    if fmt.name == "kimi3":
+        return kimi3calls.kimi3_section(section, fmt.types())
     return _generic_calls(section)
 
 
@@ -336,7 +345,7 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     if fmt.name == "functionary" and any(tool.name == "all" for tool in checked):
         raise ParameterError("invalid tools: this model's template reads a message to 'all' "
                              "as the answer, so no tool may be named so", param="tools")
-    if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm", "dsml", "minimax3"):
+    if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm", "dsml", "minimax3", "kimi3"):
         types = (minimax3calls if fmt.name == "minimax3" else xmlcalls).parameter_types(checked)
         fmt = replace(fmt, parameter_types=tuple(  # (how values are written)
             (tool, key, kind) for (tool, key), kind in types.items()))

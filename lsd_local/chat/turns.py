@@ -11,6 +11,7 @@ import json
 import re
 
 from ..utf8 import utf8_bytes
+from .kimi3calls import is_kimi3
 
 
 def with_thinking(messages: list[dict]) -> list[dict]:
@@ -126,10 +127,13 @@ def _nine_chars(call_id: object) -> object:
 
 def thinking_switch(template: str | None, kwargs: dict) -> dict:
     """The template kwargs with `enable_thinking` (the switch most families read, and `lsd
-    chat`'s /think) also given as MiniMax-M3's `thinking_mode` ("enabled" or "disabled"),
-    unless the request sets that itself."""
-    if template and "thinking_mode" in template and "enable_thinking" in kwargs and \
-            "thinking_mode" not in kwargs:
-        return {**kwargs, "thinking_mode": "enabled" if kwargs["enable_thinking"] else
-                "disabled"}
+    chat`'s /think) also given as MiniMax-M3's `thinking_mode` ("enabled" or "disabled") or
+    Kimi K3's `thinking`, unless the request sets that itself."""
+    if not template or "enable_thinking" not in kwargs:
+        return kwargs
+    on = kwargs["enable_thinking"]
+    if "thinking_mode" in template and "thinking_mode" not in kwargs:
+        return {**kwargs, "thinking_mode": "enabled" if on else "disabled"}
+    if is_kimi3(template) and "thinking" not in kwargs:
+        return {**kwargs, "thinking": bool(on)}
     return kwargs

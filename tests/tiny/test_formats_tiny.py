@@ -28,6 +28,7 @@ from tinymodels import (
     GIGACHAT_TEMPLATE,
     GLM_TEMPLATE,
     GRANITE_TEMPLATE,
+    KIMI3_TEMPLATE,
     KIMI_TEMPLATE,
     MINICPM_TEMPLATE,
     MINIMAX3_TEMPLATE,
@@ -58,6 +59,8 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "commandr": (COMMANDR_TEMPLATE, rb'"tool_name"'),
            "kimi": (KIMI_TEMPLATE, rb"<\|tool_call_begin\|>functions\.(get_weather|now):[0-9]+"
                                    rb"<\|tool_call_argument_begin\|>\{"),
+           "kimi3": (KIMI3_TEMPLATE, rb'<\|open\|>tools<\|sep\|><\|open\|>call '
+                                     rb'tool="(get_weather|now)" index="[0-9]+"<\|sep\|>'),
            "gemma": (GEMMA_TEMPLATE, rb"<\|tool_call>call:(get_weather|now)\{"),
            "mistral": (MISTRAL_TEMPLATE, rb'\[TOOL_CALLS\]\s*\[\s*\{\s*"name"'),
            "mistral-args": (MINISTRAL_TEMPLATE, rb"\[TOOL_CALLS\](get_weather|now)\[ARGS\]\{"),
@@ -83,13 +86,13 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
 
 CLOSER_BYTES = {"minimax": "/"}
 CLOSER_TOKENS = {"kimi": "<|tool_calls_section_end|>",  # (a marker of one token)
-                 "seed": "</seed:tool_call>", "minimax3": "</tool_call>"}
+                 "seed": "</seed:tool_call>", "minimax3": "</tool_call>", "kimi3": "<|close|>"}
 
 
 # formats whose markers are tokens of their own in the model's vocabulary (a long marker
 # spelled byte by byte would not leave room for a call in the tests' max_tokens)
 OWN_MODEL = {"kimi": "tiny_kimi", "seed": "tiny_seed", "minicpm": "tiny_minicpm",
-             "dsml": "tiny_dsml", "minimax3": "tiny_minimax3"}
+             "dsml": "tiny_dsml", "minimax3": "tiny_minimax3", "kimi3": "tiny_kimi3"}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -198,6 +201,13 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
         assert (f"]~b]ai\n</mm:think>{ns}<tool_call>\n{ns}<invoke name=\"get_weather\">{ns}<city>"
                 f"Paris{ns}</city>{ns}<metric>true{ns}</metric>{ns}</invoke>\n{ns}</tool_call>"
                 "[e~[\n]~b]tool\n<response>18 C, sunny</response>") in text
+    elif format_agent.format == "kimi3":
+        assert ('<|open|>response<|sep|><|close|>response<|sep|><|open|>tools<|sep|><|open|>call '
+                'tool="get_weather" index="1"<|sep|><|open|>argument key="city" type="string"'
+                '<|sep|>Paris<|close|>argument<|sep|><|open|>argument key="metric" type="boolean"'
+                "<|sep|>true<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
+                '<|close|>message<|sep|><|end_of_msg|><|open|>message role="tool"<|sep|>18 C'
+                ) in text
     elif format_agent.format == "pythonic":
         assert ("<|tool_call_start|>[get_weather(city='Paris', metric=True)]<|tool_call_end|>"
                 "<|im_end|>\n<|im_start|>tool\n18 C, sunny<|im_end|>") in text
