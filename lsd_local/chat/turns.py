@@ -127,8 +127,8 @@ def _nine_chars(call_id: object) -> object:
 
 def thinking_switch(template: str | None, kwargs: dict) -> dict:
     """The template kwargs with `enable_thinking` (the switch most families read, and `lsd
-    chat`'s /think) also given as MiniMax-M3's `thinking_mode` ("enabled" or "disabled") or
-    Kimi K3's `thinking`, unless the request sets that itself."""
+    chat`'s /think) also given as MiniMax-M3's `thinking_mode` ("enabled" or "disabled"),
+    Kimi K3's `thinking` or Cohere2 MoE's `reasoning`, unless the request sets that itself."""
     if not template or "enable_thinking" not in kwargs:
         return kwargs
     on = kwargs["enable_thinking"]
@@ -136,4 +136,9 @@ def thinking_switch(template: str | None, kwargs: dict) -> dict:
         return {**kwargs, "thinking_mode": "enabled" if on else "disabled"}
     if is_kimi3(template) and "thinking" not in kwargs:
         return {**kwargs, "thinking": bool(on)}
+    if COHERE2_TEXT in template and "reasoning" not in kwargs:
+        return {**kwargs, "reasoning": bool(on)}
     return kwargs
+
+
+COHERE2_TEXT = "<|START_TEXT|>"  # (Cohere2 MoE's answers; its template reads `reasoning`)

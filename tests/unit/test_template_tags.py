@@ -102,3 +102,21 @@ def test_a_template_cannot_change_what_it_is_given_for_the_next_request():
     template = "{%- set _ = seen.append('x') -%}{{- seen | length -}}"
     assert [render_chat(template, [{"role": "user", "content": "hi"}], **kwargs)
             for _ in range(2)] == ["2", "2"] and kwargs == {"seen": ["a"]}
+
+
+# Cohere2 MoE's switch, as its template reads it (its default from reasoning_effort)
+COHERE2 = ("{%- set reasoning = reasoning if reasoning is not undefined else (false if "
+           "reasoning_effort is defined and reasoning_effort | lower == 'none' else true) -%}"
+           "{%- for m in messages %}<|START_TEXT|>{{ m.content }}<|END_TEXT|>{%- endfor %}"
+           "<|CHATBOT_TOKEN|>{% if reasoning %}<|START_THINKING|>{% else %}<|START_THINKING|>"
+           "<|END_THINKING|>{% endif %}")
+
+
+def test_enable_thinking_is_given_to_the_switch_cohere2_moe_reads():
+    ask = [{"role": "user", "content": "hi"}]
+    on, off = "<|START_THINKING|>", "<|START_THINKING|><|END_THINKING|>"
+    assert render_chat(COHERE2, ask).endswith(on)  # (its default)
+    assert render_chat(COHERE2, ask, enable_thinking=False).endswith(off)
+    assert render_chat(COHERE2, ask, enable_thinking=True).endswith(on)
+    assert render_chat(COHERE2, ask, enable_thinking=False, reasoning=True).endswith(on)
+    assert render_chat(COHERE2, ask, reasoning_effort="none").endswith(off)
