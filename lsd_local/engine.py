@@ -118,14 +118,13 @@ class Engine:
                   **changes) -> None:
         """Use other drafter and rule settings from the next generation on (chat's /mode).
         Typed settings replace the current ones; a name ("lookup", "fly") or keyword changes
-        (k, p_min, theta, ...) apply to them, unnamed settings keep their values, a new
-        drafter given by name without k gets its own default K, and window=None restores
-        FLy's default window. Settings used before come back with what their drafter
-        learned, unless `fresh_drafter` (each benchmark run). One request's own settings:
+        (k, p_min, theta, ...) apply to them, others keep their values (a new drafter named
+        without k: its default K; window=None: FLy's default). Settings used before come
+        back with what their drafter learned, unless `fresh_drafter`. Per request:
         Request.drafter and Request.rule."""
         self._check_open()
-        with self._claim.idle("finish or close the unfinished generation before configuring "
-                              "this Engine"):  # (what a generation uses is fixed when made)
+        with self._steps_lock(), self._claim.idle(  # (in generate's order: no deadlock)
+                "finish or close the unfinished generation before configuring this Engine"):
             dcfg, rcfg = changed_settings(self.drafter_config, self.rule_config, drafter,
                                           rule, **changes)
             self._check_speculation(dcfg)
@@ -156,15 +155,13 @@ class Engine:
 
     def prompt_text(self, prompt: str | Sequence[dict], tools: Sequence[dict] | None = None,
                     **template_kwargs) -> str:
-        """The prompt as text for a program that adds the BOS token itself (llama.cpp's
-        tools): see chat.templates.prompt_text."""
+        """The prompt as text for a program that adds the BOS itself (chat.templates)."""
         self._check_open()
         return prompt_text(self.template_for(tools), prompt, self.target.vocab, tools,
                            **template_kwargs)
 
     def template_for(self, tools: Sequence[dict] | None) -> str | None:
-        """The chat template that renders a request with these tools: the GGUF's "tool_use"
-        template where it ships one and tools are given, else its default (or the user's)."""
+        """The chat template for a request with these tools: the GGUF's "tool_use" one if any."""
         return self.tool_template if tools and self.tool_template else self.chat_template
 
     @property
@@ -181,13 +178,17 @@ class Engine:
         an engine of one sequence. docs/library.md has it all."""
         request = as_request(prompt, options)
         request.check()
-        with self._runner.lock if self._runner is not None else contextlib.nullcontext():
+        with self._steps_lock():
             return self._start(request)
+
+    def _steps_lock(self):
+        """Side by side, the steps' lock (taken before the sequences' claim, everywhere)."""
+        return self._runner.lock if self._runner is not None else contextlib.nullcontext()
 
     def step(self) -> None:
         """Side by side: one round of every active generation; each one's events wait for
-        `Generation.take_events` (what `lsd serve`'s engine loop calls; iterating a
-        generation steps too). Alone (parallel=1): nothing (iterating runs the rounds)."""
+        `Generation.take_events` (`lsd serve`'s engine loop; iterating a generation steps
+        too). Alone (parallel=1): nothing."""
         if self._runner is not None:
             self._runner.step()
 
@@ -277,8 +278,8 @@ class Engine:
         with a drafter other than auto, or when auto's learned state already knows. Empties
         the first sequence's cache; no generation starts meanwhile."""
         self._check_open()
-        with self._claim.idle("finish or close the unfinished generations before "
-                              "calibrating this Engine"):
+        with self._steps_lock(), self._claim.idle("finish or close the unfinished "
+                                                  "generations before calibrating this Engine"):
             return self._calibrate_now()
 
     def _calibrate_now(self) -> bool:
@@ -377,9 +378,8 @@ class Engine:
     def close(self) -> None:
         """Save what auto learned (remember=True), end an unfinished generation's hold on
         this engine (iterating it then raises), then free both models."""
-        # (side by side, under the steps' lock: no decode of another thread is running
-        # when the models are freed, and none starts after)
-        with self._runner.lock if self._runner is not None else contextlib.nullcontext():
+        # (under the steps' lock: no other thread's decode runs when the models are freed)
+        with self._steps_lock():
             try:
                 if not self._closed:
                     for active in self._claim.current():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import math
 import os
 import tempfile
@@ -232,6 +233,18 @@ _LOOSE_CHAR = 'char ::= [^"\\\\] |'
 _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
 
 
+def _as_json_text(text: str) -> str:
+    """A literal of llama-cpp-python's converter (JSON text of a key, const or enum, or one
+    character) as a GBNF literal's inside should hold it: its backslashes escaped (it left
+    them as they were: the key 'a "b"' made `"\\"a \\\\"b\\\\"\\""`, which llama.cpp
+    refuses), and JSON's text with its characters as they are (json.dumps writes é as
+    `\\u00e9`, which GBNF read as é and escaped would be six characters)."""
+    if text[:1] in ('"', "{", "["):
+        with contextlib.suppress(ValueError):
+            text = json.dumps(json.loads(text), ensure_ascii=False)
+    return text.replace("\\", "\\\\")
+
+
 def schema_to_gbnf(schema: dict, source: str = "JSON schema") -> str:
     """GBNF text for a JSON schema (llama-cpp-python's converter); GrammarError when the schema
     uses something it cannot convert."""
@@ -245,9 +258,7 @@ def schema_to_gbnf(schema: dict, source: str = "JSON schema") -> str:
         converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False,
                                     raw_pattern=False)
         quoted = converter._format_literal
-        # (its literals leave a backslash as it is: a key, const or enum holding `"` or `\`
-        # made a grammar llama.cpp refuses, `"\"a \\"b\\"\""` for the key 'a "b"')
-        converter._format_literal = lambda text: quoted(text.replace("\\", "\\\\"))
+        converter._format_literal = lambda text: quoted(_as_json_text(text))
         converter.visit(converter.resolve_refs(schema, "stdin"), "")
         text = converter.format_grammar()
     except Exception as exc:  # noqa: BLE001 - the converter signals with assorted exceptions

@@ -28,8 +28,8 @@ def until_rules(name: str, end: str) -> list[str]:
     so that an end whose start repeats inside it, as MiniMax-M3's `]<]minimax[>[`, is found
     wherever it starts)."""
     first = literal(end[0])
-    rules = [f"{name} ::= {name}0",
-             f'{name}0 ::= ([^{_in_class(end[0])}] {name}0 | "{first}" {name}1)?']
+    go_on = f' | "{first}" {name}1' if len(end) > 1 else ""  # (one character: never it)
+    rules = [f"{name} ::= {name}0", f"{name}0 ::= ([^{_in_class(end[0])}] {name}0{go_on})?"]
     for i in range(1, len(end)):
         char = literal(end[i])
         go_on = f'"{char}" {name}{i + 1} | ' if i + 1 < len(end) else ""

@@ -124,9 +124,11 @@ def _json_arguments(section: str, i: int):
     """(the arguments object, the index after its closer) of a `json` section, None while
     unknown, or _MALFORMED."""
     start = i + len(JSON_ARGUMENTS)
+    if section[skip_space(section, start):][:1] not in ("", "{"):
+        return _MALFORMED  # (only an object: the arguments never shrink as it streams)
     end = value_end(section, start)
     if end is None:
-        return None if section[skip_space(section, start):][:1] in ("", "{") else _MALFORMED
+        return None
     after = skip_space(section, end)
     if not section.startswith(JSON_CLOSE, after):
         return None if JSON_CLOSE.startswith(section[after:]) else _MALFORMED
@@ -159,12 +161,21 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
 def _argument_rule(key: str, schema, prefix: str, rules: list[str], to_gbnf) -> str:
     """One argument's section: its key, its type (the template's name of the value's JSON
     type: "string" where the value is written raw), its value."""
-    raw = string_value(schema, "k3-text") is not None or _takes_a_string(schema)
+    raw = string_value(schema, "k3-text") is not None or _takes_a_string(schema) or \
+        _untyped(schema)
     value = (string_value(schema, "k3-text") or "k3-text") if raw else \
         value_rule(schema, "k3-text", prefix, rules, to_gbnf)
     kind = '"string"' if raw else _type_name(schema)
     return (f'"{literal(ARGUMENT + escape(key))}\\" type=\\"" {kind} "\\"{literal(SEP)}" '
             f'{value} "{literal(ARGUMENT_CLOSE)}"')
+
+
+def _untyped(schema) -> bool:
+    """A parameter whose schema says nothing of its value: raw text, as llama.cpp reads it
+    (and as the template writes a string)."""
+    return isinstance(schema, dict) and not any(
+        key in schema for key in ("type", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
+                                  "properties", "items"))
 
 
 def _type_name(schema) -> str:
@@ -173,4 +184,6 @@ def _type_name(schema) -> str:
     kind = schema.get("type") if isinstance(schema, dict) else None
     names = {"integer": "number", "number": "number", "boolean": "boolean",
              "object": "object", "array": "array", "null": "null"}
-    return f'"{names[kind]}"' if kind in names else "[a-z]{1,8}"
+    if isinstance(kind, str) and kind in names:
+        return f'"{names[kind]}"'
+    return '("number" | "boolean" | "object" | "array" | "null")'  # (JSON: never a string)

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 
+from ..errors import ParameterError
+from ..limits import SCHEMA_MAX_DEPTH
 from .gbnfparts import literal, renamed, until_rules
 from .jsonscan import CallScan, skip_space
 from .minimaxcalls import _takes_a_string
@@ -30,7 +32,7 @@ OPEN, CLOSE = NS + "<tool_call>", NS + "</tool_call>"
 INVOKE, INVOKE_CLOSE = NS + '<invoke name="', NS + "</invoke>"
 ITEM = "item"  # an array's element's tag
 IN_ARRAY = "[]"  # an element's step in a parameter's path (its key's, in an object)
-MAX_DEPTH = 6  # nesting written as tags; deeper values are JSON
+MAX_DEPTH = SCHEMA_MAX_DEPTH  # nesting written as tags (deeper than a schema may: JSON)
 MARKERS = (NS, "<tool_call>", "</tool_call>")  # (preserved tokens, as llama.cpp has them)
 _MALFORMED = object()  # text that is not this form: the call ends where it starts
 
@@ -53,40 +55,77 @@ def parameter_types(tools) -> dict:
     return out
 
 
+def check_keys(types: dict) -> None:
+    """ParameterError for a key this form cannot name a tag by (one holding `>` or the
+    marker, or starting with `/`: the reader would end its tag there)."""
+    for _, path in types:
+        key = path[-1]
+        if ">" in key or NS in key or key.startswith("/"):
+            raise ParameterError(f"invalid tools: this model's template writes each argument "
+                                 f"as a tag named by its key, and {key!r} cannot name one "
+                                 "(no '>', no leading '/')", param="tools")
+
+
 def _members_types(name: str, path: tuple, schema: dict, out: dict, depth: int) -> None:
-    for key, sub in (schema.get("properties") or {}).items():
+    props = schema.get("properties")
+    for key, sub in (props.items() if isinstance(props, dict) else ()):
         _value_types(name, (*path, key), sub, out, depth)
 
 
 def _value_types(name: str, path: tuple, schema: object, out: dict, depth: int) -> None:
     out[(name, path)] = written_as(schema)
-    if depth < MAX_DEPTH and isinstance(schema, dict):  # (a request's schema may nest deep)
-        if schema.get("properties"):
-            _members_types(name, path, schema, out, depth + 1)
-        elif isinstance(schema.get("items"), dict):
-            _value_types(name, (*path, IN_ARRAY), schema["items"], out, depth + 1)
+    if as_tags(schema, depth):  # (within MAX_DEPTH: a request's schema may nest deep)
+        shape = _shape(schema)
+        if written_as(schema) == "object":
+            _members_types(name, path, shape, out, depth + 1)
+        else:
+            _value_types(name, (*path, IN_ARRAY), shape.get("items", {}), out, depth + 1)
+
+
+def _shape(schema: dict) -> dict:
+    """The schema without its null alternative (`anyOf: [X, null]`, pydantic's Optional;
+    `type: [X, "null"]`): the template leaves a null out, so X is what gets written."""
+    options = schema.get("anyOf", schema.get("oneOf"))
+    if isinstance(options, list):
+        kept = [o for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+        return _shape(kept[0]) if len(kept) == 1 and isinstance(kept[0], dict) else schema
+    kinds = schema.get("type")
+    if isinstance(kinds, list) and len([k for k in kinds if k != "null"]) == 1:
+        return {**schema, "type": next(k for k in kinds if k != "null")}
+    return schema
 
 
 def written_as(schema: object) -> str | None:
     """How a value of `schema` is read back: "string" where it may be a string (llama.cpp's
-    may_be_string: raw text up to its closing tag), else its JSON type (None: unknown). An
-    object or array comes as tags (as the template writes one) or as JSON."""
+    may_be_string: raw text up to its closing tag; an enum with any string too), else its
+    JSON type (None: unknown). An object or array comes as tags (as the template writes
+    one) or as JSON."""
     if not isinstance(schema, dict):
         return None
-    if string_value(schema, "text") is not None or _takes_a_string(schema):
+    choices = schema.get("enum")
+    if string_value(schema, "text") is not None or _takes_a_string(schema) or (
+            isinstance(choices, list) and any(isinstance(c, str) for c in choices)):
         return "string"
-    kind = schema.get("type")
-    if kind is None and schema.get("properties"):
+    shape = _shape(schema)
+    kind = shape.get("type")
+    if kind is None and isinstance(shape.get("properties"), dict):
         return "object"
+    if kind is None and isinstance(shape.get("items"), dict):
+        return "array"
     return kind if isinstance(kind, str) else None
 
 
 def as_tags(schema: object, depth: int) -> bool:
-    """Whether the grammar writes a value of `schema` as nested tags: an object with
-    properties or an array of one schema, within MAX_DEPTH (else its JSON)."""
+    """Whether the grammar writes a value of `schema` as nested tags (as the template
+    writes every mapping and list): an object with properties or an array (its items any
+    value where the schema names none), within MAX_DEPTH (else its JSON)."""
     kind = written_as(schema)
-    return depth < MAX_DEPTH and (kind == "object" and bool(schema.get("properties")) or
-                                  kind == "array" and isinstance(schema.get("items"), dict))
+    if depth >= MAX_DEPTH or kind not in ("object", "array"):
+        return False
+    shape = _shape(schema)
+    if kind == "object":
+        return isinstance(shape.get("properties"), dict) and bool(shape["properties"])
+    return isinstance(shape.get("items", {}), dict)
 
 
 # --- reading calls back -------------------------------------------------------------------
@@ -218,8 +257,9 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
 def _members_rule(schema: dict, prefix: str, rules: list[str], to_gbnf, depth: int) -> str:
     """An object's elements, a tag per key, in the schema's order."""
     required = set(schema.get("required") or ())
+    props = schema.get("properties")
     parts = []
-    for p, (key, sub) in enumerate((schema.get("properties") or {}).items()):
+    for p, (key, sub) in enumerate(props.items() if isinstance(props, dict) else ()):
         tag = literal(f"{NS}<{key}>")
         value = _value_rule(sub, f"{prefix}-{p}", rules, to_gbnf, depth)
         element = f'(tool-ws "{tag}" {value} "{literal(f"{NS}</{key}>")}")'
@@ -233,9 +273,10 @@ def _value_rule(schema: object, prefix: str, rules: list[str], to_gbnf, depth: i
     if written_as(schema) == "string":
         return string_value(schema, "m3-text") or "m3-text"
     if as_tags(schema, depth) and written_as(schema) == "object":
-        return f"{_members_rule(schema, prefix, rules, to_gbnf, depth + 1)} tool-ws"
+        return f"{_members_rule(_shape(schema), prefix, rules, to_gbnf, depth + 1)} tool-ws"
     if as_tags(schema, depth):
-        item = _value_rule(schema["items"], f"{prefix}-i", rules, to_gbnf, depth + 1)
+        item = _value_rule(_shape(schema).get("items", {}), f"{prefix}-i", rules, to_gbnf,
+                           depth + 1)
         return f'(tool-ws "{literal(NS)}<{ITEM}>" {item} "{literal(NS)}</{ITEM}>")* tool-ws'
     if isinstance(schema, dict) and not schema:
         return "m3-text"  # (any value: written as text, read back as JSON where it is)

@@ -227,8 +227,8 @@ def _takes_a_string(schema) -> bool:
 
 
 def _cdata_rules() -> list[str]:
-    """`mm-cdata`: any text without `]]>` (how many `]` it ends with: 0, 1, 2 or more;
-    until_rules needs an end that repeats no prefix of itself, which `]]>` does). And
+    """`mm-cdata`: any text without `]]>` (how many `]` it ends with: 0, 1, 2 or more; what
+    until_rules gives for `]]>`, written out). And
     `mm-plain`: `mm-text` (any text without `</param>`) that does not start with `<![CDATA[`
     (as llama.cpp's parser: a value that opens a CDATA block is one), by how much of that
     opener it starts with (mm-plain1..8), then mm-text's own states (its 1: after a `<`)."""

@@ -198,6 +198,7 @@ class OutputParser:
         elif self.reasoning and stripped.startswith(close):
             self._take(len(text) - len(stripped) + len(close))
             self.state = "after_reasoning"
+            self._reasoned = True  # (a JSON call after it: a lazy trigger at ^ missed it)
         elif self.reasoning and not final and (opener.startswith(stripped) or
                                                close.startswith(stripped)):
             return  # maybe the beginning of "<think>"

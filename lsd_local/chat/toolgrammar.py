@@ -124,9 +124,9 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "minimax3": f'"{literal(minimax3calls.OPEN)}" tool-ws m3-call {more} tool-ws '
                         f'"{literal(minimax3calls.CLOSE)}"',
             # (no blanks between sections, as the template writes them; after an empty
-            # response section, as the model writes one before its calls, then the
-            # message's close, which llama.cpp's grammar admits too)
-            "kimi3": f'("{kimi3calls.RESPONSE_OPEN}" "{kimi3calls.RESPONSE_CLOSE}")? '
+            # response section, or the close of the one the prompt opened, as the model
+            # writes them before its calls, then the message's close, as llama.cpp's)
+            "kimi3": f'("{kimi3calls.RESPONSE_OPEN}"? "{kimi3calls.RESPONSE_CLOSE}")? '
                      f'"{kimi3calls.TOOLS_OPEN}" k3-call {more} "{kimi3calls.TOOLS_CLOSE}" '
                      f'"{kimi3calls.MESSAGE_CLOSE}"?',
             "dsml": f'"{dsml.open}" tool-ws mm-call {more} tool-ws "{dsml.close}"',
@@ -144,10 +144,14 @@ def lazy_triggers(fmt: ToolFormat, json_names: tuple[str, ...] = ()) -> tuple[st
             *(jsoncalls.trigger_patterns(json_names) if json_names else ()))
 
 
-def after_reasoning(text: str, close: str) -> str:
+def after_reasoning(text: str, close: str, opener: str = "") -> str:
     """GBNF `text` (a grammar from the first token) after a reasoning block the prompt
     opened: any text up to the block's `close` first, then `text`'s root (llama.cpp's
-    grammars, too, let a model reason before the calls it must make)."""
+    grammars, too, let a model reason before the calls it must make). With `opener`, the
+    model may open a block itself, or write its bare close, or neither (MiniMax-M3)."""
     body = re.sub(r"(?m)^root ::=", "tool-root ::=", text, count=1)
-    head = f'root ::= think-text "{literal(close)}" [ \\t\\n]{{0,2}} tool-root'
+    block = f'think-text "{literal(close)}"'
+    if opener:
+        block = f'("{literal(opener)}" {block} | "{literal(close)}")?'
+    head = f"root ::= {block} [ \\t\\n]{{0,2}} tool-root"
     return "\n".join([head, *until_rules("think-text", close), body])

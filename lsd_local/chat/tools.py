@@ -76,6 +76,7 @@ from . import (
     xmlcalls,
 )
 from .jsonscan import CallScan, list_elements, scan_call, value_end
+from .thinking import MM_THINK
 from .toolgrammar import after_reasoning, call_grammar, lazy_triggers
 from .toolspec import Tool, choose_tools, parse_tools
 
@@ -331,7 +332,11 @@ class ToolPlan:
                             json_form=bool(self.json_names))
         if self.mode == "auto":
             return text, lazy_triggers(self.fmt, self.json_names)
-        return (after_reasoning(text, self.after) if self.after else text), ()
+        if self.after:
+            return after_reasoning(text, self.after), ()
+        if self.fmt.name == "minimax3":  # (its answers start with reasoning or its close)
+            return after_reasoning(text, MM_THINK.close, MM_THINK.open), ()
+        return text, ()
 
 
 def tool_plan(template: str | None, tools: object, tool_choice: object,
@@ -347,6 +352,8 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
                              "as the answer, so no tool may be named so", param="tools")
     if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm", "dsml", "minimax3", "kimi3"):
         types = (minimax3calls if fmt.name == "minimax3" else xmlcalls).parameter_types(checked)
+        if fmt.name == "minimax3":
+            minimax3calls.check_keys(types)
         fmt = replace(fmt, parameter_types=tuple(  # (how values are written)
             (tool, key, kind) for (tool, key), kind in types.items()))
     return ToolPlan(fmt, mode, checked, callable_tools, bool(parallel) and not named)

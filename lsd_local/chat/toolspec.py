@@ -46,9 +46,10 @@ def parse_tools(tools: object) -> tuple[Tool, ...]:
                                  param="tools")
         seen.add(name)
         parameters = function.get("parameters", {"type": "object", "properties": {}})
-        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object":
+        if not isinstance(parameters, dict) or parameters.get("type", "object") != "object" \
+                or not isinstance(parameters.get("properties", {}), dict):
             raise ParameterError(f"invalid tools[{i}].function.parameters: a JSON schema of "
-                                 "type object", param="tools")
+                                 "type object (its properties an object)", param="tools")
         out.append(Tool(name, str(function.get("description") or ""), parameters))
     return tuple(out)
 

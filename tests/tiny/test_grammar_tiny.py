@@ -131,18 +131,23 @@ def test_sampling_gives_valid_json_for_many_seeds(tiny_pair, rule, entropy):
             check_schema_answer(gen.text)
 
 
-def test_a_schema_whose_keys_and_values_hold_quotes_and_backslashes(plain):
-    """A JSON schema may name a key `a "b"` or `c\\d` and an enum `say "hi"`: the grammar
-    compiles (llama-cpp-python's converter left the backslash of JSON's `\\"` unescaped in
-    a literal, a grammar llama.cpp refused) and holds the answer to exactly those."""
-    schema = {"type": "object", "properties": {'a "b"': {"enum": ['say "hi"', "x\\y"]},
-                                               "c\\d": {"type": "boolean"}},
-              "required": ['a "b"', "c\\d"], "additionalProperties": False}
-    for seed in range(3):
-        gen = plain.generate(PROMPTS[seed], max_tokens=60, json_schema=schema, seed=seed,
+def test_a_schema_whose_keys_and_values_hold_quotes_backslashes_and_accents(plain):
+    """A JSON schema may name a key `a "b"`, `c\\d` or `名前` and an enum `say "hi"` or
+    `café`: the grammar compiles (llama-cpp-python's converter left the backslash of JSON's
+    `\\"` unescaped in a literal, a grammar llama.cpp refused) and holds the answer to
+    exactly those, accents written as themselves (as JSON allows, and llama.cpp's converter
+    writes them), not as `\\u00e9`."""
+    schema = {"type": "object", "properties": {
+        'a "b"': {"enum": ['say "hi"', "x\\y", "café"]}, "c\\d": {"type": "boolean"},
+        "名前": {"const": "é"}},
+        "required": ['a "b"', "c\\d", "名前"], "additionalProperties": False}
+    for seed in range(4):
+        gen = plain.generate(PROMPTS[seed], max_tokens=80, json_schema=schema, seed=seed,
                              temperature=1.0).run()
         answer = json.loads(gen.text)
-        assert set(answer) == {'a "b"', "c\\d"} and answer['a "b"'] in ('say "hi"', "x\\y")
+        assert set(answer) == {'a "b"', "c\\d", "名前"} and answer["名前"] == "é"
+        assert answer['a "b"'] in ('say "hi"', "x\\y", "café")
+        assert "\\u" not in gen.text
 
 
 def test_multibyte_literal_is_exact(plain, tiny_pair):

@@ -17,7 +17,8 @@ from lsd_local import Engine
 TRIP = [{"type": "function", "function": {"name": "plan_trip", "parameters": {
     "type": "object", "properties": {
         "city": {"type": "string"}, "days": {"type": "integer"},
-        "mode": {"enum": ["car", "train"]}, 'a "b"': {"type": "boolean"}},
+        "mode": {"enum": ["car", "train"]}, 'a "b"': {"type": "boolean"},
+        "stops": {"type": ["integer", "null"]}, "note": {}},
     "required": ["city", "days"]}}}]
 CALL = ('<|open|>tools<|sep|><|open|>call tool="plan_trip" index="1"<|sep|><|open|>argument '
         'key="city" type="string"<|sep|>Rome </p>\n2<|close|>argument<|sep|><|open|>argument '
@@ -31,6 +32,12 @@ CALL = ('<|open|>tools<|sep|><|open|>call tool="plan_trip" index="1"<|sep|><|ope
     (CALL, True),
     ("<|open|>response<|sep|><|close|>response<|sep|>" + CALL, True),  # (empty, as written)
     (CALL + "<|close|>message<|sep|>", True),
+    ("<|close|>response<|sep|>" + CALL, True),  # (thinking off: the prompt opened it)
+    (CALL.replace("<|close|>call", '<|open|>argument key="stops" type="number"<|sep|>2'
+                  '<|close|>argument<|sep|><|open|>argument key="note" type="string"<|sep|>'
+                  "any text<|close|>argument<|sep|><|close|>call"), True),
+    (CALL.replace("<|close|>call", '<|open|>argument key="stops" type="string"<|sep|>2'
+                  "<|close|>argument<|sep|><|close|>call"), False),  # (JSON: not "string")
     ("<|open|>response<|sep|>Hi<|close|>response<|sep|>" + CALL, False),  # (calls only)
     (CALL.replace('type="number"', 'type="string"'), False),  # the type the schema says
     (CALL.replace(">3<", ">three<"), False),  # an integer's value is JSON

@@ -21,11 +21,15 @@ TOOLS = [{"type": "function", "function": {"name": "order", "parameters": {
         "shop": {"type": "string"}, "items": {"type": "array", "items": ITEM},
         "tags": {"type": "array", "items": {"enum": ["fast", "cheap"]}},
         "when": {"type": "object", "properties": {"day": {"type": "integer"}}},
-        "limit": {"anyOf": [{"type": "number"}, {"type": "null"}]}},
+        "limit": {"anyOf": [{"type": "number"}, {"type": "null"}]},
+        "ids": {"anyOf": [{"type": "array", "items": {"type": "integer"}}, {"type": "null"}]},
+        "box": {"type": ["object", "null"], "properties": {"w": {"type": "integer"}}},
+        "any": {"type": "array"}, "kind": {"enum": ["a", 1]}},
     "required": ["shop", "items"]}}},
     {"type": "function", "function": {"name": "now", "parameters": {"type": "object"}}}]
 ARGS = {"shop": "Bo's <deli>\n", "items": [{"name": "tea", "n": 2}, {"name": "jam"}],
-        "tags": ["fast"], "when": {"day": 3}, "limit": 9.5}
+        "tags": ["fast"], "when": {"day": 3}, "limit": 9.5, "ids": [1, 2], "box": {"w": 4},
+        "any": [1, "x"], "kind": "a"}  # (Optional[...]s, untyped items, a mixed enum)
 
 
 def call_text(arguments: dict) -> str:
@@ -53,13 +57,15 @@ WHOLE = call_text(ARGS)
     (WHOLE.replace(f"{NS}<day>3{NS}</day>", f"{NS}<hour>3{NS}</hour>"), False),  # no such key
     (WHOLE.replace("Bo's", f"Bo{NS}s"), False),  # no marker inside a string
     (WHOLE.replace(f"{NS}<limit>9.5", f"{NS}<limit>null"), True),
+    ("</mm:think>" + WHOLE, True),  # (an answer that did not reason starts so)
+    ("<mm:think>Which shop?</mm:think>\n" + WHOLE, True),
 ])
 def test_the_grammar_admits_typed_nested_calls_and_nothing_else(tiny_agent, call, whole):
     from lsd_local.chat.tools import section_calls, tool_plan
 
     plan = tool_plan(MINIMAX3_TEMPLATE, TOOLS, "required", True)
     assert plan_admits(tiny_agent, plan, call, ends=whole) == whole
-    if call == WHOLE:
+    if call == WHOLE:  # (what the template wrote is what the reader reads)
         calls, complete = section_calls(plan.fmt, call)
         assert complete and [json.loads(c.arguments) for c in calls] == [ARGS, {}]
 

@@ -439,24 +439,53 @@ def test_what_the_step_keeps_of_a_generation_goes_with_it(tiny_pair):
         assert not list(eng._runner._yields) and not list(eng._runner._last_block)
 
 
-def test_no_generation_starts_while_the_engine_calibrates(tiny_pair, monkeypatch):
-    """`calibrate` holds the sequences' claim while it measures: another thread's generate
-    waits for it, instead of reading a prompt into the cache being measured on."""
+def held_elsewhere(*locks) -> list[bool]:
+    """Whether another thread finds each lock held."""
+    seen = []
+
+    def probe():
+        for lock in locks:
+            free = lock.acquire(blocking=False)
+            if free:
+                lock.release()
+            seen.append(not free)
+    other = threading.Thread(target=probe)
+    other.start()
+    other.join()
+    return seen
+
+
+def test_no_generation_starts_while_the_engine_calibrates_or_is_configured(tiny_pair,
+                                                                           monkeypatch):
+    """`calibrate` and `configure` hold the steps' lock, then the sequences' claim, as
+    generate takes them (another thread's generate waits, instead of reading a prompt into
+    the cache being measured on): a finished generation that the garbage collector closes
+    meanwhile (it leaves the steps, under their lock) does not deadlock against a generate
+    that took the steps' lock first (found by an independent review)."""
+    import gc
+
     from lsd_local.drafters.auto import calibration
+    from lsd_local.engine import Engine
 
     seen = []
-    real = calibration.measure
 
-    def measuring(*args):
-        other = threading.Thread(target=lambda: seen.append(
-            eng._claim._lock.acquire(blocking=False)))
-        other.start()
-        other.join()
-        return real(*args)
-    monkeypatch.setattr(calibration, "measure", measuring)
+    def spy(real):
+        def inside(*args):
+            seen.append(held_elsewhere(eng._runner.lock, eng._claim._lock))
+            gc.collect()  # (the finished generation below is closed here)
+            return real(*args)
+        return inside
+    monkeypatch.setattr(calibration, "measure", spy(calibration.measure))
+    monkeypatch.setattr(Engine, "_check_speculation", spy(Engine._check_speculation))
     with load_tiny(tiny_pair, "auto", draft=tiny_pair[1], parallel=2) as eng:
+        finished = eng.generate(PROMPTS[0], max_tokens=4)
+        finished.run()
+        cycle = [finished]
+        cycle.append(cycle)  # (a user's object cycle holds it)
+        del finished, cycle
         assert eng.calibrate()
-        assert seen == [False]  # (held by the calibrating thread)
+        eng.configure(k=3)
+        assert seen == [[True, True], [True, True]]
         assert eng.generate(PROMPTS[1], max_tokens=3).run().tokens
 
 

@@ -87,11 +87,17 @@ def test_arguments_as_a_json_section_or_typed_by_their_attribute(body, arguments
 @pytest.mark.parametrize("text,calls", [
     (f"{TOOLS_OPEN}No call here.", []),
     (f'{TOOLS_OPEN}<|open|>call tool="now" index="1"{SEP}oops{CALL_CLOSE}', [{}]),
-    (f'{TOOLS_OPEN}<|open|>call tool="now" index="1"{SEP}{JSON_ARGUMENTS}[1]{JSON_CLOSE}', [{}]),
+    (f'{TOOLS_OPEN}<|open|>call tool="now" index="1"{SEP}{JSON_ARGUMENTS}[1,]{JSON_CLOSE}', [{}]),
 ])
 def test_text_that_is_not_the_form_ends_the_call_and_the_section(text, calls):
     found, end = kimi3_section(text, types())
     assert [json.loads(c.arguments) for c in found] == calls and end is not None
+    seen = ""
+    for n in range(len(text) + 1):  # (what a call's arguments were never shrinks)
+        found, _ = kimi3_section(text[:n], types())
+        if found:
+            assert found[0].arguments.startswith(seen), (n, found[0].arguments, seen)
+            seen = found[0].arguments
 
 
 @pytest.mark.parametrize("size", [1, 2, 5, 17, 1000])

@@ -71,11 +71,52 @@ def test_how_values_are_read_and_written_follows_the_schema():
     assert written_as({"type": "string"}) == written_as({"enum": ["a", "b"]}) == "string"
     assert written_as({"anyOf": [{"type": "integer"}, {"type": "string"}]}) == "string"
     assert written_as({"type": ["null", "string"]}) == "string"
-    assert written_as({"anyOf": [{"type": "number"}, {"type": "null"}]}) is None
+    assert written_as({"anyOf": [{"type": "number"}, {"type": "null"}]}) == "number"
+    assert written_as({"anyOf": [{"type": "number"}, {"type": "boolean"}]}) is None
+    assert written_as({"anyOf": [{"type": "array", "items": STOP}, {"type": "null"}]}) == \
+        "array" == written_as({"type": ["array", "null"]}) == written_as({"items": {}})
+    assert written_as({"enum": ["a", 1]}) == "string"  # (llama.cpp: may be a string)
     assert written_as({"properties": {"a": {}}}) == "object"
     assert (as_tags(STOP, 0), as_tags(STOP, MAX_DEPTH)) == (True, False)
     assert as_tags({"type": "array", "items": STOP}, 0)
-    assert not as_tags({"type": "object"}, 0) and not as_tags({"type": "array"}, 0)
+    assert not as_tags({"type": "object"}, 0) and as_tags({"type": "array"}, 0)
+
+
+@pytest.mark.parametrize("key", ["a>b", "/x", f"a{NS}b"])
+def test_a_key_that_cannot_name_a_tag_is_refused(key):
+    """The reader takes a tag's name up to its `>`: a key the template cannot write as a
+    tag name is a clear error, not a call read wrong."""
+    from lsd_local.errors import ParameterError
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"o": {"type": "object", "properties": {
+            key: {"type": "string"}}}}}}}]
+    with pytest.raises(ParameterError, match="cannot name one"):
+        tool_plan(MINIMAX3_TEMPLATE, tools, "auto", True)
+
+
+@pytest.mark.parametrize("properties", [["a"], "a", {"o": {"properties": ["a"]}}])
+def test_properties_that_are_no_object_are_a_clear_error_or_ignored(properties):
+    from lsd_local.errors import ParameterError
+
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": properties}}}]
+    if isinstance(properties, dict):  # (nested: that value is read by its tags or JSON)
+        assert tool_plan(MINIMAX3_TEMPLATE, tools, "auto", True).fmt.types()
+    else:
+        with pytest.raises(ParameterError, match="properties"):
+            tool_plan(MINIMAX3_TEMPLATE, tools, "auto", True)
+
+
+def test_a_json_call_after_the_bare_close_stays_text():
+    """The lazy grammar's trigger for a JSON call is anchored at the answer's start, which
+    the bare close takes: such a call was never held to its schema, so it is not a call
+    (as after a reasoning block)."""
+    plan = tool_plan(MINIMAX3_TEMPLATE, TOOLS, "auto", True)
+    parser = output_parser(MINIMAX3_TEMPLATE, plan, "]~b]ai\n", True)
+    text = '</mm:think>{"name": "now", "arguments": {}}'
+    content, _, _ = feed_in_chunks(parser, text, 4)
+    assert content == text[len("</mm:think>"):] and parser.tool_calls == []
 
 
 def test_a_schema_nested_past_the_depth_is_typed_no_deeper():
