@@ -262,9 +262,9 @@ class Engine:
         parts = EngineParts(target, draft, drafter, self.state_cache, self._check_open,
                             self._claim.give_back, evaluated)
         state = RoundState(np.random.default_rng(check_seed(request.seed)), compiled)
+        shown = self.target.vocab.showing(parser.markers if parser else ())
         gen = Generation(parts, prompt_ids, settings, state, Verifier(rcfg, settings.sampler),
-                         TextAssembler(self.target.vocab.showing(parser.markers if parser
-                                                                 else ()), request.stop),
+                         TextAssembler(shown, (*request.stop, *getattr(parser, "stops", ()))),
                          request_family(request.prompt), parser, request.budget,
                          self._runner)
         if self._runner is not None:

@@ -652,6 +652,12 @@ MINICPM_WORDS = ("<function", "</function>", "<param", "</param>")
 # MiniMax-M3's marker and thinking tags (control tokens), and its invoke tags as words
 MINIMAX3_WORDS = ("]<]minimax[>[", "<mm:think>", "</mm:think>")
 MINIMAX3_TAGS = ('<invoke name="', "</invoke>")
+# Ling 3's end of turn: a control token its GGUF need not mark as an end of generation
+LING_WORDS = ("<|role_end|>",)
+LING_TEMPLATE = (
+    "{%- for m in messages %}{{- '<role>' + m.role | upper + '</role>' + m.content + "
+    "'<|role_end|>' }}{%- endfor %}{%- if add_generation_prompt %}"
+    "{{- '<role>ASSISTANT</role>' }}{%- endif %}")
 # Kimi K3's markers (control tokens), and its section names and attributes as words
 KIMI3_WORDS = ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>")
 KIMI3_TAGS = ("think", "response", "tools", "call", "argument", "message", ' tool="',
@@ -660,7 +666,7 @@ KIMI3_TAGS = ("think", "response", "tools", "call", "argument", "message", ' too
 # Seed-OSS's and MiniCPM5's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
                  *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS, *SEED_WORDS,
-                 *MINICPM_WORDS, *MINIMAX3_WORDS, *KIMI3_WORDS)
+                 *MINICPM_WORDS, *MINIMAX3_WORDS, *KIMI3_WORDS, *LING_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -771,6 +777,12 @@ def make_minimax3_model(directory: Path) -> Path:
     and its invoke tags as words."""
     return _marked_model(directory, "minimax3", MINIMAX3_WORDS + MINIMAX3_TAGS,
                          MINIMAX3_TEMPLATE)
+
+
+def make_ling_model(directory: Path) -> Path:
+    """make_pair's target with a Ling-3-style template, its end of turn a control token
+    that is no end of generation."""
+    return _marked_model(directory, "ling", LING_WORDS, LING_TEMPLATE)
 
 
 def make_kimi3_model(directory: Path) -> Path:

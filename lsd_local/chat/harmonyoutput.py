@@ -26,6 +26,7 @@ from .kimi3output import Kimi3Parser
 from .output import OutputParser, Parts, _partial_suffix
 from .thinking import thinking_of
 from .tools import FORMATS
+from .turns import turn_ends
 
 HEADER_STARTS = (START, CHANNEL, " to=")
 MAX_HEADER = 256  # characters: a longer "header" is text a model wrote without one
@@ -187,6 +188,14 @@ def opened_header(prompt_text: str) -> str | None:
 
 def output_parser(template: str | None, plan, prompt_text: str,
                   reasoning: bool) -> OutputParser:
+    """output_parser_for(...), with the stop strings that end the family's turn."""
+    parser = output_parser_for(template, plan, prompt_text, reasoning)
+    parser.stops = turn_ends(template)
+    return parser
+
+
+def output_parser_for(template: str | None, plan, prompt_text: str,
+                      reasoning: bool) -> OutputParser:
     """The parser for an answer to a chat prompt (`prompt_text`) rendered by `template`:
     harmony's for a harmony template, else the `<think>`/tool-call one. `plan`: the
     request's chat.tools.ToolPlan (None: no tools); `reasoning`: split the reasoning out of

@@ -109,6 +109,7 @@ class OutputParser:
                  think: Thinking = THINK) -> None:
         self.fmt = fmt
         self.think = think
+        self.stops: tuple[str, ...] = ()  # what ends the family's turn (chat/turns.py)
         self.reasoning = reasoning
         self.json_names = json_names
         self.state = "reasoning" if (thinking and reasoning) else "start"
@@ -138,7 +139,7 @@ class OutputParser:
         """The markers this parser reads: a vocabulary's control tokens that spell one must
         show as text (llama.cpp's "preserved tokens"), or they would show as nothing."""
         calls = FORMAT_MARKERS.get(self.fmt.name, ()) if self.fmt is not None else ()
-        return (self.think.open, self.think.close, *calls)
+        return (self.think.open, self.think.close, *calls, *self.stops)
 
     # --- results ----------------------------------------------------------------------
 

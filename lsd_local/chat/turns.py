@@ -142,3 +142,16 @@ def thinking_switch(template: str | None, kwargs: dict) -> dict:
 
 
 COHERE2_TEXT = "<|START_TEXT|>"  # (Cohere2 MoE's answers; its template reads `reasoning`)
+
+
+# What ends a family's turn where its GGUF may not mark it as an end of generation, or its
+# model may spell it out (llama.cpp's "additional stops"): Ling 3's <|role_end|>, and
+# poolside Laguna's </assistant>, which its model writes as text after tool calls
+TURN_ENDS = (("<role>ASSISTANT</role>", "<|role_end|>"), ("laguna_glm_thinking", "</assistant>"))
+
+
+def turn_ends(template: str | None) -> tuple[str, ...]:
+    """Stop strings a chat answer in this template's family ends at, besides its end of
+    generation tokens (shown as text where they are control tokens, to be found)."""
+    return tuple(end for sign, end in TURN_ENDS if template and sign in template and
+                 end in template)
