@@ -329,6 +329,7 @@ class Generation:
         delta, spans = text.release(final=finish is not None)
         if text.stopped:
             finish = "stop"
+            event = self._cut_at_stop(event, n_text)
         reasoning = self._parser is not None and self._parser.in_reasoning and not forced
         event = self._parsed(replace(event, text=delta, spans=spans, finish_reason=finish),
                              finish is not None)
@@ -340,6 +341,22 @@ class Generation:
             self.stats.finish_reason = event.finish_reason
             self._last_round = True
         return event
+
+    def _cut_at_stop(self, event: RoundEvent, n_text: int) -> RoundEvent:
+        """The round's tokens after the one that completed a stop string are no part of the
+        answer: out of the history and the cache too (as after an end-of-generation token
+        inside a draft), so that neither the next turn's cache nor the drafter keeps them."""
+        drop = self._text.tokens_after_stop()
+        drop += (len(event.tokens) - n_text) if drop else 0  # (an EOG after the stop, too)
+        if drop <= 0 or drop >= len(event.tokens):
+            return event
+        self._history.n -= drop
+        if self._parts.target.n_cached >= self._history.n:
+            self._parts.target.truncate(self._history.n - 1)
+        keep = len(event.tokens) - drop
+        return replace(event, tokens=event.tokens[:keep], origins=event.origins[:keep],
+                       eog=False, logprobs=None if event.logprobs is None else
+                       event.logprobs[:keep])
 
     def _parsed(self, event: RoundEvent, final: bool) -> RoundEvent:
         """The event's text read apart into answer, reasoning and tool calls."""

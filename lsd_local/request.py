@@ -66,6 +66,10 @@ class Request:
     drafter: DrafterConfig | None = None
     rule: RuleConfig | None = None
 
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):  # (one stop string, as OpenAI's `stop` may be: not
+            object.__setattr__(self, "stop", (self.stop,))  # one stop per character)
+
     def check(self) -> None:
         """Everything that can be checked without a model (ParameterError naming the field):
         what `Engine.generate` and the server's request path both run."""
@@ -79,6 +83,9 @@ class Request:
         PenaltySettings(self.repeat_penalty, self.repeat_last_n, self.presence_penalty,
                         self.frequency_penalty)
         check_seed(self.seed)
+        check(isinstance(self.stop, (list, tuple)) and all(isinstance(s, str) for s in
+                                                             self.stop), "stop",
+              f"{self.stop!r} (a string, or a list of strings)")
         if self.tools is not None and self.tool_choice != "none" and (
                 self.grammar or self.json_schema):
             raise ParameterError("invalid tools: give tools or a grammar, not both",

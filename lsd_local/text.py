@@ -53,6 +53,17 @@ class TextAssembler:
         start, self._released = self._released, max(self._released, end)
         return self.text[start:self._released], self._spans(start, self._released)
 
+    def tokens_after_stop(self) -> int:
+        """How many of the added tokens came after the one that completed the first stop
+        string (none when there is none)."""
+        hits = [(at, len(s)) for s in self._stop if (at := self.text.find(s)) >= 0]
+        if not hits:
+            return 0
+        at, n = min(hits)
+        through = next((i + 1 for i, (end, _) in enumerate(self._token_ends) if end >= at + n),
+                       len(self._token_ends))
+        return len(self._token_ends) - through
+
     def _stop_end(self) -> int:
         hits = [i for i in (self.text.find(s) for s in self._stop) if i >= 0]
         return min(hits) if hits else len(self.text)

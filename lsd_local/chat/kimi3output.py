@@ -4,7 +4,7 @@ section holds the calls, and the message's close ends it."""
 
 from __future__ import annotations
 
-from .kimi3calls import MARKERS, WRAPPERS
+from .kimi3calls import MARKERS, RESPONSE_OPEN, THINK_CLOSE, WRAPPERS
 from .output import OutputParser, Parts, _partial_suffix
 
 
@@ -38,7 +38,27 @@ class Kimi3Parser(OutputParser):
             cuts.append((at, at + n))
             i = at + n
         released, self._held = _split(spans, len(text) - keep)
-        return super().feed(_without(released, cuts), final)
+        opened = self._unclosed_response(text, cuts)
+        if opened is None:
+            return super().feed(_without(released, cuts), final)
+        # (a response opened inside the think section: the reasoning ends there, as
+        # llama.cpp reads it; its close is given to the reader in the opener's place)
+        head, tail = _split(released, opened)
+        parts = super().feed(_without(head, cuts) + [(THINK_CLOSE, tail[0][1])])
+        rest = super().feed(_without(tail, [(a - opened, b - opened) for a, b in cuts]), final)
+        return Parts(parts.content + rest.content, parts.reasoning + rest.reasoning,
+                     parts.tool_calls + rest.tool_calls)
+
+    def _unclosed_response(self, text: str, cuts: list[tuple[int, int]]) -> int | None:
+        """Where a response section opens while the reasoning has not closed (None: it
+        does not)."""
+        if self.state != "reasoning":
+            return None
+        for at, _ in cuts:
+            if text.startswith(RESPONSE_OPEN, at):
+                before = self._pending_text() + text[:at]
+                return None if THINK_CLOSE in before else at
+        return None
 
 
 def _split(spans: list, n: int) -> tuple[list, list]:

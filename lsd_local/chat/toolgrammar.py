@@ -150,8 +150,8 @@ def after_reasoning(text: str, close: str, opener: str = "") -> str:
     grammars, too, let a model reason before the calls it must make). With `opener`, the
     model may open a block itself, or write its bare close, or neither (MiniMax-M3)."""
     body = re.sub(r"(?m)^root ::=", "tool-root ::=", text, count=1)
-    block = f'think-text "{literal(close)}"'
-    if opener:
-        block = f'("{literal(opener)}" {block} | "{literal(close)}")?'
-    head = f"root ::= {block} [ \\t\\n]{{0,2}} tool-root"
+    head = f'root ::= think-text "{literal(close)}" [ \\t\\n]{{0,2}} tool-root'
+    if opener:  # (blanks only after the block: none before a call, which is the answer)
+        head = (f'root ::= (("{literal(opener)}" think-text "{literal(close)}" | '
+                f'"{literal(close)}") [ \\t\\n]{{0,2}})? tool-root')
     return "\n".join([head, *until_rules("think-text", close), body])

@@ -59,6 +59,7 @@ WHOLE = call_text(ARGS)
     (WHOLE.replace(f"{NS}<limit>9.5", f"{NS}<limit>null"), True),
     ("</mm:think>" + WHOLE, True),  # (an answer that did not reason starts so)
     ("<mm:think>Which shop?</mm:think>\n" + WHOLE, True),
+    ("\n" + WHOLE, False),  # (no blank before a call that is the whole answer)
 ])
 def test_the_grammar_admits_typed_nested_calls_and_nothing_else(tiny_agent, call, whole):
     from lsd_local.chat.tools import section_calls, tool_plan

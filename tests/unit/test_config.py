@@ -113,3 +113,16 @@ def test_changed_settings_keep_what_is_not_named():
     assert config.changed_settings(d, r, rule="") == (d, r)  # chat's bare /mode
     d2, r2 = config.changed_settings(d, r, "model", k=None, window=None, theta=0.3)
     assert (d2.drafter, d2.k, r2.rule, r2.theta, r2.window) == ("model", None, "fly", 0.3, None)
+
+
+def test_one_stop_string_is_one_stop_and_odd_stops_are_a_clear_error():
+    """`stop="END"` (OpenAI's `stop` may be one string) stops at END, not at E, N or D."""
+    from lsd_local.errors import ParameterError
+    from lsd_local.request import Request
+
+    assert Request("x", stop="END").stop == ("END",)
+    assert Request("x", stop=["a", "b"]).stop == ["a", "b"]
+    Request("x", stop="END").check()
+    for bad in ([1], b"x", {"a": 1}):
+        with pytest.raises(ParameterError, match="stop"):
+            Request("x", stop=bad).check()

@@ -118,6 +118,19 @@ def test_reasoning_response_and_calls_split_and_the_markers_go(size):
         [c.arguments for c in parser.tool_calls]
 
 
+@pytest.mark.parametrize("size", [1, 2, 7, 1000])
+def test_a_response_opened_inside_the_think_section_ends_the_reasoning(size):
+    """The model may open its response without closing its think section: the reasoning
+    ends there, as llama.cpp reads it (a think close that comes after is text)."""
+    prompt = render_chat(KIMI3_TEMPLATE, ASK, thinking=True)
+    parser = output_parser(KIMI3_TEMPLATE, None, prompt, True)
+    answer = f"Hmm.{RESPONSE_OPEN}Hi!{RESPONSE_CLOSE}{MESSAGE_CLOSE}"
+    assert feed_in_chunks(parser, answer, size)[:2] == ("Hi!", "Hmm.")
+    parser = output_parser(KIMI3_TEMPLATE, None, prompt, True)
+    answer = f"Hmm.{THINK_CLOSE}{RESPONSE_OPEN}Hi!{RESPONSE_CLOSE}"  # (closed: as ever)
+    assert feed_in_chunks(parser, answer, size)[:2] == ("Hi!", "Hmm.")
+
+
 @pytest.mark.parametrize("size", [1, 3, 1000])
 def test_without_tools_or_thinking_the_answer_is_the_response_text(size):
     prompt = render_chat(KIMI3_TEMPLATE, ASK)  # (thinking off: the response is open)

@@ -69,6 +69,23 @@ def test_eos_inside_an_accepted_draft_stops_there():
     assert target.n_cached == 2 + len(out) - 1
 
 
+@pytest.mark.parametrize("at", [6, 5, 9])
+def test_a_stop_string_inside_an_accepted_draft_stops_there(at):
+    """A stop string completed by a draft token (k=4: the 7th token is the second round's
+    second): the tokens after it are no part of the answer, nor of the cache (a chat
+    turn's end, Ling 3's <|role_end|>, drafted on into an invented next turn was kept)."""
+    target = FakeTarget()
+    seq = target.greedy([3, 5], 30)
+    stop = chr(65 + seq[at])
+    first = seq.index(seq[at])
+    events, out, text = run(target, ScriptedDrafter(target), [3, 5], k=4, max_tokens=30,
+                            stop=[stop])
+    assert events[-1].finish_reason == "stop"
+    assert out == seq[:first + 1] and target.n_cached == 2 + len(out) - 1
+    assert sum(len(e.tokens) for e in events) == len(out)
+    assert text.released_text == "".join(chr(65 + t) for t in seq[:first])
+
+
 def test_context_end_stops_with_length_and_output_intact():
     target = FakeTarget(n_ctx=20)
     events, out, _ = run(target, ScriptedDrafter(target), [3, 5], k=8, max_tokens=100)
