@@ -81,9 +81,10 @@ DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
 # the drafter unless one is named (CLI, library, server): auto chooses lookup, the draft model
 # or none per round by measured costs (a fixed "model" default ran at 0.55x plain on a CPU)
 DEFAULT_DRAFTER = "auto"
-DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 32, "none": 0}  # fixed K per drafter
-# longest lookup draft auto considers (63 was tried: slower here, docs/auto.md "Block sizes")
-LOOKUP_CAP = 32
+DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 31, "none": 0}  # fixed K per drafter
+# longest lookup draft auto considers: a block of 32 (CPU kernels score a batch in tiles of
+# 16 rows: 32 costs 10-13 % less than 31 or 33; 63 was tried: slower here, docs/auto.md)
+LOOKUP_CAP = 31
 MODEL_CAP = 8  # longest draft-model draft auto considers
 AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
               "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from tinymodels import TINY_CTX
 
-from lsd_local import Engine
+from lsd_local import Engine, config
 from lsd_local.cli import cli
 
 PROMPTS = ["the cat is", "a b a b a b", "in the end it is the cat is on the mat"]
@@ -110,7 +110,8 @@ def test_fly_limits_with_auto_equal_strict(tiny_pair, plain):
 def test_configure_to_auto_and_back(tiny_pair, plain):
     with Engine.load(tiny_pair[0], drafter="lookup", k=8, n_ctx=TINY_CTX) as eng:
         eng.configure(k="auto")
-        assert eng.drafter_config.adaptive_k and eng.drafter_config.k_value == 32
+        assert eng.drafter_config.adaptive_k
+        assert eng.drafter_config.k_value == config.AUTO_K_CAP["lookup"] == config.LOOKUP_CAP
         assert eng.generate("a b a b", max_tokens=30).run().tokens == \
             plain.generate("a b a b", max_tokens=30).run().tokens
         eng.configure(k=4)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from lsd_local.drafters.auto.estimators import AcceptanceModel, CostModel, best_k
-from lsd_local.drafters.auto.policy import MODEL_CAP, AutoDrafter
+from lsd_local.drafters.auto.policy import LOOKUP_CAP, MODEL_CAP, AutoDrafter
 from lsd_local.drafters.base import DecodeCall, Draft, Drafter, run_steps
 
 # --- the models ----------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_auto_drafts_a_shorter_block_where_the_context_makes_blocks_dear():
         drafter.cost.per_query_context_s = 4e-6
         history = np.zeros(context_tokens, np.int32)
         drafter._context = context_tokens
-        return drafter._choose(history, n_lookup=32, k=32, run=16).k
+        return drafter._choose(history, n_lookup=LOOKUP_CAP, k=LOOKUP_CAP, run=16).k
     assert 0 < chosen(3000) < chosen(100)
 
 
@@ -697,11 +697,11 @@ def test_a_forced_head_alone_is_priced_as_free():
     block's: a block is priced by what it adds to the head (t(h + K + 1) - t(h))."""
     drafter = _knows_kinked(AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.8))))
     drafter.batch_tokens = drafter.batch_free = 6
-    sizes = np.arange(1, 34)
+    sizes = np.arange(1, LOOKUP_CAP + 2)  # (blocks up to lookup's longest)
     added = np.array([kinked(6 + n) - kinked(6) for n in sizes])
-    assert np.allclose(drafter._block_costs()[:33], added)
+    assert np.allclose(drafter._block_costs()[:len(sizes)], added)
     drafter.batch_free = 0  # (the same tokens, another request's: the whole step)
-    assert np.allclose(drafter._block_costs()[:33], [kinked(6 + n) for n in sizes])
+    assert np.allclose(drafter._block_costs()[:len(sizes)], [kinked(6 + n) for n in sizes])
 
 
 def test_side_by_side_a_draft_model_that_cannot_beat_the_step_is_not_priced():

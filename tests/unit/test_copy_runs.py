@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lsd_local.drafters.auto.policy import AutoDrafter
+from lsd_local.drafters.auto.policy import LOOKUP_CAP, AutoDrafter
 from lsd_local.drafters.base import Draft, Drafter
 
 
@@ -198,5 +198,5 @@ def test_long_copies_are_scored_in_the_cheap_block_sizes(available, block):
             drafter.cost.observe(n, stepped(n))
     for _ in range(300):  # a copy that never breaks
         drafter.acceptance["lookup"].update(200, 64, 64)
-    choice = drafter._choose(np.zeros(10, np.int32), available, 32, 200)
+    choice = drafter._choose(np.zeros(10, np.int32), available, LOOKUP_CAP, 200)
     assert (choice.source, choice.k + 1) == ("lookup", block)

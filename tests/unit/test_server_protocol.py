@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lsd_local.config import DrafterConfig, RuleConfig
+from lsd_local.config import DEFAULT_K, DrafterConfig, RuleConfig
 from lsd_local.limits import SERVE_MAX_TOKENS_LIMIT
 from lsd_local.server.jobs import make_job
 from lsd_local.server.protocol import (
@@ -65,7 +65,8 @@ def test_request_fields_override_the_servers():
     assert got.request.rule == RuleConfig(rule="fly", theta=0.5, window=2)
     got = job({"messages": USER, "drafter": "lookup"})
     # lookup's own default K
-    assert got.request.drafter.k is None and got.request.drafter.k_value == 32
+    assert got.request.drafter.k is None
+    assert got.request.drafter.k_value == DEFAULT_K["lookup"]  # (its own default K)
 
 
 def test_content_parts_are_joined_and_other_parts_refused():

@@ -6,10 +6,11 @@ sequences' drafters and learned.json keeps it between processes).
 - Sizes: a draft model whose best case (every token accepted) cannot beat plain decoding is
   never tried, not even to explore (on 2 CPU cores it costs 65 % of a target step and 8
   tokens cost 7 steps: its one trial, with the whole prompt to catch up, cost a short answer
-  18 %), so t(n) up to MODEL_CAP + 1 is measured. The blocks of half and all of LOOKUP_CAP
-  are measured too: t(n) on a CPU has steps (ggml's kernels tile the batch; 16 and 32 tokens
-  here cost 8-15 % less than one more), and beyond its largest measured size the cost model
-  extrapolates optimistically, so that with only 9 measured a prose answer's first long
+  18 %), so t(n) up to MODEL_CAP + 1 is measured. The blocks of lookup's longest draft and
+  of half of it are measured too (16 and 32: LOOKUP_CAP + 1 and half that): t(n) on a CPU
+  has steps (ggml's kernels tile the batch; 16 and 32 tokens here cost 8-15 % less than one
+  more, which is why lookup drafts 31, not 32), and beyond its largest measured size the cost
+  model extrapolates optimistically, so that with only 9 measured a prose answer's first long
   lookup draft (K = 30, priced at 9.5 steps instead of 10.4) was a bet lost in every summary.
 - Context: every scored token attends to every cached one, so a block of n costs n times a
   step's growth more after a longer context (t(16) 173 ms after 300 tokens, 237 ms after
@@ -37,10 +38,11 @@ import numpy as np
 from ...config import LOOKUP_CAP, MODEL_CAP
 from .estimators import CostModel, measure_decode_times, time_blocks
 
-CALIBRATION_SIZES = (1, 2, MODEL_CAP + 1, LOOKUP_CAP // 2, LOOKUP_CAP)  # (interpolated between)
+LONG_BLOCK = LOOKUP_CAP + 1  # lookup's longest block (32)
+CALIBRATION_SIZES = (1, 2, MODEL_CAP + 1, LONG_BLOCK // 2, LONG_BLOCK)  # (interpolated between)
 CALIBRATION_REPEATS = 2
 CALIBRATION_CONTEXT = 64  # tokens of the prompt the sizes are timed after
-SLOPE_SIZE = LOOKUP_CAP // 2  # the block timed after both contexts
+SLOPE_SIZE = LONG_BLOCK // 2  # the block timed after both contexts
 SLOPE_SPREAD = 256  # the prefix must be this much longer than that to time the slope
 SLOPE_REPEATS = 3
 # a slope above t(1) per this many cached tokens is taken for noise and capped (the truth
