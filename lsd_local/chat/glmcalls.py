@@ -16,10 +16,8 @@ makes names, keys and typed values valid against each tool's schema.
 
 from __future__ import annotations
 
-import json
-
 from .gbnfparts import literal, until_rules
-from .jsonscan import CallScan, skip_space
+from .jsonscan import CallScan, open_arguments, skip_space
 from .xmlcalls import typed_value, value_rule
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -44,7 +42,7 @@ def glm_block(section: str, types: dict) -> tuple[CallScan, int | None]:
         return CallScan(None, "", False), None  # (the name is still being written)
     name = section[start:min(ends)].strip()
     pairs, i, closed = _arguments(section, min(ends), name, types)
-    arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+    arguments = open_arguments(pairs)
     if not closed:
         return CallScan(name or None, arguments, False), None
     return CallScan(name or None, arguments + "}", True), i

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _DECODER = json.JSONDecoder()
@@ -133,3 +134,31 @@ def closed_at(text: str, i: int, closer: str) -> int | None:
     if text.startswith(closer, j):
         return j + len(closer)
     return None if closer.startswith(text[j:]) else i
+
+
+def open_arguments(pairs: list[tuple[str, object]]) -> str:
+    """The JSON text of the arguments read so far, ((key, value), ...), without its closing
+    brace (which comes once the call is known to be complete): it only grows."""
+    return "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+
+
+def calls_until(section: str, i: int, close: str, opener: str,
+                read_call: Callable[[str, int], tuple[CallScan, int | None]]
+                ) -> tuple[list[CallScan], int | None]:
+    """The calls of a block from `i` (MiniMax's and Kimi K3's forms): each starts with
+    `opener` and is read by `read_call(section, index after the opener)` -> (what is known
+    of it, the index after it or None while it goes on); the block ends after `close`
+    (None while unknown). Text that is no call ends the block where it starts."""
+    calls = []
+    while True:
+        i = skip_space(section, i)
+        rest = section[i:]
+        if rest.startswith(close):
+            return calls, i + len(close)
+        if not rest.startswith(opener):
+            waiting = not rest or any(tag.startswith(rest) for tag in (close, opener))
+            return calls, None if waiting else i
+        scan, i = read_call(section, i + len(opener))
+        calls.append(scan)
+        if i is None:
+            return calls, None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from .gbnfparts import literal, until_rules
-from .jsonscan import CallScan, skip_space, value_end
+from .jsonscan import CallScan, calls_until, open_arguments, skip_space, value_end
 from .minimaxcalls import _takes_a_string
 from .xmlcalls import string_value, typed_value, value_rule
 
@@ -58,19 +58,8 @@ def _unescape(text: str) -> str:
 def kimi3_section(section: str, types: dict) -> tuple[list[CallScan], int | None]:
     """The calls a `tools` section holds so far, and where it ends after its closer (None
     while unknown; text that is no call ends it). `types`: {(tool, key): JSON type}."""
-    calls, i = [], len(TOOLS_OPEN)
-    while True:
-        i = skip_space(section, i)
-        rest = section[i:]
-        if rest.startswith(TOOLS_CLOSE):
-            return calls, i + len(TOOLS_CLOSE)
-        if not rest.startswith(CALL):
-            waiting = not rest or any(tag.startswith(rest) for tag in (TOOLS_CLOSE, CALL))
-            return calls, None if waiting else i
-        scan, i = _call(section, i + len(CALL), types)
-        calls.append(scan)
-        if i is None:
-            return calls, None
+    return calls_until(section, len(TOOLS_OPEN), TOOLS_CLOSE, CALL,
+                       lambda text, at: _call(text, at, types))
 
 
 def _call(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
@@ -83,7 +72,7 @@ def _call(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
     name, pairs, i = section[i:name_end], [], head_end + len(SEP)
     while True:
         i = skip_space(section, i)
-        arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+        arguments = open_arguments(pairs)
         if section.startswith(CALL_CLOSE, i):
             return CallScan(name, arguments + "}", True), i + len(CALL_CLOSE)
         rest = section[i:]

@@ -18,12 +18,10 @@ before the `<tool_call>` of the Hermes form that the same template also holds.
 
 from __future__ import annotations
 
-import json
-
 from ..errors import ParameterError
 from ..limits import SCHEMA_MAX_DEPTH
 from .gbnfparts import literal, renamed, until_rules
-from .jsonscan import CallScan, skip_space
+from .jsonscan import CallScan, calls_until, open_arguments, skip_space
 from .minimaxcalls import _takes_a_string
 from .xmlcalls import string_value, typed_value
 
@@ -133,19 +131,8 @@ def as_tags(schema: object, depth: int) -> bool:
 def minimax3_section(section: str, types: dict) -> tuple[list[CallScan], int | None]:
     """The calls a section starting with OPEN holds so far, and where it ends after its
     closer (None while unknown; text that is no call ends it). `types`: parameter_types."""
-    calls, i = [], len(OPEN)
-    while True:
-        i = skip_space(section, i)
-        rest = section[i:]
-        if rest.startswith(CLOSE):
-            return calls, i + len(CLOSE)
-        if not rest.startswith(INVOKE):
-            waiting = not rest or any(tag.startswith(rest) for tag in (CLOSE, INVOKE))
-            return calls, None if waiting else i
-        scan, i = _invoke(section, i + len(INVOKE), types)
-        calls.append(scan)
-        if i is None:
-            return calls, None
+    return calls_until(section, len(OPEN), CLOSE, INVOKE,
+                       lambda text, at: _invoke(text, at, types))
 
 
 def _invoke(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
@@ -157,7 +144,7 @@ def _invoke(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
     name, pairs, i = section[i:name_end], [], name_end + 2
     while True:
         i = skip_space(section, i)
-        arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+        arguments = open_arguments(pairs)
         if section.startswith(INVOKE_CLOSE, i):
             return CallScan(name, arguments + "}", True), i + len(INVOKE_CLOSE)
         element = None if INVOKE_CLOSE.startswith(section[i:]) else \

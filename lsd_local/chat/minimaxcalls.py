@@ -21,11 +21,10 @@ V4's `tool_calls`), each parameter saying whether it is a string:
 
 from __future__ import annotations
 
-import json
 from typing import NamedTuple
 
 from .gbnfparts import literal, until_rules
-from .jsonscan import CallScan, skip_space
+from .jsonscan import CallScan, calls_until, open_arguments, skip_space
 from .jsonscan import value_end as json_end
 from .xmlcalls import string_value, typed_value, value_rule
 
@@ -96,19 +95,8 @@ def minimax_section(section: str, types: dict, tags: Tags = MINIMAX
     if not tags.open:
         scan, end = _invoke(section, len(tags.invoke), types, tags)
         return [scan], end
-    calls, i = [], len(tags.open)
-    while True:
-        i = skip_space(section, i)
-        rest = section[i:]
-        if rest.startswith(tags.close):
-            return calls, i + len(tags.close)
-        if not rest.startswith(tags.invoke):
-            waiting = not rest or any(tag.startswith(rest) for tag in (tags.close, tags.invoke))
-            return calls, None if waiting else i  # (text that is no call ends the block)
-        scan, i = _invoke(section, i + len(tags.invoke), types, tags)
-        calls.append(scan)
-        if i is None:
-            return calls, None
+    return calls_until(section, len(tags.open), tags.close, tags.invoke,
+                       lambda text, at: _invoke(text, at, types, tags))
 
 
 def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, int | None]:
@@ -120,7 +108,7 @@ def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, in
     name, pairs, i = section[i:name_end], [], name_end + 2
     while True:
         i = skip_space(section, i)
-        arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+        arguments = open_arguments(pairs)
         if section.startswith(tags.invoke_close, i):
             return CallScan(name, arguments + "}", True), i + len(tags.invoke_close)
         if not section.startswith(tags.parameter, i):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 
 from .gbnfparts import literal, renamed, until_rules
-from .jsonscan import CallScan, skip_space, value_end
+from .jsonscan import CallScan, open_arguments, skip_space, value_end
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 SEED_OPEN, SEED_CLOSE = "<seed:tool_call>", "</seed:tool_call>"
@@ -67,7 +67,7 @@ def xml_block(section: str, types: dict, tight: bool = False) -> tuple[CallScan,
         return CallScan(None, "", False), None
     name = section[i + len(FUNCTION):close].strip()
     pairs, i, closed = _parameters(section, close + 1, name, types, tight)
-    arguments = "{" + ", ".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in pairs)
+    arguments = open_arguments(pairs)
     if not closed:
         return CallScan(name, arguments, False), None
     arguments += "}"
