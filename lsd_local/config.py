@@ -82,9 +82,7 @@ DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
 # or none per round by measured costs (a fixed "model" default ran at 0.55x plain on a CPU)
 DEFAULT_DRAFTER = "auto"
 DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 31, "none": 0}  # fixed K per drafter
-# longest lookup draft auto considers: a block of 32 (CPU kernels score a batch in tiles of
-# 16 rows: 32 costs 10-13 % less than 31 or 33; 63 was tried: slower here, docs/auto.md)
-LOOKUP_CAP = 31
+LOOKUP_CAP = 31  # longest lookup draft auto considers: a block of 32 (docs/auto.md, CPU tiles)
 MODEL_CAP = 8  # longest draft-model draft auto considers
 AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
               "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round
