@@ -22,7 +22,7 @@ from ..errors import ParameterError
 from ..limits import SCHEMA_MAX_DEPTH
 from .gbnfparts import literal, renamed, until_rules
 from .jsonscan import CallScan, calls_until, open_arguments, skip_space
-from .minimaxcalls import _takes_a_string
+from .minimaxcalls import _takes_a_string, invoke_name
 from .xmlcalls import string_value, typed_value
 
 NS = "]<]minimax[>["
@@ -138,10 +138,10 @@ def minimax3_section(section: str, types: dict) -> tuple[list[CallScan], int | N
 def _invoke(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
     """One call from after `<invoke name="`: (what is known of it, the index after its
     closer, or None while it goes on)."""
-    name_end = section.find('">', i)
-    if name_end < 0:
+    head = invoke_name(section, i)
+    if head is None:
         return CallScan(None, "", False), None
-    name, pairs, i = section[i:name_end], [], name_end + 2
+    (name, i), pairs = head, []
     while True:
         i = skip_space(section, i)
         arguments = open_arguments(pairs)

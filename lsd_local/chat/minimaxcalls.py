@@ -99,13 +99,20 @@ def minimax_section(section: str, types: dict, tags: Tags = MINIMAX
                        lambda text, at: _invoke(text, at, types, tags))
 
 
+def invoke_name(section: str, i: int) -> tuple[str, int] | None:
+    """The name of a call from after `<invoke name="`, and the index after its `">` (None
+    while it is not known yet)."""
+    name_end = section.find('">', i)
+    return None if name_end < 0 else (section[i:name_end], name_end + 2)
+
+
 def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, int | None]:
     """One call from after `<invoke name="`: (what is known of it, the index after its
     `</invoke>`, or None while it goes on)."""
-    name_end = section.find('">', i)
-    if name_end < 0:
+    head = invoke_name(section, i)
+    if head is None:
         return CallScan(None, "", False), None
-    name, pairs, i = section[i:name_end], [], name_end + 2
+    (name, i), pairs = head, []
     while True:
         i = skip_space(section, i)
         arguments = open_arguments(pairs)
