@@ -243,7 +243,7 @@ class Engine:
         harmony = parser if isinstance(parser, HarmonyParser) else None
         if harmony is not None and plan is not None:
             plan = replace(plan, opened=harmony.opened_analysis)
-        elif plan is not None and parser is not None and parser.in_reasoning:
+        elif plan is not None and parser is not None and parser.opened:
             plan = replace(plan, after=parser.think.close)  # (reasoning, then the calls)
         compiled = (compile_tool_grammar(self.target, plan) if plan is not None and
                     plan.mode != "none" else
@@ -252,7 +252,7 @@ class Engine:
                                            final_grammar, opened=harmony.opened_analysis)))
         if compiled is not None and parser is not None and harmony is None:
             compiled.reasoning_markers(parser.think.open, parser.think.close)
-            if parser.in_reasoning:  # (the prompt opened <think>: no call in there)
+            if parser.opened:  # (the prompt opened <think>: no call in there)
                 compiled.begin_in_reasoning()
         if compiled is not None and settings.logprobs is not None:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks

@@ -112,8 +112,11 @@ class OutputParser:
         self.stops: tuple[str, ...] = ()  # what ends the family's turn (chat/turns.py)
         self.reasoning = reasoning
         self.json_names = json_names
-        self.state = "reasoning" if (thinking and reasoning) else "start"
-        self._reasoned = self.state == "reasoning"  # a reasoning block came first
+        # (reasoning=False reads the same blocks, its text and markers kept as content: the
+        # model reasons in a block the prompt opened either way, and calls follow its close)
+        self.state = "reasoning" if thinking else "start"
+        self.opened = thinking  # the prompt opened a reasoning block
+        self._reasoned = thinking  # a reasoning block came first
         self._after_call = False  # a call section ended and no content followed yet
         self._pending: list[tuple[str, object]] = []  # released but not yet classified
         self._section = ""  # the tool call section being read
@@ -132,7 +135,7 @@ class OutputParser:
     @property
     def may_open_reasoning(self) -> bool:
         """Whether the next text may open a reasoning block (the answer's start)."""
-        return self.reasoning and self.state == "start"
+        return self.state == "start"
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -192,16 +195,15 @@ class OutputParser:
         text = self._pending_text()
         stripped = text.lstrip()
         opener, close = self.think.open, self.think.close
-        if self.reasoning and stripped.startswith(opener):
-            self._take(len(text) - len(stripped) + len(opener))
+        if stripped.startswith(opener):
+            self._markup(parts, self._take(len(text) - len(stripped) + len(opener)))
             self.state = "reasoning"
             self._reasoned = True
-        elif self.reasoning and stripped.startswith(close):
-            self._take(len(text) - len(stripped) + len(close))
+        elif stripped.startswith(close):
+            self._markup(parts, self._take(len(text) - len(stripped) + len(close)))
             self.state = "after_reasoning"
             self._reasoned = True  # (a JSON call after it: a lazy trigger at ^ missed it)
-        elif self.reasoning and not final and (opener.startswith(stripped) or
-                                               close.startswith(stripped)):
+        elif not final and (opener.startswith(stripped) or close.startswith(stripped)):
             return  # maybe the beginning of "<think>"
         else:
             self.state = "content"
@@ -211,17 +213,25 @@ class OutputParser:
         close = self.think.close
         at = text.find(close)
         if at >= 0:
-            parts.reasoning += self._take(at)
-            self._take(len(close))
+            self._markup(parts, self._take(at), parts.reasoning)
+            self._markup(parts, self._take(len(close)))
             self.state = "after_reasoning"
             return
         keep = 0 if final else _partial_suffix(text, close)
-        parts.reasoning += self._take(len(text) - keep)
+        self._markup(parts, self._take(len(text) - keep), parts.reasoning)
+
+    def _markup(self, parts: Parts, spans: list, split_to: list | None = None) -> None:
+        """Reasoning's text (to `split_to`) or markup (dropped), when the reasoning is split
+        out; the content as it was written, when it is not."""
+        if not self.reasoning:
+            parts.content += spans
+        elif split_to is not None:
+            split_to += spans
 
     def _after_reasoning(self, parts: Parts, final: bool) -> None:
         """The whitespace between a reasoning block and the answer is neither."""
         text = self._pending_text()
-        self._take(len(text) - len(text.lstrip()))
+        self._markup(parts, self._take(len(text) - len(text.lstrip())))
         if self._pending or final:
             self.state = "content"
 

@@ -302,6 +302,23 @@ def test_a_required_call_follows_the_reasoning_the_prompt_opened(tiny_agent, cho
             assert gen.stats.reasoning_tokens == budget
 
 
+def test_a_required_call_follows_an_opened_block_whose_reasoning_stays_content(tiny_agent):
+    """reasoning=False (the text of the reasoning stays content) changes nothing about what
+    the model writes: the block the prompt opened is closed before the call it must make.
+    The grammar used to hold from the first token there, so the close was refused and the
+    call was written inside the block (found by an independent review)."""
+    template = OPENED.replace("{% endfor %}", "{% endfor %}{{ tools | tojson }}\n")
+    with Engine.load(tiny_agent, drafter="none", n_ctx=TINY_CTX, chat_template=template) as eng:
+        vocab = eng.target.vocab
+        close = vocab.tokenize_bytes(b"</think>")
+        assert len(close) == 1  # (the bias below makes the model close the block at once)
+        gen = eng.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=120,
+                           reasoning=False, logit_bias=stop_bias(eng, {close[0]: 30.0})).run()
+        assert gen.finish_reason == "tool_calls" and len(gen.tool_calls) >= 1, gen.text
+        assert all(valid(c) for c in gen.tool_calls)
+        assert gen.text.strip() == "</think>" and gen.reasoning == ""
+
+
 @pytest.mark.parametrize("markers", [None, ("<|START_THINKING|>", "<|END_THINKING|>")])
 def test_a_call_in_a_block_the_prompt_opened_does_not_start_the_grammar(bpe_like_agent,
                                                                         markers):

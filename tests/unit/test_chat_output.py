@@ -109,6 +109,24 @@ def test_reasoning_left_in_the_content_when_not_split():
     assert read(None, text, [3], reasoning=False)[:2] == (text, "")
 
 
+@pytest.mark.parametrize("thinking", [False, True])
+@pytest.mark.parametrize("fmt, calls", [("hermes", HERMES.split("\n", 1)[1]),
+                                        ("generic", GENERIC)])
+def test_unsplit_reasoning_is_content_as_written_and_the_calls_after_it_are_read(
+        thinking, fmt, calls):
+    """reasoning=False keeps a block's text and markers in the content, character for
+    character, and reads the calls after it as with reasoning split out (the blocks were
+    not read at all: a whole-answer call after a block stayed text)."""
+    text = ("" if thinking else "<think>") + "I should call it.</think>\n" + calls
+    split = read(fmt, text, [], thinking)
+    assert split[2] and split[1] == "I should call it."
+    for cuts in ([], list(range(0, len(text), 3)), list(range(len(text)))):
+        content, reasoning, got, reported, _ = read(fmt, text, cuts, thinking,
+                                                    reasoning=False)
+        assert content == text[:len(text) - len(calls)] and reasoning == ""
+        assert [c[1:] for c in got] == [c[1:] for c in split[2]] and got == reported
+
+
 def test_reasoning_then_a_call():
     text = "<think>I should call it.</think>\n" + HERMES.split("\n", 1)[1]
     content, reasoning, calls, _, _ = read("hermes", text, list(range(0, len(text), 7)))
