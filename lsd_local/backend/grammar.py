@@ -231,6 +231,10 @@ class Grammar:
 # json.loads) forbids; llama.cpp's newer converter excludes them, as we do here.
 _LOOSE_CHAR = 'char ::= [^"\\\\] |'
 _JSON_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] |'
+# Its numbers' exponents had no leading zero (as integers have none), but JSON allows one,
+# and Python writes small floats so (1e-07): up to 4 digits, any first.
+_STRICT_EXPONENT = '([eE] [-+]? integral-part)?'
+_JSON_EXPONENT = '([eE] [-+]? [0-9] ([0-9] ([0-9] ([0-9])?)?)?)?'
 
 
 def _as_json_text(text: str) -> str:
@@ -263,4 +267,4 @@ def schema_to_gbnf(schema: dict, source: str = "JSON schema") -> str:
         text = converter.format_grammar()
     except Exception as exc:  # noqa: BLE001 - the converter signals with assorted exceptions
         raise GrammarError(f"cannot convert {source} to a grammar: {exc}") from None
-    return text.replace(_LOOSE_CHAR, _JSON_CHAR)
+    return text.replace(_LOOSE_CHAR, _JSON_CHAR).replace(_STRICT_EXPONENT, _JSON_EXPONENT)

@@ -150,6 +150,37 @@ def test_a_schema_whose_keys_and_values_hold_quotes_backslashes_and_accents(plai
         assert "\\u" not in gen.text
 
 
+@pytest.mark.parametrize("number, refused_at", [
+    ("1e-07", None), ("-2.5E+300", None), ("0.125e0", None), ("7e0012", None), ("0", None),
+    ("01", "0"), ("1e", "1e"), ("1e-12345", "1e-1234"), ("1.", "1.")])
+def test_a_schema_number_is_json_s_number(plain, number, refused_at):
+    """A number in a JSON schema's grammar is what JSON calls one: an exponent may start
+    with 0 (Python writes 1e-07; llama-cpp-python's converter refused it), a number may not
+    (01), and an exponent or a fraction needs a digit. Spelled a byte at a time through
+    llama.cpp's grammar engine; `refused_at`: the prefix after which the text's next
+    character, or the close, is refused."""
+    from lsd_local.backend.grammar import schema_to_gbnf
+
+    schema = {"type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"],
+              "additionalProperties": False}
+    grammar = Grammar.compile(plain.target, schema_to_gbnf(schema))
+    spell = plain.target.vocab.byte_tokens()
+    try:
+        fed = '{"x":'
+        for char in fed:
+            grammar.accept(spell[ord(char)])
+        for char in number + "}":
+            if refused_at is not None and fed == '{"x":' + refused_at:
+                assert not grammar.allows(spell[ord(char)]), fed + char
+                return
+            assert grammar.allows(spell[ord(char)]), fed + char
+            grammar.accept(spell[ord(char)])
+            fed += char
+        assert refused_at is None
+    finally:
+        grammar.close()
+
+
 def test_multibyte_literal_is_exact(plain, tiny_pair):
     grammar = 'root ::= "héllo wörld ✓ " [0-9] "\\n"'
     with load_tiny(tiny_pair, "lookup", k=8) as eng:
