@@ -47,7 +47,7 @@ from pathlib import Path
 import openai
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_compare import DRAFT, TARGET, free_port, lsd_serve  # noqa: E402
+from serve_compare import DRAFT, TARGET, free_port, lsd_serve, repack_args  # noqa: E402
 
 from lsd_local.backend import schema_to_gbnf  # noqa: E402
 from lsd_local.chat.tools import FORMATS, section_calls, tool_plan  # noqa: E402
@@ -96,7 +96,8 @@ def llama_server(bin_dir: Path, *args: str):
     port = free_port()
     proc = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(TARGET), "--jinja",
                              "-c", "4096", "-t", THREADS, "--port", str(port), "-np", "1",
-                             *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             *repack_args(), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:

@@ -56,11 +56,20 @@ def lsd_serve(*args: str) -> tuple[subprocess.Popen, int]:
     raise SystemExit(f"lsd serve {args} did not start")
 
 
+def repack_args() -> list[str]:
+    """llama.cpp's -nr where lsd loads without extra buffer types (a CPU that traps AMX):
+    both sides load the weights alike, and llama-server does not die on its first batch."""
+    from lsd_local.backend import build_identity
+    from lsd_local.backend.cpu_probe import repack_decision
+
+    return [] if repack_decision(None, build_identity()).use_extra_bufts else ["-nr"]
+
+
 def llama_server(bin_dir: Path, *args: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
     proc = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(TARGET), "-c", CTX,
                              "-t", THREADS, "-tb", THREADS, "--port", str(port), "-np", "1",
-                             "--no-webui", *args],
+                             "--no-webui", *repack_args(), *args],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
     for _ in range(600):

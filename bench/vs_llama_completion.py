@@ -24,6 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serve_compare import repack_args  # noqa: E402
+
 MODELS = Path(os.environ.get("LSD_MODELS_DIR", "~/.cache/lsd/models")).expanduser()
 DEFAULT_MODELS = ("smollm2-135m-instruct-q4_1.gguf", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
 PROMPT = ("Copy this text exactly, word for word: Speculative decoding lets a small draft "
@@ -47,7 +50,7 @@ def run_llama(binary: Path, model: Path, prompt_file: Path, tokens: int,
               threads: int) -> tuple[float, float]:
     """(decode tok/s from the eval time line, the same with the sampling time added)."""
     cmd = [str(binary), "-m", str(model), "-f", str(prompt_file), "-n", str(tokens),
-           "-t", str(threads), "--temp", "0", "--ignore-eos", "-no-cnv"]
+           "-t", str(threads), "--temp", "0", "--ignore-eos", "-no-cnv", *repack_args()]
     proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=900)
     found = EVAL_LINE.search(proc.stdout + proc.stderr)

@@ -1,8 +1,9 @@
 """Whether llama.cpp may use its extra buffer types (repacked weights, AMX) on this CPU.
 
 Some VMs list AMX in /proc/cpuinfo while the hypervisor traps it: ggml's AMX matrix multiply
-then dies with SIGILL (`tilezero`) on the first batched decode of quantized weights, taking
-the process with it (llama.cpp #28328, #28756). Loading without extra buffer types
+then dies with SIGILL (`tilezero`), or on others with SIGSEGV (a general protection fault at
+`ldtilecfg`), on the first batched decode of quantized weights, taking the process with it
+(llama.cpp #28328, #28756). Loading without extra buffer types
 (`use_extra_bufts = False`, llama.cpp's `-nr`) avoids it. Where the CPU reports AMX and this
 llama.cpp build uses it, a child process loads a tiny generated model of a type that takes
 the AMX path and makes one batched decode; its result is kept per machine and build in lsd's
@@ -32,6 +33,10 @@ PROBE_FILE = "cpu-probe.json"
 PROBE_TIMEOUT = 120.0  # seconds the child may take (a tiny model: about a second)
 PROBE_TOKENS = 32  # one batch this long takes ggml's AMX tile kernels (a single row does not)
 KEPT_RESULTS = 16  # machine/build pairs remembered in the file
+# how a trapped AMX instruction kills the child: #UD (SIGILL), or #GP (SIGSEGV) on VMs that
+# fault `ldtilecfg` (measured on one of ours: a general protection fault in libggml-cpu)
+TRAP_SIGNALS = (signal.SIGILL, signal.SIGSEGV)
+PROBE_VERSION = "2"  # in the key: results kept by a probe that read SIGSEGV as "failed" go
 NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 REBUILD_HINT = (f"CMAKE_ARGS=\"-DCMAKE_C_FLAGS='{NO_AMX_FLAGS}' "
                 f"-DCMAKE_CXX_FLAGS='{NO_AMX_FLAGS}'\" "
@@ -53,7 +58,7 @@ class RepackDecision:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What the child process did: "ok", "trapped" (killed by SIGILL) or "failed"."""
+    """What the child process did: "ok", "trapped" (killed by TRAP_SIGNALS) or "failed"."""
 
     outcome: str
     detail: str = ""
@@ -86,10 +91,10 @@ def read_cpuinfo() -> str:
 
 
 def machine_key(cpuinfo: str, build: str) -> str:
-    """This CPU (model name and flags) and this llama.cpp build, hashed."""
+    """This CPU (model name and flags), this llama.cpp build and the probe's version, hashed."""
     model = next((line.partition(":")[2].strip() for line in cpuinfo.splitlines()
                   if line.startswith("model name")), "")
-    text = "\n".join([model, " ".join(sorted(cpu_flags(cpuinfo))), build])
+    text = "\n".join([model, " ".join(sorted(cpu_flags(cpuinfo))), build, PROBE_VERSION])
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -102,7 +107,7 @@ def decide(no_repack: bool | None, cpuinfo: str, build: str, cache: Path,
            probe: Callable[[], ProbeResult]) -> RepackDecision:
     """no_repack True (--no-repack) or LSD_NO_REPACK: off; False: on, no probe; None: on
     unless this CPU reports AMX, this build uses it, and the probe (its cached result, else
-    `probe()`, then cached) was killed by SIGILL."""
+    `probe()`, then cached) was killed by one of TRAP_SIGNALS."""
     if no_repack or (no_repack is None and forced_off()):
         return RepackDecision(False, "--no-repack" if no_repack else "LSD_NO_REPACK")
     if no_repack is False or not reports_amx(cpuinfo) or not build_uses_amx(build):
@@ -115,8 +120,8 @@ def decide(no_repack: bool | None, cpuinfo: str, build: str, cache: Path,
     if result.outcome != "trapped":
         return RepackDecision(True)
     return RepackDecision(False, "this CPU reports AMX but traps it", notice=(
-        "this CPU reports AMX but traps it (a probe died with SIGILL in llama.cpp's AMX "
-        "kernel): models load without extra buffer types, as llama.cpp's -nr, which is "
+        f"this CPU reports AMX but traps it (a probe with extra buffer types was "
+        f"{result.detail}): models load without extra buffer types, as llama.cpp's -nr, which is "
         f"slower for some weight types; for full speed rebuild llama-cpp-python without AMX: "
         f"{REBUILD_HINT}"))
 
@@ -176,8 +181,9 @@ def run_probe(command: list[str] | None = None, timeout: float = PROBE_TIMEOUT) 
     except (OSError, subprocess.TimeoutExpired) as exc:
         return ProbeResult("failed", str(exc), time.perf_counter() - start)
     seconds = time.perf_counter() - start
-    if done.returncode == -signal.SIGILL:
-        return ProbeResult("trapped", "killed by SIGILL", seconds)
+    if -done.returncode in TRAP_SIGNALS:
+        return ProbeResult("trapped", f"killed by {signal.Signals(-done.returncode).name}",
+                           seconds)
     if done.returncode != 0:
         return ProbeResult("failed", f"exit {done.returncode}: {done.stderr[-300:]}", seconds)
     return ProbeResult("ok", done.stdout.strip()[-200:], seconds)

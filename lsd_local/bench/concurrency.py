@@ -122,12 +122,13 @@ def lsd_server(target: Path, draft: Path | None, parallel: int, ctx: int,
 
 
 def llama_server(bin_dir: Path, target: Path, parallel: int, ctx: int, threads: int | None,
-                 spec_type: str | None) -> Server:
+                 spec_type: str | None, no_repack: bool = False) -> Server:
     port = free_port()
     command = [str(bin_dir / "llama-server"), "-m", str(target), "-np", str(parallel),
                "-c", str(ctx * parallel), "--port", str(port), "--temp", "0",
                "--no-webui", "-t", str(threads or 2)]
     command += ["--spec-type", spec_type] if spec_type else []
+    command += ["-nr"] if no_repack else []
     name = f"llama-server -np {parallel}" + (f" {spec_type}" if spec_type else "")
     return Server(name, command, port)
 
@@ -258,6 +259,7 @@ class ConcurrencyPlan:
     repeat: int = 1
     llama_bin: Path | None = None  # llama.cpp's build/bin: llama-server columns
     spec_types: tuple[str, ...] = LLAMA_SERVER_TYPES
+    no_repack: bool = False  # llama-server loads as lsd does where the CPU traps AMX (-nr)
 
 
 def server_makers(plan: ConcurrencyPlan) -> list:
@@ -269,7 +271,8 @@ def server_makers(plan: ConcurrencyPlan) -> list:
         for spec in (None, *plan.spec_types):
             name = f"llama-server -np {plan.clients}" + (f" {spec}" if spec else "")
             makers.append((name, lambda spec=spec: llama_server(
-                plan.llama_bin, plan.target, plan.clients, plan.ctx, plan.threads, spec)))
+                plan.llama_bin, plan.target, plan.clients, plan.ctx, plan.threads, spec,
+                plan.no_repack)))
     return makers
 
 

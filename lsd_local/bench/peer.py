@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import llama_cpp as ll
 
@@ -21,10 +22,11 @@ class PeerLlama:
 
         # logits_all=True as llama-cpp-python itself forces with a draft model; passing it
         # explicitly also sizes its score buffer to n_ctx (else prompts > n_batch fail).
-        self.llm = ll.Llama(model_path=str(path), n_ctx=n_ctx, verbose=False, logits_all=True,
-                            n_threads=n_threads or physical_cores(),
-                            draft_model=LlamaPromptLookupDecoding(
-                                num_pred_tokens=num_pred_tokens))
+        with _extra_bufts_as_lsd():
+            self.llm = ll.Llama(model_path=str(path), n_ctx=n_ctx, verbose=False,
+                                logits_all=True, n_threads=n_threads or physical_cores(),
+                                draft_model=LlamaPromptLookupDecoding(
+                                    num_pred_tokens=num_pred_tokens))
 
     def generate(self, messages: Sequence[dict], max_tokens: int) -> tuple[str, float, float]:
         """(answer text, seconds to the first token, seconds from the first to the last)."""
@@ -45,3 +47,29 @@ class PeerLlama:
 
     def close(self) -> None:
         self.llm.close()
+
+
+@contextlib.contextmanager
+def _extra_bufts_as_lsd() -> Iterator[None]:
+    """While a Llama loads: its model parameters with extra buffer types off where lsd loads
+    so (a CPU that traps AMX: with them on, its first batch kills the process). Llama takes no
+    such argument, so the default parameters it starts from are made so for that time."""
+    from ..backend import build_identity
+    from ..backend.cpu_probe import repack_decision
+
+    if repack_decision(None, build_identity()).use_extra_bufts:
+        yield
+        return
+    lowlevel = ll.llama_cpp
+    default = lowlevel.llama_model_default_params
+
+    def without_extra_bufts():
+        params = default()
+        params.use_extra_bufts = False
+        return params
+
+    lowlevel.llama_model_default_params = without_extra_bufts
+    try:
+        yield
+    finally:
+        lowlevel.llama_model_default_params = default

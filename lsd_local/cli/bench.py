@@ -135,7 +135,8 @@ def run_concurrency_workload(target: Path, draft: Path | None, opts: dict) -> No
     plan = ConcurrencyPlan(target, draft, opts["concurrency"],
                            tuple(workload(items, opts["concurrency"], opts["max_tokens"])),
                            opts["ctx"], opts["threads"], opts["repeat"],
-                           Path(opts["llama_cpp_bin"]) if opts["llama_cpp_bin"] else None)
+                           Path(opts["llama_cpp_bin"]) if opts["llama_cpp_bin"] else None,
+                           no_repack=bool(opts["llama_cpp_bin"]) and repack_off())
     columns, behind = run_concurrency(plan, notify)
     click.echo(format_columns(columns, behind))
 

@@ -41,7 +41,7 @@ def test_a_trapping_cpu_turns_extra_buffer_types_off_once_and_says_so(cache):
     probe = Probe("trapped")
     first = cp.decide(None, AMX_CPU, AMX_BUILD, cache, probe)
     assert not first.use_extra_bufts and probe.calls == 1
-    assert "traps" in first.reason and "SIGILL" in first.notice
+    assert "traps" in first.reason and "fake" in first.notice  # (the probe's detail)
     assert "-mno-amx-int8" in first.notice and "\n" not in first.notice
     again = cp.decide(None, AMX_CPU, AMX_BUILD, cache, probe)  # the cached result
     assert again == first and probe.calls == 1
@@ -114,10 +114,17 @@ def test_cpu_flags_reads_x86_and_arm_lines():
     assert cp.reports_amx(AMX_CPU) and not cp.reports_amx(PLAIN_CPU)
 
 
-def test_a_child_killed_by_sigill_is_a_trap_and_other_endings_are_not():
+@pytest.mark.parametrize("sig", [signal.SIGILL, signal.SIGSEGV])
+def test_a_child_killed_by_sigill_or_sigsegv_is_a_trap_and_other_endings_are_not(sig,
+                                                                                tmp_path):
+    """SIGSEGV too: one of our VMs faults AMX's `ldtilecfg` with a general protection
+    fault, and the probe read it as "failed", leaving extra buffer types on: lsd then died
+    on the Qwen pair's first batched decode."""
     trap = cp.run_probe([sys.executable, "-c",
-                         f"import os; os.kill(os.getpid(), {int(signal.SIGILL)})"])
-    assert trap.outcome == "trapped"
+                         f"import os; os.kill(os.getpid(), {int(sig)})"])
+    assert trap.outcome == "trapped" and trap.detail == f"killed by {sig.name}"
+    decision = cp.decide(None, AMX_CPU, AMX_BUILD, tmp_path / "p.json", lambda: trap)
+    assert not decision.use_extra_bufts and sig.name in decision.notice
     assert cp.run_probe([sys.executable, "-c", "raise SystemExit(3)"]).outcome == "failed"
     assert cp.run_probe(["/nonexistent/probe"]).outcome == "failed"
 
@@ -133,3 +140,19 @@ def test_the_real_probe_child_loads_its_model_and_decodes_a_batch():
         return
     assert result.outcome == "ok", result.detail
     assert "decoded 32 tokens; logits finite: True" in result.detail
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_the_peer_llama_loads_with_extra_buffer_types_as_lsd_does(monkeypatch, on):
+    """llama-cpp-python's Llama (lsd bench's peer column) takes no -nr: where lsd loads
+    without extra buffer types, the parameters it starts from have them off while it loads
+    (on a CPU that traps AMX the peer died on its first batch), and nothing after."""
+    import llama_cpp
+
+    from lsd_local.bench import peer
+
+    monkeypatch.setattr(cp, "repack_decision",
+                        lambda *_: cp.RepackDecision(on, "" if on else "traps"))
+    with peer._extra_bufts_as_lsd():
+        assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is on
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts is True
