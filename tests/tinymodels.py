@@ -357,6 +357,30 @@ APRIEL_TEMPLATE = (
     "{%- elif m.role == 'tool' %}{{- '<|begin_tool_result|>\\n' + m.content + '\\n' }}"
     "{%- else %}{{- '<|begin_' + m.role + '|>\\n' + m.content + '\\n' }}{%- endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}{{- '<|begin_assistant|>\\n' }}{%- endif %}")
+# FireFunction v2's way: " functools[" and one JSON list of calls, no closer; the tools come
+# as `functions` (their JSON text) and the date as `datetime`; written here for the tests
+FIREFUNCTION_TEMPLATE = (
+    "{{- 'system: call as functools[{\"name\": ..., \"arguments\": ...}]\n' + functions + "
+    "'\nDate: ' + datetime + '\n' }}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{{- 'assistant: ' + (m.content or '') }}{%- if m.tool_calls %}{{- ' functools[' }}"
+    "{%- for c in m.tool_calls %}{{- '{\"name\": \"' + c.function.name + "
+    "'\", \"arguments\": ' + c.function.arguments | tojson + '}' }}"
+    "{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}{{- ']' }}{%- endif %}"
+    "{{- '\n' }}{%- else %}{{- m.role + ': ' + m.content + '\n' }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- 'assistant:' }}{%- endif %}")
+# MiniMax-M1's way: <tool_calls>, one JSON object per line, </tool_calls>; written here for
+# the tests
+MINIMAX1_TEMPLATE = (
+    "{%- if tools %}{{- 'system: calls go in <tool_calls></tool_calls>, one per line:\n' + "
+    "tools | tojson + '\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' and m.tool_calls %}"
+    "{{- 'assistant:\n<tool_calls>\n' }}{%- for c in m.tool_calls %}"
+    "{{- '{\"name\": \"' + c.function.name + '\", \"arguments\": ' + "
+    "c.function.arguments | tojson + '}\n' }}{%- endfor %}{{- '</tool_calls>\n' }}"
+    "{%- elif m.role == 'tool' %}{{- 'tool result: ' + m.content + '\n' }}"
+    "{%- else %}{{- m.role + ':\n' + (m.content or '') + '\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- 'assistant:\n' }}{%- endif %}")
 # Functionary v3.2's way: the generation prompt ends with ">>>", each message names its
 # recipient on its first line ("all": the answer), a call's arguments as JSON text after its
 # function's name; written here for the tests

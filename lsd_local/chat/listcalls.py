@@ -6,7 +6,11 @@ and before a closer where the family writes one:
   `<TOOLCALL>`);
 - "granite": `<|tool_call|>[...]` (IBM Granite 3: templates with `<|tool_call|>`);
 - "apriel": `<tool_calls>[...]</tool_calls>` (ServiceNow's Apriel 1.6: templates with
-  `<tool_calls>[`; MiniMax-M1's `<tool_calls>` holds objects without a list).
+  `<tool_calls>[`);
+- "firefunction": ` functools[...]` (Fireworks' FireFunction v2: templates with
+  ` functools[`; its template reads the tools as `functions`, JSON text, and `datetime`);
+- "minimax1": `<tool_calls>` and one object per line, no list, `</tool_calls>` (MiniMax-M1:
+  templates with `<tool_calls>` and no list after it).
 
 Read back as the same CallScans as any JSON call; the grammar (chat/tools.py) makes each
 element a valid call of one of the tools.
@@ -22,10 +26,14 @@ from .gbnfparts import literal
 from .jsonscan import CallScan, closed_at, list_elements, scan_call, skip_space, value_end
 
 # name -> (opener, closer or ""), in the order they are looked for in a template
+# (an opener that ends with "[" opens the list itself; MiniMax-M1's is no list: see LINES)
 LIST_FORMATS = {"nemotron": ("<TOOLCALL>", "</TOOLCALL>"), "granite": ("<|tool_call|>", ""),
-                "mistral": ("[TOOL_CALLS]", ""), "apriel": ("<tool_calls>", "</tool_calls>")}
+                "mistral": ("[TOOL_CALLS]", ""), "apriel": ("<tool_calls>", "</tool_calls>"),
+                "firefunction": (" functools[", ""),
+                "minimax1": ("<tool_calls>", "</tool_calls>")}
+LINES = "minimax1"  # the format whose calls are one JSON object per line
 # what a template must hold to write a format's lists (its opener, unless named here)
-_FOUND_BY = {"apriel": "<tool_calls>["}
+_FOUND_BY = {"apriel": "<tool_calls>[", "minimax1": "<tool_calls>"}
 
 
 def list_format(template: str) -> str | None:
@@ -38,11 +46,32 @@ def list_block(section: str, name: str) -> tuple[list[CallScan], int | None]:
     """The calls a section starting with format `name`'s opener holds so far, and where it
     ends (after its closer, where it has one; None while unknown)."""
     opener, closer = LIST_FORMATS[name]
-    elements, list_end = list_elements(section, len(opener))
+    if name == LINES:
+        elements, list_end = line_elements(section, len(opener))
+    else:
+        elements, list_end = list_elements(section, len(opener) - opener.endswith("["))
     calls = [scan_call(section[a:b] if b else section[a:]) for a, b in elements]
     if list_end is None or not closer:
         return calls, list_end
     return calls, closed_at(section, list_end, closer)
+
+
+def line_elements(text: str, start: int) -> tuple[list[tuple[int, int | None]], int | None]:
+    """list_elements for JSON objects one after another (MiniMax-M1's lines): the elements,
+    and the index after the last once other text follows (None while more may come)."""
+    elements: list[tuple[int, int | None]] = []
+    i = start
+    while True:
+        j = skip_space(text, i)
+        if j >= len(text):
+            return elements, None
+        if text[j] != "{":
+            return elements, i
+        end = value_end(text, j)
+        elements.append((j, end))
+        if end is None:
+            return elements, None
+        i = end
 
 
 GIGACHAT_OPEN = "<|message_sep|>\n\nfunction call<|role_sep|>\n"
@@ -71,4 +100,8 @@ def list_root(name: str, more: str) -> str:
     rules; `more`: the rule for further calls, "" for one)."""
     opener, closer = LIST_FORMATS[name]
     close = f' tool-ws "{literal(closer)}"' if closer else ""
-    return f'"{literal(opener)}" tool-ws "[" tool-ws tool-call {more} tool-ws "]"{close}'
+    if name == LINES:  # (as its template writes them)
+        more = '("\\n" tool-call)*' if more else ""
+        return f'"{literal(opener)}\\n" tool-call {more} "\\n{literal(closer)}"'
+    bracket = "" if opener.endswith("[") else ' tool-ws "["'
+    return f'"{literal(opener)}"{bracket} tool-ws tool-call {more} tool-ws "]"{close}'

@@ -25,6 +25,7 @@ from .tools import FALLBACK_SYSTEM, renders_tools, template_arguments
 from .turns import (
     NINE_CHAR_IDS,
     NO_SYSTEM,
+    firefunction_kwargs,
     nine_char_ids,
     system_into_user,
     thinking_switch,
@@ -188,7 +189,8 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
             clean, tools = with_fallback_tools(clean, tools), None
     if template and NO_SYSTEM in template:
         clean = system_into_user(clean)
-    template_kwargs = thinking_switch(template, template_kwargs)
+    template_kwargs = firefunction_kwargs(template, tools,
+                                          thinking_switch(template, template_kwargs))
     import jinja2
 
     compiled = _compile(template or CHATML)

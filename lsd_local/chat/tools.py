@@ -35,8 +35,10 @@ Formats:
   `tool_calls`: variant "v4"), each parameter saying `string="true"` or "false";
 - "pythonic": `<|tool_call_start|>[NAME(key='value', n=3)]<|tool_call_end|>`, Python calls
   (LFM2, LFM2.5; chat/pythoncalls.py);
-- "mistral", "nemotron", "granite": one JSON list of `{"name": ..., "arguments": {...}}` after
-  `[TOOL_CALLS]`, in `<TOOLCALL>...</TOOLCALL>`, after `<|tool_call|>` (chat/listcalls.py);
+- "mistral", "nemotron", "granite", "apriel", "firefunction": one JSON list of `{"name": ...,
+  "arguments": {...}}` after `[TOOL_CALLS]`, in `<TOOLCALL>...</TOOLCALL>`, after
+  `<|tool_call|>`, in `<tool_calls>...</tool_calls>`, after ` functools`; "minimax1": one
+  object per line in `<tool_calls>...</tool_calls>` (chat/listcalls.py);
 - "mistral-args": `[TOOL_CALLS]NAME[ARGS]{...}` per call (Mistral Small 3.2, Devstral,
   Ministral 3: templates with `[ARGS]`; chat/mistralcalls.py);
 - "gigachat": one JSON call as a message after the answer's, `<|message_sep|>\n\nfunction
@@ -202,8 +204,10 @@ def detect_format(template: str | None) -> ToolFormat:
 
 def renders_tools(template: str | None) -> bool:
     """Whether the template itself shows the model its tools (else FALLBACK_SYSTEM does)."""
-    return bool(template) and re.search(r"\btools\b", template) is not None and \
-        detect_format(template).name != "generic"
+    if not template or detect_format(template).name == "generic":
+        return False
+    return re.search(r"\btools\b", template) is not None or \
+        detect_format(template).name == "firefunction"  # (as `functions`: chat/turns.py)
 
 
 # --- reading calls back --------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import datetime, timezone
 
 from ..utf8 import utf8_bytes
 from .kimi3calls import is_kimi3
@@ -142,6 +143,19 @@ def thinking_switch(template: str | None, kwargs: dict) -> dict:
 
 
 COHERE2_TEXT = "<|START_TEXT|>"  # (Cohere2 MoE's answers; its template reads `reasoning`)
+FIREFUNCTION_SIGN = " functools["  # (FireFunction v2's calls: chat/listcalls.py)
+
+
+def firefunction_kwargs(template: str | None, tools, kwargs: dict) -> dict:
+    """The template kwargs with what FireFunction v2's template reads instead of `tools`, as
+    llama.cpp gives them: `functions`, the tools' JSON text, and `datetime`, today in its
+    format (at midnight: a prompt that changed every second would reuse no cached prefix,
+    its first line being the system turn), unless the request sets them."""
+    if not template or FIREFUNCTION_SIGN not in template:
+        return kwargs
+    today = datetime.now(timezone.utc).strftime("%b %d %Y 00:00:00 GMT")
+    return {"functions": json.dumps(list(tools), indent=2) if tools else "",
+            "datetime": today, **kwargs}
 
 
 # What ends a family's turn where its GGUF may not mark it as an end of generation, or its

@@ -23,6 +23,7 @@ from tinymodels import (
     DEEPSEEK_TEMPLATE,
     DEEPSEEK_V31_TEMPLATE,
     DSML_TEMPLATE,
+    FIREFUNCTION_TEMPLATE,
     FUNCTIONARY_TEMPLATE,
     GEMMA_TEMPLATE,
     GIGACHAT_TEMPLATE,
@@ -31,6 +32,7 @@ from tinymodels import (
     KIMI3_TEMPLATE,
     KIMI_TEMPLATE,
     MINICPM_TEMPLATE,
+    MINIMAX1_TEMPLATE,
     MINIMAX3_TEMPLATE,
     MINIMAX_TEMPLATE,
     MINISTRAL_TEMPLATE,
@@ -79,6 +81,9 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "gigachat": (GIGACHAT_TEMPLATE, rb'<\|message_sep\|>\n\nfunction call<\|role_sep\|>\n'
                                            rb'\{\s*"name"'),
            "functionary": (FUNCTIONARY_TEMPLATE, rb"^(get_weather|now)\n\{"),
+           "firefunction": (FIREFUNCTION_TEMPLATE, rb'^ functools\[\s*\{\s*"name"'),
+           "minimax1": (MINIMAX1_TEMPLATE,
+                        rb'<tool_calls>\n\{\s*"name"[^\n]*\} ?(\n\{[^\n]*\} ?)*\n</tool_calls>'),
            "granite": (GRANITE_TEMPLATE, rb'<\|tool_call\|>\s*\[\s*\{\s*"name"'),
            "mistral-ids": (MISTRAL_IDS_TEMPLATE,
                            rb"\[TOOL_CALLS\](get_weather|now)\[CALL_ID\][a-zA-Z0-9]{9}\[ARGS\]")}
@@ -221,6 +226,13 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "functionary":  # (arguments as the client's JSON text)
         assert ('assistant\n>>>get_weather\n{"city": "Paris", "metric": true}<|eot|>tool\n'
                 "18 C, sunny<|eot|>assistant\n>>>") in text
+    elif format_agent.format == "firefunction":  # (the tools as `functions`, JSON text)
+        assert ('assistant:  functools[{"name": "get_weather", "arguments": {"city": "Paris", '
+                '"metric": true}}]\ntool: 18 C, sunny\nassistant:') in text
+        assert text.startswith("system: call as functools[") and '"name": "now"' in text
+    elif format_agent.format == "minimax1":
+        assert ('assistant:\n<tool_calls>\n{"name": "get_weather", "arguments": {"city": '
+                '"Paris", "metric": true}}\n</tool_calls>\ntool result: 18 C') in text
     elif format_agent.format == "granite":
         assert ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "metric": '
                 "true}}]<|end_of_text|>") in text

@@ -72,3 +72,35 @@ def test_json_list_families_are_told_apart_and_read_with_their_closer(template, 
     calls, end = list_block(section + "Done.", name)
     assert end == (len(section) if closer else section.rindex("]") + 1)
     assert [json.loads(c.arguments) for c in calls] == [{"city": "Oslo"}]
+
+
+@pytest.mark.parametrize("template,name", [
+    ("{{ ns.content + ' functools[' + calls | join(', ') + ']' }}", "firefunction"),
+    ("{{ '<tool_calls>\\n' }}{{ call | tojson + '\\n' }}{{ '</tool_calls>' }}", "minimax1"),
+    ("{{ '<tool_calls>[' + calls | tojson + ']</tool_calls>' }}", "apriel"),
+])
+def test_firefunction_and_minimax_m1_calls_stream_as_their_templates_write_them(template,
+                                                                               name):
+    """FireFunction v2's ` functools[...]` (the list opened by its marker) and MiniMax-M1's
+    `<tool_calls>` with one object per line (no list): two calls after some text, read the
+    same at every chunk size, the section ending at its closer or its list's end."""
+    from lsd_local.chat.listcalls import LIST_FORMATS, list_block
+
+    assert detect_format(template).name == name
+    opener, closer = LIST_FORMATS[name]
+    first, second = ('{"name": "get_weather", "arguments": {"city": "Oslo, [x]"}}',
+                     '{"name": "get_weather", "arguments": {"city": "Rome\\n{y}"}}')
+    body = f"\n{first}\n{second}\n" if name == "minimax1" else f"[{first}, {second}]"
+    section = opener + body[opener.endswith("["):] + closer
+    calls, end = list_block(section + " Done.", name)
+    assert end == len(section) and [json.loads(c.arguments)["city"] for c in calls] == [
+        "Oslo, [x]", "Rome\n{y}"]
+    for n in range(len(section) - 1):  # (open until the closer, or the list's end, is whole)
+        assert list_block(section[:n], name)[1] is None
+    plan = tool_plan(template, TOOLS, "auto", True)
+    for size in (1, 3, 7, 100):
+        parser = OutputParser(plan.fmt)
+        content, _, deltas = feed_in_chunks(parser, "Looking." + section, size)
+        assert content == "Looking." and len(parser.tool_calls) == 2
+        assert [streamed_arguments(deltas, i) for i in range(2)] == [
+            c.arguments for c in parser.tool_calls]
