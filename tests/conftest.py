@@ -139,6 +139,12 @@ def tiny_kimi3(tiny_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_hy3(tiny_dir) -> Path:
+    """The tiny target with a Hy3-style template, its tags control tokens."""
+    return tinymodels.make_hy3_model(tiny_dir)
+
+
+@pytest.fixture(scope="session")
 def tiny_dsml(tiny_dir) -> Path:
     """The tiny target with a DeepSeek-V3.2-style template and its DSML tags as words."""
     return tinymodels.make_dsml_model(tiny_dir)

@@ -381,6 +381,28 @@ MINIMAX1_TEMPLATE = (
     "{%- elif m.role == 'tool' %}{{- 'tool result: ' + m.content + '\n' }}"
     "{%- else %}{{- m.role + ':\n' + (m.content or '') + '\n' }}{%- endif %}{%- endfor %}"
     "{%- if add_generation_prompt %}{{- 'assistant:\n' }}{%- endif %}")
+# Tencent Hy3's way: GLM's key and value tags marked ":opensource", the name ended by a
+# separator, the calls in a block; the tags built with format(), as its template does; the
+# generation prompt closes an empty reasoning block unless reasoning_effort asks for one;
+# written here for the tests
+HY3_TEMPLATE = (
+    "{%- set HYTK = ':opensource' %}{%- set ak = '<arg_key{}>'.format(HYTK) %}"
+    "{%- set av = '<arg_value{}>'.format(HYTK) %}"
+    "{%- if tools %}{{- 'tools: ' + tools | tojson + '\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'user' %}"
+    "{{- '<｜hy_User{}｜>'.format(HYTK) + m.content }}"
+    "{%- elif m.role == 'assistant' %}{{- '<｜hy_Assistant{}｜>'.format(HYTK) + "
+    "(m.content or '') }}{%- if m.tool_calls %}{{- '<tool_calls{}>\n'.format(HYTK) }}"
+    "{%- for c in m.tool_calls %}{{- '<tool_call{}>'.format(HYTK) + c.function.name + "
+    "'<tool_sep{}>\n'.format(HYTK) }}{%- for k, v in c.function.arguments.items() %}"
+    "{{- ak + k + '</arg_key{}>\n'.format(HYTK) + av + (v if v is string else v | tojson) "
+    "+ '</arg_value{}>\n'.format(HYTK) }}{%- endfor %}"
+    "{{- '</tool_call{}>\n'.format(HYTK) }}{%- endfor %}"
+    "{{- '</tool_calls{}>'.format(HYTK) }}{%- endif %}"
+    "{%- elif m.role == 'tool' %}{{- 'result: ' + m.content + '\n' }}{%- endif %}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<｜hy_Assistant{}｜>'.format(HYTK) }}"
+    "{%- if reasoning_effort in ['low', 'high'] %}{{- '<think{}>'.format(HYTK) }}"
+    "{%- else %}{{- '<think{0}></think{0}>'.format(HYTK) }}{%- endif %}{%- endif %}")
 # Functionary v3.2's way: the generation prompt ends with ">>>", each message names its
 # recipient on its first line ("all": the answer), a call's arguments as JSON text after its
 # function's name; written here for the tests
@@ -686,11 +708,16 @@ LING_TEMPLATE = (
 KIMI3_WORDS = ("<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>")
 KIMI3_TAGS = ("think", "response", "tools", "call", "argument", "message", ' tool="',
               ' index="', ' key="', ' type="', "string", "boolean")
+# Tencent Hy3's tags (control tokens in its vocabulary)
+HY3_WORDS = tuple(f"<{tag}:opensource>" for tag in (
+    "tool_calls", "/tool_calls", "tool_call", "/tool_call", "tool_sep", "arg_key", "/arg_key",
+    "arg_value", "/arg_value", "think", "/think")) + (
+    "<｜hy_User:opensource｜>", "<｜hy_Assistant:opensource｜>")
 # control tokens, as in Qwen's vocabulary, gpt-oss's, Command R7B's, GLM's, Gemma's, Kimi's,
 # Seed-OSS's and MiniCPM5's
 CONTROL_WORDS = ("<|im_start|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
                  *COMMANDR_WORDS, *GLM_WORDS, *GEMMA_WORDS, *KIMI_WORDS, *SEED_WORDS,
-                 *MINICPM_WORDS, *MINIMAX3_WORDS, *KIMI3_WORDS, *LING_WORDS)
+                 *MINICPM_WORDS, *MINIMAX3_WORDS, *KIMI3_WORDS, *LING_WORDS, *HY3_WORDS)
 
 
 def make_agent_model(directory: Path) -> Path:
@@ -813,6 +840,11 @@ def make_kimi3_model(directory: Path) -> Path:
     """make_pair's target with the Kimi-K3-style template, its markers as control tokens
     and its section names as words."""
     return _marked_model(directory, "kimi3", KIMI3_WORDS + KIMI3_TAGS, KIMI3_TEMPLATE)
+
+
+def make_hy3_model(directory: Path) -> Path:
+    """make_pair's target with the Hy3-style template and its tags as control tokens."""
+    return _marked_model(directory, "hy3", HY3_WORDS, HY3_TEMPLATE)
 
 
 def make_harmony_model(directory: Path) -> Path:

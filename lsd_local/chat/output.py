@@ -33,6 +33,7 @@ from .tools import ToolFormat, read_section
 FORMAT_MARKERS = {"hermes": (xmlcalls.OPEN, xmlcalls.CLOSE), "xml": (xmlcalls.OPEN, xmlcalls.CLOSE),
                   "seed": (xmlcalls.SEED_OPEN, xmlcalls.SEED_CLOSE),
                   "glm": (glmcalls.OPEN, glmcalls.CLOSE, *glmcalls.TAGS),
+                  "hy3": glmcalls.HY3_MARKERS,
                   "gemma": gemmacalls.MARKERS,
                   "deepseek": deepseekcalls.DEEPSEEK[:5], "kimi": deepseekcalls.KIMI[:5],
                   "commandr": (commandrcalls.OPEN, commandrcalls.CLOSE),

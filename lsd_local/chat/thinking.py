@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import kimi3calls, mistralcalls
+from . import glmcalls, kimi3calls, mistralcalls
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,11 @@ MM_THINK = Thinking("<mm:think>", "</mm:think>", "</mm:think>")
 # spent budget opens the response section too
 KIMI3_THINK = Thinking(kimi3calls.THINK_OPEN, kimi3calls.THINK_CLOSE,
                        kimi3calls.THINK_CLOSE + kimi3calls.RESPONSE_OPEN)
-FAMILIES = (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK, MM_THINK, KIMI3_THINK)
+# Tencent Hy3's (its template builds the tags: found by is_hy3)
+HY3_THINK = Thinking(f"<think{glmcalls.HY}>", f"</think{glmcalls.HY}>",
+                     f"</think{glmcalls.HY}>")
+FAMILIES = (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK, MM_THINK, KIMI3_THINK,
+            HY3_THINK)
 # Apriel 1.6's: its generation prompt opens the reasoning in words, a marker ends it
 APRIEL_THINK = Thinking("Here are my reasoning steps:\n", "[BEGIN FINAL RESPONSE]",
                         "\n[BEGIN FINAL RESPONSE]\n")
@@ -44,9 +48,11 @@ REASONING_CLOSE = THINK.budget_close
 
 def thinking_of(template: str | None) -> Thinking:
     """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
-    Seed-OSS's, MiniMax-M3's, Kimi K3's, Apriel 1.6's, else `<think>`)."""
+    Seed-OSS's, MiniMax-M3's, Kimi K3's, Hy3's, Apriel 1.6's, else `<think>`)."""
     if kimi3calls.is_kimi3(template):  # (its template writes the section's name apart)
         return KIMI3_THINK
+    if glmcalls.is_hy3(template):
+        return HY3_THINK
     for think in FAMILIES:
         if template and think.open in template:
             return think

@@ -69,6 +69,7 @@ def _call_rules(fmt: ToolFormat):
     """The function that gives a format's call rule and the rules it needs (None: the
     JSON tool-call's)."""
     return {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
+            "hy3": functools.partial(glmcalls.call_rules, tags=glmcalls.HY3),
             "seed": functools.partial(xmlcalls.call_rules, tight=True),
             "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
             **dict.fromkeys(("minimax", "minicpm", "dsml"), functools.partial(
@@ -86,12 +87,13 @@ def _call_rules(fmt: ToolFormat):
 def _root(fmt: ToolFormat, parallel: bool) -> str:
     """The grammar root of the format's calls, from its opener; one call unless
     `parallel`."""
-    name, dsml = fmt.name, minimaxcalls.tags_for("dsml", fmt.variant)
+    name, dsml, hy3 = fmt.name, minimaxcalls.tags_for("dsml", fmt.variant), glmcalls.HY3
     more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
             "seed": f'(tool-ws "{xmlcalls.SEED_OPEN}" tool-ws xml-call tool-ws '
                     f'"{xmlcalls.SEED_CLOSE}")*',
             "glm": '(tool-ws "<tool_call>" glm-call "</tool_call>")*',
+            "hy3": f'("\\n"? "{hy3.open}" hy-call "{hy3.close}")*',
             "gemma": f'("{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}")*',
             "deepseek": "(tool-ws ds-call)*", "kimi": "(tool-ws ds-call)*",
             "commandr": '("," tool-ws cr-call)*',
@@ -106,6 +108,8 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "seed": f'"{xmlcalls.SEED_OPEN}" tool-ws xml-call tool-ws "{xmlcalls.SEED_CLOSE}" '
                     f'{more} tool-ws',
             "glm": f'"<tool_call>" glm-call "</tool_call>" {more} tool-ws',
+            "hy3": f'"{hy3.block[0]}" "\\n"? "{hy3.open}" hy-call "{hy3.close}" {more} "\\n"? '
+                   f'"{hy3.block[1]}"',
             "gemma": f'"{gemmacalls.OPEN}" gm-call "{gemmacalls.CLOSE}" {more}',
             "deepseek": f'"{deepseekcalls.OPEN}" tool-ws ds-call {more} tool-ws '
                         f'"{deepseekcalls.CLOSE}"',

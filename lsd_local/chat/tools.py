@@ -10,7 +10,9 @@ Formats:
 - "seed": the same in `<seed:tool_call>` blocks, each value right between its tags
   (Seed-OSS; chat/xmlcalls.py);
 - "glm": `<tool_call>NAME<arg_key>P</arg_key><arg_value>value</arg_value></tool_call>` per
-  call (GLM-4.5 and 4.6: `<arg_key>`; chat/glmcalls.py);
+  call (GLM-4.5 and 4.6: `<arg_key>`; chat/glmcalls.py); "hy3": the same with tags marked
+  `:opensource`, `<tool_sep:opensource>` after the name, in a `<tool_calls:opensource>` block
+  (Tencent Hy3);
 - "gemma": `<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>` per call, Gemma's
   notation (Gemma 4: templates with `<|tool_call>call:`; chat/gemmacalls.py);
 - "deepseek": `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json
@@ -131,6 +133,7 @@ class ToolFormat:
 FORMATS = {"xml": ToolFormat("xml", "<tool_call>"),
            "seed": ToolFormat("seed", xmlcalls.SEED_OPEN),
            "glm": ToolFormat("glm", glmcalls.OPEN),
+           "hy3": ToolFormat("hy3", glmcalls.HY3.block[0]),
            "gemma": ToolFormat("gemma", gemmacalls.OPEN),
            "hermes": ToolFormat("hermes", "<tool_call>"),
            "deepseek": ToolFormat("deepseek", deepseekcalls.OPEN),
@@ -167,6 +170,8 @@ def detect_format(template: str | None) -> ToolFormat:
         return FORMATS["functionary"]
     if glmcalls.is_glm(source):
         return FORMATS["glm"]
+    if glmcalls.is_hy3(source):
+        return FORMATS["hy3"]
     if minimax3calls.is_minimax3(source):  # (its template has <tool_call> too)
         return FORMATS["minimax3"]
     if "<tool_call>" in source:
@@ -260,6 +265,8 @@ def _section_of_calls(fmt: ToolFormat, section: str) -> tuple[list[CallScan], in
         return minimax3calls.minimax3_section(section, fmt.types())
     if fmt.name == "kimi3":
         return kimi3calls.kimi3_section(section, fmt.types())
+    if fmt.name == "hy3":
+        return glmcalls.hy3_section(section, fmt.types())
     return _generic_calls(section)
 
 
@@ -354,7 +361,8 @@ def tool_plan(template: str | None, tools: object, tool_choice: object,
     if fmt.name == "functionary" and any(tool.name == "all" for tool in checked):
         raise ParameterError("invalid tools: this model's template reads a message to 'all' "
                              "as the answer, so no tool may be named so", param="tools")
-    if fmt.name in ("xml", "seed", "glm", "minimax", "minicpm", "dsml", "minimax3", "kimi3"):
+    if fmt.name in ("xml", "seed", "glm", "hy3", "minimax", "minicpm", "dsml", "minimax3",
+                    "kimi3"):
         types = (minimax3calls if fmt.name == "minimax3" else xmlcalls).parameter_types(checked)
         if fmt.name == "minimax3":
             minimax3calls.check_keys(types)

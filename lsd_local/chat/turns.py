@@ -12,6 +12,7 @@ import re
 from datetime import datetime, timezone
 
 from ..utf8 import utf8_bytes
+from .glmcalls import is_hy3
 from .kimi3calls import is_kimi3
 
 
@@ -129,7 +130,10 @@ def _nine_chars(call_id: object) -> object:
 def thinking_switch(template: str | None, kwargs: dict) -> dict:
     """The template kwargs with `enable_thinking` (the switch most families read, and `lsd
     chat`'s /think) also given as MiniMax-M3's `thinking_mode` ("enabled" or "disabled"),
-    Kimi K3's `thinking` or Cohere2 MoE's `reasoning`, unless the request sets that itself."""
+    Kimi K3's `thinking`, Cohere2 MoE's `reasoning` or Hy3's `reasoning_effort` (hy3_effort),
+    unless the request sets that itself."""
+    if is_hy3(template):
+        return hy3_effort(kwargs)
     if not template or "enable_thinking" not in kwargs:
         return kwargs
     on = kwargs["enable_thinking"]
@@ -139,6 +143,24 @@ def thinking_switch(template: str | None, kwargs: dict) -> dict:
         return {**kwargs, "thinking": bool(on)}
     if COHERE2_TEXT in template and "reasoning" not in kwargs:
         return {**kwargs, "reasoning": bool(on)}
+    return kwargs
+
+
+# Hy3's template takes reasoning_effort "high", "low" or "no_think" (its default) and refuses
+# any other: OpenAI's efforts are given as the nearest of those, enable_thinking as high or
+# no_think
+HY3_EFFORTS = {"none": "no_think", "no_think": "no_think", "minimal": "low", "low": "low",
+               "medium": "high", "high": "high", "xhigh": "high"}
+
+
+def hy3_effort(kwargs: dict) -> dict:
+    """The template kwargs with `reasoning_effort` as Hy3's template reads it (a value it
+    does not know is left for it to refuse, with its own message)."""
+    effort = kwargs.get("reasoning_effort")
+    if effort is None and "enable_thinking" in kwargs:
+        effort = "high" if kwargs["enable_thinking"] else "no_think"
+    if isinstance(effort, str) and effort in HY3_EFFORTS:
+        return {**kwargs, "reasoning_effort": HY3_EFFORTS[effort]}
     return kwargs
 
 

@@ -29,6 +29,8 @@ from tinymodels import (
     GIGACHAT_TEMPLATE,
     GLM_TEMPLATE,
     GRANITE_TEMPLATE,
+    HY3_TEMPLATE,
+    HY3_WORDS,
     KIMI3_TEMPLATE,
     KIMI_TEMPLATE,
     MINICPM_TEMPLATE,
@@ -81,6 +83,8 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "gigachat": (GIGACHAT_TEMPLATE, rb'<\|message_sep\|>\n\nfunction call<\|role_sep\|>\n'
                                            rb'\{\s*"name"'),
            "functionary": (FUNCTIONARY_TEMPLATE, rb"^(get_weather|now)\n\{"),
+           "hy3": (HY3_TEMPLATE, rb"^<tool_calls:opensource>\n?<tool_call:opensource>"
+                                 rb"(get_weather|now)<tool_sep:opensource>"),
            "firefunction": (FIREFUNCTION_TEMPLATE, rb'^ functools\[\s*\{\s*"name"'),
            "minimax1": (MINIMAX1_TEMPLATE,
                         rb'<tool_calls>\n\{\s*"name"[^\n]*\} ?(\n\{[^\n]*\} ?)*\n</tool_calls>'),
@@ -91,13 +95,18 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
 
 CLOSER_BYTES = {"minimax": "/"}
 CLOSER_TOKENS = {"kimi": "<|tool_calls_section_end|>",  # (a marker of one token)
-                 "seed": "</seed:tool_call>", "minimax3": "</tool_call>", "kimi3": "<|close|>"}
+                 "seed": "</seed:tool_call>", "minimax3": "</tool_call>", "kimi3": "<|close|>",
+                 "hy3": "</tool_call:opensource>"}
+
+
+PREFERRED_TAGS = {"hy3": HY3_WORDS[:9]}
 
 
 # formats whose markers are tokens of their own in the model's vocabulary (a long marker
 # spelled byte by byte would not leave room for a call in the tests' max_tokens)
 OWN_MODEL = {"kimi": "tiny_kimi", "seed": "tiny_seed", "minicpm": "tiny_minicpm",
-             "dsml": "tiny_dsml", "minimax3": "tiny_minimax3", "kimi3": "tiny_kimi3"}
+             "dsml": "tiny_dsml", "minimax3": "tiny_minimax3", "kimi3": "tiny_kimi3",
+             "hy3": "tiny_hy3"}
 
 
 @pytest.fixture(scope="module", params=sorted(FORMATS))
@@ -116,6 +125,11 @@ def format_agent(request, tiny_agent):
         eng.ends = {eng.target.vocab.byte_tokens()[ord(b)]: 5.0 for b in ends}
         if request.param in CLOSER_TOKENS:  # (the closer against the next call's opener)
             eng.ends[agent_token(eng.target.vocab, CLOSER_TOKENS[request.param])] = 5.0
+        # tags that are tokens made likelier than their spelling byte by byte (a random
+        # model spelling each of Hy3's long tags would not end a call in max_tokens)
+        eng.prefer = {agent_token(eng.target.vocab, tag): 8.0
+                      for tag in PREFERRED_TAGS.get(request.param, ())}
+        eng.ends.update(eng.prefer)
         yield eng
 
 
@@ -139,7 +153,8 @@ def test_a_named_call_writes_typed_parameters(format_agent):
     choice = {"type": "function", "function": {"name": "get_weather"}}
     for seed in range(3):
         gen = format_agent.generate(ASK, tools=TOOLS, tool_choice=choice, max_tokens=200,
-                                 logit_bias=stop_bias(format_agent), seed=seed).run()
+                                 logit_bias=stop_bias(format_agent, format_agent.prefer),
+                                 seed=seed).run()
         assert [c.name for c in gen.tool_calls] == ["get_weather"]
         assert valid(gen.tool_calls[0])  # city from the enum, metric a JSON boolean
         written = b"".join(format_agent.target.vocab.token_bytes_special(t)
@@ -163,7 +178,7 @@ def test_auto_call_after_the_opener(format_agent):
 
 def test_streamed_pieces_reassemble_to_the_calls(format_agent):
     gen = format_agent.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=200,
-                             logit_bias=stop_bias(format_agent), seed=3)
+                             logit_bias=stop_bias(format_agent, format_agent.prefer), seed=3)
     calls = streamed_pieces(gen)
     assert calls and calls == [(c.id, c.name, c.arguments) for c in gen.tool_calls]
 
@@ -226,6 +241,13 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "functionary":  # (arguments as the client's JSON text)
         assert ('assistant\n>>>get_weather\n{"city": "Paris", "metric": true}<|eot|>tool\n'
                 "18 C, sunny<|eot|>assistant\n>>>") in text
+    elif format_agent.format == "hy3":
+        assert ("<｜hy_Assistant:opensource｜><tool_calls:opensource>\n<tool_call:opensource>"
+                "get_weather<tool_sep:opensource>\n<arg_key:opensource>city</arg_key:opensource>"
+                "\n<arg_value:opensource>Paris</arg_value:opensource>\n<arg_key:opensource>"
+                "metric</arg_key:opensource>\n<arg_value:opensource>true</arg_value:opensource>"
+                "\n</tool_call:opensource>\n</tool_calls:opensource>result: 18 C") in text
+        assert text.endswith("<think:opensource></think:opensource>")
     elif format_agent.format == "firefunction":  # (the tools as `functions`, JSON text)
         assert ('assistant:  functools[{"name": "get_weather", "arguments": {"city": "Paris", '
                 '"metric": true}}]\ntool: 18 C, sunny\nassistant:') in text
@@ -382,6 +404,23 @@ def test_command_r_thinking_is_reasoning_and_its_budget_closes_it(commandr):
                             logit_bias={end: -math.inf}).run()
     assert gen.tokens[5] == end and gen.stats.reasoning_tokens == 4  # four, then the close
     assert gen.text and len(gen.reasoning) >= 4
+
+
+def test_hy3_reasons_when_asked_then_makes_the_call_it_must(tiny_hy3):
+    """Hy3's prompt opens `<think:opensource>` for reasoning_effort "high" (OpenAI's
+    "medium" becomes it): a budget of 4 closes the block, then the required call follows in
+    its block; without the effort the prompt closes an empty block and the call is first."""
+    with Engine.load(tiny_hy3, drafter="lookup", n_ctx=TINY_CTX,
+                     chat_template=HY3_TEMPLATE) as eng:
+        prefer = {agent_token(eng.target.vocab, tag): 8.0 for tag in HY3_WORDS[:9]}
+        letter = eng.target.vocab.byte_tokens()[ord("a")]
+        for kwargs, budget in (({"reasoning_effort": "medium"}, 4), ({}, None)):
+            gen = eng.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=200,
+                               chat_template_kwargs=kwargs, reasoning_budget=budget,
+                               logit_bias=stop_bias(eng, {**prefer, letter: 4.0})).run()
+            assert gen.finish_reason == "tool_calls" and all(valid(c) for c in gen.tool_calls)
+            assert gen.stats.reasoning_tokens == (budget or 0) and gen.text == ""
+            assert bool(gen.reasoning) == bool(budget)
 
 
 KIMI_CALL = ('<|tool_call_begin|>functions.get_weather:12<|tool_call_argument_begin|>'

@@ -101,3 +101,50 @@ def test_string_values_are_raw_whatever_the_schema_says_they_are():
     scan, _ = glm_block("<tool_call>f\n<arg_key>unit</arg_key><arg_value>1</arg_value>"
                         "</tool_call>", parameter_types(tools))
     assert json.loads(scan.arguments) == {"unit": "1"}
+
+
+HY3_TEMPLATE = ("{%- set HYTK = ':opensource' %}{{ '<｜hy_Assistant{}｜>'.format(HYTK) }}"
+                "{{ '<tool_calls{}>'.format(HYTK) }}")
+HY3_CALL = CALL.replace("get_weather\n", "get_weather<tool_sep>\n")
+for _tag in ("tool_call", "arg_key", "arg_value", "tool_sep"):
+    HY3_CALL = HY3_CALL.replace(f"<{_tag}>", f"<{_tag}:opensource>").replace(
+        f"</{_tag}>", f"</{_tag}:opensource>")
+HY3_SECTION = f"<tool_calls:opensource>\n{HY3_CALL}\n{HY3_CALL.replace('>3<', '>5<')}\n" \
+              "</tool_calls:opensource>"
+
+
+def test_hy3_calls_stream_from_its_block_typed_by_the_schema():
+    """Tencent Hy3: GLM's tags marked `:opensource` (its template builds them, so it is
+    found by its assistant token and its mark), the name ended by `<tool_sep:opensource>`,
+    the calls in a `<tool_calls:opensource>` block; its reasoning in `<think:opensource>`.
+    Read the same at every chunk size."""
+    from lsd_local.chat.glmcalls import hy3_section
+    from lsd_local.chat.thinking import HY3_THINK, thinking_of
+
+    assert detect_format(HY3_TEMPLATE).name == "hy3" and thinking_of(HY3_TEMPLATE) is HY3_THINK
+    hy3 = tool_plan(HY3_TEMPLATE, TOOLS, "auto", True)
+    calls, end = hy3_section(HY3_SECTION + "Done.", hy3.fmt.types())
+    assert end == len(HY3_SECTION) and [json.loads(c.arguments) for c in calls] == [
+        {"city": "42 Rue </p>\n<pre>", "days": d, "metric": True} for d in (3, 5)]
+    for n in range(len(HY3_SECTION)):  # (open until its closer is whole)
+        assert hy3_section(HY3_SECTION[:n], hy3.fmt.types())[1] is None
+    text = "<think:opensource>Two days.</think:opensource>Looking." + HY3_SECTION + " Done."
+    for size in (1, 2, 5, 11, 1000):
+        parser = OutputParser(hy3.fmt, False, True, think=HY3_THINK)
+        content, reasoning, deltas = feed_in_chunks(parser, text, size)
+        assert (reasoning, content) == ("Two days.", "Looking.Done.")
+        assert [json.loads(c.arguments)["days"] for c in parser.tool_calls] == [3, 5]
+        assert [streamed_arguments(deltas, i) for i in range(2)] == [
+            c.arguments for c in parser.tool_calls]
+
+
+@pytest.mark.parametrize("kwargs,effort", [
+    ({}, None), ({"enable_thinking": True}, "high"), ({"enable_thinking": False}, "no_think"),
+    ({"reasoning_effort": "medium"}, "high"), ({"reasoning_effort": "minimal"}, "low"),
+    ({"reasoning_effort": "none", "enable_thinking": True}, "no_think"),
+    ({"reasoning_effort": "bogus"}, "bogus")])  # (left for its template to refuse)
+def test_hy3_reads_openai_s_efforts_and_the_thinking_switch_as_its_own(kwargs, effort):
+    from lsd_local.chat.turns import thinking_switch
+
+    assert thinking_switch(HY3_TEMPLATE, kwargs).get("reasoning_effort") == effort
+    assert thinking_switch(TEMPLATE, kwargs) == kwargs  # (GLM's: untouched)
