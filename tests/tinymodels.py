@@ -369,6 +369,19 @@ FIREFUNCTION_TEMPLATE = (
     "{%- if not loop.last %}{{- ', ' }}{%- endif %}{%- endfor %}{{- ']' }}{%- endif %}"
     "{{- '\n' }}{%- else %}{{- m.role + ': ' + m.content + '\n' }}{%- endif %}"
     "{%- endfor %}{%- if add_generation_prompt %}{{- 'assistant:' }}{%- endif %}")
+# Apertus's way: a JSON list of calls, each named by its key, between markers; tool results
+# on the assistant's turn; written here for the tests
+APERTUS_TEMPLATE = (
+    "{%- if tools %}{{- 'tools: ' + tools | tojson + '\n' }}{%- endif %}"
+    "{%- for m in messages %}{%- if m.role == 'assistant' %}"
+    "{{- '<|assistant_start|>' + (m.content or '') }}{%- if m.tool_calls %}"
+    "{{- '<|tools_prefix|>[' }}{%- for c in m.tool_calls %}{{- '{\"' + c.function.name + "
+    "'\": ' + c.function.arguments | tojson + '}' }}{%- if not loop.last %}{{- ', ' }}"
+    "{%- endif %}{%- endfor %}{{- ']<|tools_suffix|>' }}{%- endif %}"
+    "{%- elif m.role == 'tool' %}{{- '[' + m.content + ']' }}"
+    "{%- else %}{{- '<|' + m.role + '_start|>' + m.content + '<|' + m.role + '_end|>' }}"
+    "{%- endif %}{%- endfor %}{%- if add_generation_prompt %}{{- '<|assistant_start|>' }}"
+    "{%- endif %}")
 # MiniMax-M1's way: <tool_calls>, one JSON object per line, </tool_calls>; written here for
 # the tests
 MINIMAX1_TEMPLATE = (

@@ -136,6 +136,28 @@ def closed_at(text: str, i: int, closer: str) -> int | None:
     return None if closer.startswith(text[j:]) else i
 
 
+def scan_named(text: str) -> CallScan:
+    """Scan a call written as `{"NAME": {arguments}}` (Apertus's: the name is the key),
+    from its "{" and possibly unfinished."""
+    i = skip_space(text, 0)
+    if i >= len(text) or text[i] != "{":
+        return CallScan(None, "", False)
+    i = skip_space(text, i + 1)
+    key_end = value_end(text, i)
+    if key_end is None or text[i] != '"':
+        return CallScan(None, "", False)
+    name = json.loads(text[i:key_end])
+    colon = skip_space(text, key_end)
+    if colon >= len(text) or text[colon] != ":":
+        return CallScan(name, "", False)
+    start = skip_space(text, colon + 1)
+    end = value_end(text, start)
+    if end is None:
+        return CallScan(name, text[start:], False)
+    close = skip_space(text, end)
+    return CallScan(name, text[start:end], close < len(text) and text[close] == "}")
+
+
 def open_arguments(pairs: list[tuple[str, object]]) -> str:
     """The JSON text of the arguments read so far, ((key, value), ...), without its closing
     brace (which comes once the call is known to be complete): it only grows."""

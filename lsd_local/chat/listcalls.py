@@ -10,7 +10,9 @@ and before a closer where the family writes one:
 - "firefunction": ` functools[...]` (Fireworks' FireFunction v2: templates with
   ` functools[`; its template reads the tools as `functions`, JSON text, and `datetime`);
 - "minimax1": `<tool_calls>` and one object per line, no list, `</tool_calls>` (MiniMax-M1:
-  templates with `<tool_calls>` and no list after it).
+  templates with `<tool_calls>` and no list after it);
+- "apertus": `<|tools_prefix|>[{"NAME": {...}}, ...]<|tools_suffix|>`, each call named by
+  its key (Swiss AI's Apertus).
 
 Read back as the same CallScans as any JSON call; the grammar (chat/tools.py) makes each
 element a valid call of one of the tools.
@@ -22,16 +24,26 @@ GigaChat 3 writes one call, no list, as a message of its own after the answer's:
 
 from __future__ import annotations
 
-from .gbnfparts import literal
-from .jsonscan import CallScan, closed_at, list_elements, scan_call, skip_space, value_end
+from .gbnfparts import literal, renamed
+from .jsonscan import (
+    CallScan,
+    closed_at,
+    list_elements,
+    scan_call,
+    scan_named,
+    skip_space,
+    value_end,
+)
 
 # name -> (opener, closer or ""), in the order they are looked for in a template
 # (an opener that ends with "[" opens the list itself; MiniMax-M1's is no list: see LINES)
 LIST_FORMATS = {"nemotron": ("<TOOLCALL>", "</TOOLCALL>"), "granite": ("<|tool_call|>", ""),
                 "mistral": ("[TOOL_CALLS]", ""), "apriel": ("<tool_calls>", "</tool_calls>"),
                 "firefunction": (" functools[", ""),
-                "minimax1": ("<tool_calls>", "</tool_calls>")}
+                "minimax1": ("<tool_calls>", "</tool_calls>"),
+                "apertus": ("<|tools_prefix|>", "<|tools_suffix|>")}
 LINES = "minimax1"  # the format whose calls are one JSON object per line
+NAMED = "apertus"  # the format whose calls are {"NAME": {arguments}}
 # what a template must hold to write a format's lists (its opener, unless named here)
 _FOUND_BY = {"apriel": "<tool_calls>[", "minimax1": "<tool_calls>"}
 
@@ -50,7 +62,8 @@ def list_block(section: str, name: str) -> tuple[list[CallScan], int | None]:
         elements, list_end = line_elements(section, len(opener))
     else:
         elements, list_end = list_elements(section, len(opener) - opener.endswith("["))
-    calls = [scan_call(section[a:b] if b else section[a:]) for a, b in elements]
+    scan = scan_named if name == NAMED else scan_call
+    calls = [scan(section[a:b] if b else section[a:]) for a, b in elements]
     if list_end is None or not closer:
         return calls, list_end
     return calls, closed_at(section, list_end, closer)
@@ -103,5 +116,15 @@ def list_root(name: str, more: str) -> str:
     if name == LINES:  # (as its template writes them)
         more = '("\\n" tool-call)*' if more else ""
         return f'"{literal(opener)}\\n" tool-call {more} "\\n{literal(closer)}"'
-    bracket = "" if opener.endswith("[") else ' tool-ws "["'
-    return f'"{literal(opener)}"{bracket} tool-ws tool-call {more} tool-ws "]"{close}'
+    bracket = "" if opener.endswith("[") else ' "["' if name == NAMED else ' tool-ws "["'
+    call = "ap-call" if name == NAMED else "tool-call"  # (Apertus's: "[" right after)
+    return f'"{literal(opener)}"{bracket} tool-ws {call} {more} tool-ws "]"{close}'
+
+
+def named_call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
+    """(the rule `ap-call`: one call `{"NAME": {arguments}}` to any of `tools`, and the rules
+    it needs): the schema of such an object, converted."""
+    schema = {"anyOf": [{"type": "object", "properties": {tool.name: tool.parameters},
+                         "required": [tool.name], "additionalProperties": False}
+                        for tool in tools]}
+    return "ap-call ::= ap-root", [renamed(to_gbnf(schema), "ap-")]

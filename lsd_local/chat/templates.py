@@ -114,6 +114,18 @@ def _tool_calls(calls: object, i: int) -> list[dict]:
     return out
 
 
+def template_tools(tools: Sequence[dict]) -> list[dict]:
+    """The tools as a template reads them: copies (a template may change what it is given),
+    each function with a description, "" where the request gave none (OpenAI's is optional,
+    and a template that writes `"// " + tool.function.description`, Apertus's, failed)."""
+    copied = copy.deepcopy(list(tools))
+    for tool in copied:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict):
+            function.setdefault("description", "")
+    return copied
+
+
 def normalize_messages(messages: Sequence[dict]) -> list[dict]:
     """Messages as templates expect them (ParameterError names a bad field): string roles and
     content, tool calls' arguments as objects, and every tool turn answering a call made
@@ -199,7 +211,7 @@ def render_chat(template: str | None, messages: Sequence[dict], bos_token: str =
         return compiled.render(**copy.deepcopy(template_kwargs), messages=clean,
                                bos_token=bos_token, eos_token=eos_token,
                                add_generation_prompt=add_generation_prompt,
-                               tools=copy.deepcopy(list(tools)) if tools else None)
+                               tools=template_tools(tools) if tools else None)
     except jinja2.TemplateError as exc:
         raise LsdError(f"the model's chat template failed on these messages: {exc}") from None
     except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:

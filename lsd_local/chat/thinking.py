@@ -38,8 +38,10 @@ KIMI3_THINK = Thinking(kimi3calls.THINK_OPEN, kimi3calls.THINK_CLOSE,
 # Tencent Hy3's (its template builds the tags: found by is_hy3)
 HY3_THINK = Thinking(f"<think{glmcalls.HY}>", f"</think{glmcalls.HY}>",
                      f"</think{glmcalls.HY}>")
+# Apertus's (its template's "Deliberation: enabled" for enable_thinking)
+APERTUS_THINK = Thinking("<|inner_prefix|>", "<|inner_suffix|>", "<|inner_suffix|>")
 FAMILIES = (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK, MM_THINK, KIMI3_THINK,
-            HY3_THINK)
+            HY3_THINK, APERTUS_THINK)
 # Apriel 1.6's: its generation prompt opens the reasoning in words, a marker ends it
 APRIEL_THINK = Thinking("Here are my reasoning steps:\n", "[BEGIN FINAL RESPONSE]",
                         "\n[BEGIN FINAL RESPONSE]\n")
@@ -48,7 +50,7 @@ REASONING_CLOSE = THINK.budget_close
 
 def thinking_of(template: str | None) -> Thinking:
     """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
-    Seed-OSS's, MiniMax-M3's, Kimi K3's, Hy3's, Apriel 1.6's, else `<think>`)."""
+    Seed-OSS's, MiniMax-M3's, Kimi K3's, Hy3's, Apertus's, Apriel 1.6's, else `<think>`)."""
     if kimi3calls.is_kimi3(template):  # (its template writes the section's name apart)
         return KIMI3_THINK
     if glmcalls.is_hy3(template):

@@ -70,6 +70,7 @@ def _call_rules(fmt: ToolFormat):
     JSON tool-call's)."""
     return {"xml": xmlcalls.call_rules, "glm": glmcalls.call_rules,
             "hy3": functools.partial(glmcalls.call_rules, tags=glmcalls.HY3),
+            listcalls.NAMED: listcalls.named_call_rules,
             "seed": functools.partial(xmlcalls.call_rules, tight=True),
             "gemma": gemmacalls.call_rules, "pythonic": pythoncalls.call_rules,
             **dict.fromkeys(("minimax", "minicpm", "dsml"), functools.partial(
@@ -98,6 +99,7 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "deepseek": "(tool-ws ds-call)*", "kimi": "(tool-ws ds-call)*",
             "commandr": '("," tool-ws cr-call)*',
             **dict.fromkeys(listcalls.LIST_FORMATS, '("," tool-ws tool-call)*'),
+            listcalls.NAMED: '("," tool-ws ap-call)*',
             "mistral-args": f'("{mistralcalls.OPEN}" ma-call)*',
             "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
             "minicpm": "(tool-ws mm-call)*", "dsml": "(tool-ws mm-call)*",

@@ -40,7 +40,8 @@ Formats:
 - "mistral", "nemotron", "granite", "apriel", "firefunction": one JSON list of `{"name": ...,
   "arguments": {...}}` after `[TOOL_CALLS]`, in `<TOOLCALL>...</TOOLCALL>`, after
   `<|tool_call|>`, in `<tool_calls>...</tool_calls>`, after ` functools`; "minimax1": one
-  object per line in `<tool_calls>...</tool_calls>` (chat/listcalls.py);
+  object per line in `<tool_calls>...</tool_calls>`; "apertus": a list of `{"NAME": {...}}`
+  in `<|tools_prefix|>...<|tools_suffix|>` (chat/listcalls.py);
 - "mistral-args": `[TOOL_CALLS]NAME[ARGS]{...}` per call (Mistral Small 3.2, Devstral,
   Ministral 3: templates with `[ARGS]`; chat/mistralcalls.py);
 - "gigachat": one JSON call as a message after the answer's, `<|message_sep|>\n\nfunction

@@ -18,6 +18,7 @@ import pytest
 from tinymodels import AGENT_ASK as ASK
 from tinymodels import AGENT_TOOLS as TOOLS
 from tinymodels import (
+    APERTUS_TEMPLATE,
     APRIEL_TEMPLATE,
     COMMANDR_TEMPLATE,
     DEEPSEEK_TEMPLATE,
@@ -83,6 +84,8 @@ FORMATS = {"xml": (XML_TEMPLATE, rb"<function="),
            "gigachat": (GIGACHAT_TEMPLATE, rb'<\|message_sep\|>\n\nfunction call<\|role_sep\|>\n'
                                            rb'\{\s*"name"'),
            "functionary": (FUNCTIONARY_TEMPLATE, rb"^(get_weather|now)\n\{"),
+           "apertus": (APERTUS_TEMPLATE, rb'<\|tools_prefix\|>\[\s*\{\s*"(get_weather|now)"\s*:'
+                                         rb'[\s\S]*\]\s*<\|tools_suffix\|>'),
            "hy3": (HY3_TEMPLATE, rb"^<tool_calls:opensource>\n?<tool_call:opensource>"
                                  rb"(get_weather|now)<tool_sep:opensource>"),
            "firefunction": (FIREFUNCTION_TEMPLATE, rb'^ functools\[\s*\{\s*"name"'),
@@ -241,6 +244,9 @@ def test_a_tool_round_trip_renders_in_the_format(format_agent):
     elif format_agent.format == "functionary":  # (arguments as the client's JSON text)
         assert ('assistant\n>>>get_weather\n{"city": "Paris", "metric": true}<|eot|>tool\n'
                 "18 C, sunny<|eot|>assistant\n>>>") in text
+    elif format_agent.format == "apertus":
+        assert ('<|assistant_start|><|tools_prefix|>[{"get_weather": {"city": "Paris", '
+                '"metric": true}}]<|tools_suffix|>[18 C, sunny]<|assistant_start|>') in text
     elif format_agent.format == "hy3":
         assert ("<｜hy_Assistant:opensource｜><tool_calls:opensource>\n<tool_call:opensource>"
                 "get_weather<tool_sep:opensource>\n<arg_key:opensource>city</arg_key:opensource>"

@@ -78,18 +78,24 @@ def test_json_list_families_are_told_apart_and_read_with_their_closer(template, 
     ("{{ ns.content + ' functools[' + calls | join(', ') + ']' }}", "firefunction"),
     ("{{ '<tool_calls>\\n' }}{{ call | tojson + '\\n' }}{{ '</tool_calls>' }}", "minimax1"),
     ("{{ '<tool_calls>[' + calls | tojson + ']</tool_calls>' }}", "apriel"),
+    ("{{ '<|tools_prefix|>[' }}{{ '{\"' + name + '\": ' }}{{ ']<|tools_suffix|>' }}",
+     "apertus"),
 ])
 def test_firefunction_and_minimax_m1_calls_stream_as_their_templates_write_them(template,
                                                                                name):
-    """FireFunction v2's ` functools[...]` (the list opened by its marker) and MiniMax-M1's
-    `<tool_calls>` with one object per line (no list): two calls after some text, read the
-    same at every chunk size, the section ending at its closer or its list's end."""
+    """FireFunction v2's ` functools[...]` (the list opened by its marker), MiniMax-M1's
+    `<tool_calls>` with one object per line (no list) and Apertus's list of calls named by
+    their keys: two calls after some text, read the same at every chunk size, the section
+    ending at its closer or its list's end."""
     from lsd_local.chat.listcalls import LIST_FORMATS, list_block
 
     assert detect_format(template).name == name
     opener, closer = LIST_FORMATS[name]
     first, second = ('{"name": "get_weather", "arguments": {"city": "Oslo, [x]"}}',
                      '{"name": "get_weather", "arguments": {"city": "Rome\\n{y}"}}')
+    if name == "apertus":  # (each call named by its key)
+        first, second = ('{"get_weather": {"city": "Oslo, [x]"}}',
+                         '{"get_weather": {"city": "Rome\\n{y}"}}')
     body = f"\n{first}\n{second}\n" if name == "minimax1" else f"[{first}, {second}]"
     section = opener + body[opener.endswith("["):] + closer
     calls, end = list_block(section + " Done.", name)
@@ -104,3 +110,20 @@ def test_firefunction_and_minimax_m1_calls_stream_as_their_templates_write_them(
         assert content == "Looking." and len(parser.tool_calls) == 2
         assert [streamed_arguments(deltas, i) for i in range(2)] == [
             c.arguments for c in parser.tool_calls]
+
+
+def test_an_apertus_call_is_named_once_its_key_is_whole_and_its_arguments_only_grow():
+    from lsd_local.chat.listcalls import list_block
+
+    section = '<|tools_prefix|>[{"get_weather": {"city": "Oslo \\"}\\" [x]", "days": 3}}]'
+    final = list_block(section, "apertus")[0][0]
+    assert (final.name, json.loads(final.arguments), final.complete) == (
+        "get_weather", {"city": 'Oslo "}" [x]', "days": 3}, True)
+    named_at = None
+    for n in range(len(section)):
+        calls, _ = list_block(section[:n], "apertus")
+        scan = calls[0] if calls else None
+        if scan is not None and scan.name is not None:
+            named_at = named_at or n
+            assert scan.name == "get_weather" and final.arguments.startswith(scan.arguments)
+    assert named_at == section.index('":') + 1  # (the key's closing quote)

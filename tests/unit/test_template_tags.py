@@ -120,3 +120,17 @@ def test_enable_thinking_is_given_to_the_switch_cohere2_moe_reads():
     assert render_chat(COHERE2, ask, enable_thinking=True).endswith(on)
     assert render_chat(COHERE2, ask, enable_thinking=False, reasoning=True).endswith(on)
     assert render_chat(COHERE2, ask, reasoning_effort="none").endswith(off)
+
+
+def test_a_tool_without_a_description_renders_with_an_empty_one():
+    """OpenAI's description is optional; Apertus's template writes `"// " +
+    tool.function.description`, which failed (a 400 for a valid request). The request's own
+    tools are not changed."""
+    from lsd_local.chat.templates import render_chat
+
+    tools = [{"type": "function", "function": {"name": "now", "parameters": {}}}]
+    template = ("{%- for t in tools %}{{ '// ' + t.function.description + '|' + "
+                "t.function.name }}{%- endfor %}{{ messages[0].content }}{# <tool_call> #}")
+    assert render_chat(template, [{"role": "user", "content": "hi"}], tools=tools) == \
+        "// |nowhi"
+    assert "description" not in tools[0]["function"]
