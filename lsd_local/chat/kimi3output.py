@@ -42,11 +42,13 @@ class Kimi3Parser(OutputParser):
         if opened is None:
             return super().feed(_without(released, cuts), final)
         # (a response opened inside the think section: the reasoning ends there, as
-        # llama.cpp reads it; its close is given to the reader in the opener's place)
+        # llama.cpp reads it, with no close of its own)
         head, tail = _split(released, opened)
-        parts = super().feed(_without(head, cuts) + [(THINK_CLOSE, tail[0][1])])
+        parts = super().feed(_without(head, cuts))
+        ended = self.end_reasoning()
         rest = super().feed(_without(tail, [(a - opened, b - opened) for a, b in cuts]), final)
-        return Parts(parts.content + rest.content, parts.reasoning + rest.reasoning,
+        return Parts(parts.content + ended.content + rest.content,
+                     parts.reasoning + ended.reasoning + rest.reasoning,
                      parts.tool_calls + rest.tool_calls)
 
     def _unclosed_response(self, text: str, cuts: list[tuple[int, int]]) -> int | None:

@@ -136,7 +136,7 @@ class OutputParser:
     @property
     def may_open_reasoning(self) -> bool:
         """Whether the next text may open a reasoning block (the answer's start)."""
-        return self.state == "start"
+        return self.reasoning and self.state == "start"
 
     @property
     def markers(self) -> tuple[str, ...]:
@@ -168,8 +168,18 @@ class OutputParser:
         return parts
 
     def _reasoning_now(self) -> bool:
-        """Whether the text now being read is reasoning."""
-        return self.state == "reasoning"
+        """Whether the text now being read is reasoning, read apart (with reasoning=False a
+        block's text is content: no budget cuts it, no statistic counts it)."""
+        return self.reasoning and self.state == "reasoning"
+
+    def end_reasoning(self) -> Parts:
+        """The reasoning block ends here, without its close (Kimi K3's response opened
+        inside it): what it held back is released."""
+        parts = Parts()
+        if self.state == "reasoning":
+            self._markup(parts, self._take(len(self._pending_text())), parts.reasoning)
+            self.state = "after_reasoning"
+        return parts
 
     def _pending_text(self) -> str:
         return "".join(text for text, _ in self._pending)
@@ -317,6 +327,11 @@ class OutputParser:
         base = len(self._announced) - len(self._section_ids)
         for i, scan in enumerate(calls):
             self._stream_call(parts, base + i, scan)
+        if (end is not None or final) and not self._section_ids:
+            # (it ended and named no call: it was text, such as a JSON answer after a
+            # reasoning block in a whole-answer format, and stays the answer's)
+            parts.content.append((self._section[:end], origin))
+            self._content_seen = True
         self._end_section(end, origin, final)
 
     def _json_call(self, parts: Parts, final: bool) -> None:
@@ -340,10 +355,10 @@ class OutputParser:
         if end is None and not final:
             return
         rest = self._section[end:] if end is not None else ""
+        self._after_call = bool(self._section_ids)  # (blanks after a call are neither)
         self._section, self._section_ids = "", []
         self._pending = [(rest, origin)] if rest else []
         self.state = "content"
-        self._after_call = True
 
     def _stream_call(self, parts: Parts, index: int, scan) -> None:
         if scan.name is None:

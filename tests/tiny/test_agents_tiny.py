@@ -197,6 +197,17 @@ def test_a_reasoning_budget_of_n_tokens_yields_at_most_n_then_an_answer(tiny_age
     assert answers[0] == answers[1]
 
 
+def test_a_budget_does_not_cut_reasoning_that_is_not_read_apart(tiny_agent):
+    """reasoning=False (reasoning_format "none"): the block's text is content, and the
+    budget, which acts on reasoning read apart (docs/server.md), writes no close into it."""
+    with Engine.load(tiny_agent, drafter="none", n_ctx=TINY_CTX, chat_template=OPENED) as eng:
+        close = agent_token(eng.target.vocab, "</think>")
+        gen = eng.generate(ASK, max_tokens=12, reasoning_budget=3, reasoning=False,
+                           logit_bias={close: -math.inf}).run()
+        assert close not in gen.tokens and gen.stats.reasoning_tokens == 0
+        assert gen.reasoning == "" and gen.finish_reason == "length"
+
+
 def test_without_a_budget_the_block_goes_on(tiny_agent):
     with Engine.load(tiny_agent, drafter="none", n_ctx=TINY_CTX, chat_template=OPENED) as eng:
         close = agent_token(eng.target.vocab, "</think>")

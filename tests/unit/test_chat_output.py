@@ -127,6 +127,20 @@ def test_unsplit_reasoning_is_content_as_written_and_the_calls_after_it_are_read
         assert [c[1:] for c in got] == [c[1:] for c in split[2]] and got == reported
 
 
+@pytest.mark.parametrize("fmt", ["generic", "llama3"])
+@pytest.mark.parametrize("reasoning", [True, False])
+def test_json_that_names_no_call_after_a_reasoning_block_stays_the_answer(fmt, reasoning):
+    """A whole-answer format reads a "{" after a reasoning block as a call's start (its
+    lazy trigger, anchored at the answer's start, cannot hold the model there): JSON that
+    names no call was dropped, and the answer came back empty (found by a review)."""
+    text = '<think>The user wants JSON.</think>\n{"answer": 42, "list": [1, 2]}'
+    for cuts in ([], list(range(0, len(text), 3)), list(range(len(text)))):
+        content, got_reasoning, calls, _, _ = read(fmt, text, cuts, reasoning=reasoning)
+        answer = content.split("</think>")[-1].strip()
+        assert json.loads(answer) == {"answer": 42, "list": [1, 2]} and calls == []
+        assert got_reasoning == ("The user wants JSON." if reasoning else "")
+
+
 def test_reasoning_then_a_call():
     text = "<think>I should call it.</think>\n" + HERMES.split("\n", 1)[1]
     content, reasoning, calls, _, _ = read("hermes", text, list(range(0, len(text), 7)))

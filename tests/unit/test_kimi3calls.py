@@ -129,6 +129,11 @@ def test_a_response_opened_inside_the_think_section_ends_the_reasoning(size):
     parser = output_parser(KIMI3_TEMPLATE, None, prompt, True)
     answer = f"Hmm.{THINK_CLOSE}{RESPONSE_OPEN}Hi!{RESPONSE_CLOSE}"  # (closed: as ever)
     assert feed_in_chunks(parser, answer, size)[:2] == ("Hi!", "Hmm.")
+    # reasoning=False: the reasoning is content as written, no close the model never wrote
+    # (the reader used to insert one, which then showed)
+    parser = output_parser(KIMI3_TEMPLATE, None, prompt, False)
+    answer = f"Hmm.{RESPONSE_OPEN}Hi!{RESPONSE_CLOSE}{MESSAGE_CLOSE}"
+    assert feed_in_chunks(parser, answer, size)[:2] == ("Hmm.Hi!", "")
 
 
 @pytest.mark.parametrize("size", [1, 3, 1000])
