@@ -44,14 +44,16 @@ LIST_FORMATS = {"nemotron": ("<TOOLCALL>", "</TOOLCALL>"), "granite": ("<|tool_c
                 "apertus": ("<|tools_prefix|>", "<|tools_suffix|>")}
 LINES = "minimax1"  # the format whose calls are one JSON object per line
 NAMED = "apertus"  # the format whose calls are {"NAME": {arguments}}
-# what a template must hold to write a format's lists (its opener, unless named here)
-_FOUND_BY = {"apriel": "<tool_calls>[", "minimax1": "<tool_calls>"}
+# what a template must hold to write a format's lists, one of (its opener, unless named
+# here): MiniMax-M1's line break after its opener, escaped in a Jinja string or not (a
+# template with `<tool_calls>` and a list in it is not its)
+_FOUND_BY = {"apriel": ("<tool_calls>[",), "minimax1": ("<tool_calls>\\n", "<tool_calls>\n")}
 
 
 def list_format(template: str) -> str | None:
     """The list format a template writes calls in (None: none of them)."""
     return next((name for name, (opener, _) in LIST_FORMATS.items()
-                 if _FOUND_BY.get(name, opener) in template), None)
+                 if any(sign in template for sign in _FOUND_BY.get(name, (opener,)))), None)
 
 
 def list_block(section: str, name: str) -> tuple[list[CallScan], int | None]:

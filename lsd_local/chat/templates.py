@@ -128,8 +128,8 @@ def template_tools(tools: Sequence[dict]) -> list[dict]:
 
 def normalize_messages(messages: Sequence[dict]) -> list[dict]:
     """Messages as templates expect them (ParameterError names a bad field): string roles and
-    content, tool calls' arguments as objects, and every tool turn answering a call made
-    before it (its tool_call_id)."""
+    content, tool calls' arguments as objects (an empty or null list of them left out), and
+    every tool turn answering a call made before it (its tool_call_id)."""
     if not messages:
         raise ParameterError("invalid messages: no chat messages given", param="messages")
     out, call_ids = [], set()
@@ -141,6 +141,8 @@ def normalize_messages(messages: Sequence[dict]) -> list[dict]:
         if message.get("tool_calls"):
             clean["tool_calls"] = _tool_calls(message["tool_calls"], i)
             call_ids |= {c.get("id") for c in clean["tool_calls"] if c.get("id")}
+        elif "tool_calls" in message:  # (null or []: no calls, as llama.cpp leaves them
+            del clean["tool_calls"]    # out; templates that test `'tool_calls' in m` differ)
         if message["role"] == "tool":
             call_id = message.get("tool_call_id")
             if call_id not in call_ids:

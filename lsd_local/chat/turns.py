@@ -176,7 +176,7 @@ def firefunction_kwargs(template: str | None, tools, kwargs: dict) -> dict:
     if not template or FIREFUNCTION_SIGN not in template:
         return kwargs
     today = datetime.now(timezone.utc).strftime("%b %d %Y 00:00:00 GMT")
-    return {"functions": json.dumps(list(tools), indent=2) if tools else "",
+    return {"functions": json.dumps(list(tools), indent=2, ensure_ascii=False) if tools else "",
             "datetime": today, **kwargs}
 
 

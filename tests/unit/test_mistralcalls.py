@@ -127,3 +127,11 @@ def test_an_apertus_call_is_named_once_its_key_is_whole_and_its_arguments_only_g
             named_at = named_at or n
             assert scan.name == "get_weather" and final.arguments.startswith(scan.arguments)
     assert named_at == section.index('":') + 1  # (the key's closing quote)
+
+
+def test_a_template_with_a_list_in_tool_calls_tags_is_not_minimax_m1():
+    """MiniMax-M1's template writes a line break after `<tool_calls>`; one that writes a
+    list there is not its (its grammar would force lines on a model trained on a list)."""
+    assert detect_format("{{ '<tool_calls>' + calls | tojson + '</tool_calls>' }}").name \
+        == "generic"
+    assert detect_format("<tool_calls>\n{{ call | tojson }}\n</tool_calls>").name == "minimax1"

@@ -134,3 +134,16 @@ def test_a_tool_without_a_description_renders_with_an_empty_one():
     assert render_chat(template, [{"role": "user", "content": "hi"}], tools=tools) == \
         "// |nowhi"
     assert "description" not in tools[0]["function"]
+
+
+def test_an_empty_or_null_list_of_tool_calls_is_no_calls():
+    """A client may send `"tool_calls": []` or null on a text turn; MiniMax-M1's template
+    tests `'tool_calls' in message` and then dropped the turn's text for an empty call block
+    (null: a TypeError). llama.cpp leaves them out; so does lsd."""
+    template = ("{%- for m in messages %}{%- if 'tool_calls' in m %}{{ 'CALLS' }}"
+                "{%- for c in m.tool_calls %}{{ c.function.name }}{%- endfor %}"
+                "{%- else %}{{ m.content }}{%- endif %}{%- endfor %}")
+    for empty in ([], None):
+        messages = [{"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello", "tool_calls": empty}]
+        assert render_chat(template, messages, add_generation_prompt=False) == "hihello"
