@@ -36,7 +36,7 @@ KEPT_RESULTS = 16  # machine/build pairs remembered in the file
 # how a trapped AMX instruction kills the child: #UD (SIGILL), or #GP (SIGSEGV) on VMs that
 # fault `ldtilecfg` (measured on one of ours: a general protection fault in libggml-cpu)
 TRAP_SIGNALS = (signal.SIGILL, signal.SIGSEGV)
-PROBE_VERSION = "2"  # in the key: results kept by a probe that read SIGSEGV as "failed" go
+PROBE_VERSION = "2"  # in the key: results of a probe that read SIGSEGV as "failed" are old
 NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 REBUILD_HINT = (f"CMAKE_ARGS=\"-DCMAKE_C_FLAGS='{NO_AMX_FLAGS}' "
                 f"-DCMAKE_CXX_FLAGS='{NO_AMX_FLAGS}'\" "
@@ -169,9 +169,26 @@ def _store(cache: Path, key: str, result: ProbeResult) -> None:
 
 
 def run_probe(command: list[str] | None = None, timeout: float = PROBE_TIMEOUT) -> ProbeResult:
-    """Run the probe child (or `command`) and say how it ended."""
-    command = command or [sys.executable, "-c",
-                          "from lsd_local.backend.cpu_probe import main; main()"]
+    """Run the probe child (or `command`) and say how it ended. The probe's SIGSEGV is a trap
+    only if the same child without extra buffer types ends well (a crash of another kind
+    must not turn them off for good)."""
+    result = _run_child(command or child_command(False), timeout)
+    if command is None and result.detail == f"killed by {signal.SIGSEGV.name}":
+        control = _run_child(child_command(True), timeout)
+        if control.outcome != "ok":
+            return ProbeResult("failed", f"{result.detail}, and without extra buffer types "
+                                         f"too ({control.detail})",
+                               result.seconds + control.seconds)
+    return result
+
+
+def child_command(no_repack: bool) -> list[str]:
+    """The probe child's command line (`no_repack`: the control, extra buffer types off)."""
+    return [sys.executable, "-c",
+            f"from lsd_local.backend.cpu_probe import main; main({no_repack})"]
+
+
+def _run_child(command: list[str], timeout: float) -> ProbeResult:
     env = dict(os.environ, GGML_NO_BACKTRACE="1")  # a crash must not attach gdb
     start = time.perf_counter()
     try:
@@ -189,8 +206,9 @@ def run_probe(command: list[str] | None = None, timeout: float = PROBE_TIMEOUT) 
     return ProbeResult("ok", done.stdout.strip()[-200:], seconds)
 
 
-def main() -> None:
-    """The child: load a tiny Q8_0 model with extra buffer types on, decode one batch."""
+def main(no_repack: bool = False) -> None:
+    """The child: load a tiny Q8_0 model with extra buffer types on (off: `no_repack`),
+    decode one batch."""
     import numpy as np
 
     from ..config import LoadOptions
@@ -199,7 +217,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         path = write_probe_model(Path(folder) / "probe.gguf")
         opts = LoadOptions(n_ctx=2 * PROBE_TOKENS, n_batch=PROBE_TOKENS, n_gpu_layers=0,
-                           no_repack=False)
+                           no_repack=no_repack)
         model = Model.load(path, opts)
         logits = model.decode(np.arange(3, 3 + PROBE_TOKENS, dtype=np.int32), 0, 2)
         print(f"decoded {PROBE_TOKENS} tokens; logits finite: {bool(np.isfinite(logits).all())}")

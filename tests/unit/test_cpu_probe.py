@@ -142,6 +142,21 @@ def test_the_real_probe_child_loads_its_model_and_decodes_a_batch():
     assert "decoded 32 tokens; logits finite: True" in result.detail
 
 
+@pytest.mark.parametrize("control_exit", [0, -int(signal.SIGSEGV)])
+def test_the_probe_s_sigsegv_is_a_trap_only_if_its_control_ends_well(monkeypatch,
+                                                                     control_exit):
+    """The probe child killed by SIGSEGV, then the same child without extra buffer types:
+    ending well, it was them (a trap); crashing too, it was something else ("failed", which
+    leaves them on: nothing here says they are to blame)."""
+    kill = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+    control = "raise SystemExit(0)" if control_exit == 0 else kill
+    monkeypatch.setattr(cp, "child_command", lambda no_repack: [
+        sys.executable, "-c", control if no_repack else kill])
+    result = cp.run_probe()
+    assert result.outcome == ("trapped" if control_exit == 0 else "failed"), result.detail
+    assert result.detail.startswith("killed by SIGSEGV")
+
+
 @pytest.mark.parametrize("on", [True, False])
 def test_the_peer_llama_loads_with_extra_buffer_types_as_lsd_does(monkeypatch, on):
     """llama-cpp-python's Llama (lsd bench's peer column) takes no -nr: where lsd loads
