@@ -85,11 +85,10 @@ def _call_rules(fmt: ToolFormat):
             "kimi3": kimi3calls.call_rules}.get(fmt.name)
 
 
-def _root(fmt: ToolFormat, parallel: bool) -> str:
-    """The grammar root of the format's calls, from its opener; one call unless
-    `parallel`."""
-    name, dsml, hy3 = fmt.name, minimaxcalls.tags_for("dsml", fmt.variant), glmcalls.HY3
-    more = {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
+def _more(name: str) -> str:
+    """The rule for the calls after a format's first, where one answer holds several."""
+    hy3 = glmcalls.HY3
+    return {"hermes": '(tool-ws "<tool_call>" tool-ws tool-call tool-ws "</tool_call>")*',
             "xml": '(tool-ws "<tool_call>" tool-ws xml-call tool-ws "</tool_call>")*',
             "seed": f'(tool-ws "{xmlcalls.SEED_OPEN}" tool-ws xml-call tool-ws '
                     f'"{xmlcalls.SEED_CLOSE}")*',
@@ -104,7 +103,14 @@ def _root(fmt: ToolFormat, parallel: bool) -> str:
             "pythonic": '(", " py-call)*', "minimax": '("\\n"? mm-call)*',
             "minicpm": "(tool-ws mm-call)*", "dsml": "(tool-ws mm-call)*",
             "minimax3": "(tool-ws m3-call)*", "kimi3": "k3-call*",
-            "llama3": "", "gigachat": ""}[name] if parallel else ""
+            "llama3": "", "gigachat": ""}[name]
+
+
+def _root(fmt: ToolFormat, parallel: bool) -> str:
+    """The grammar root of the format's calls, from its opener; one call unless
+    `parallel`."""
+    name, dsml, hy3 = fmt.name, minimaxcalls.tags_for("dsml", fmt.variant), glmcalls.HY3
+    more = _more(name) if parallel else ""
     return {"hermes": f'"<tool_call>" tool-ws tool-call tool-ws "</tool_call>" {more} tool-ws',
             "xml": f'"<tool_call>" tool-ws xml-call tool-ws "</tool_call>" {more} tool-ws',
             "seed": f'"{xmlcalls.SEED_OPEN}" tool-ws xml-call tool-ws "{xmlcalls.SEED_CLOSE}" '
