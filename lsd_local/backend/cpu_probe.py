@@ -36,7 +36,9 @@ KEPT_RESULTS = 16  # machine/build pairs remembered in the file
 # how a trapped AMX instruction kills the child: #UD (SIGILL), or #GP (SIGSEGV) on VMs that
 # fault `ldtilecfg` (measured on one of ours: a general protection fault in libggml-cpu)
 TRAP_SIGNALS = (signal.SIGILL, signal.SIGSEGV)
-PROBE_VERSION = "2"  # in the key: results of a probe that read SIGSEGV as "failed" are old
+# in the key: results of probes that read SIGSEGV as "failed" (1), or as a trap without a
+# control run (2), are old
+PROBE_VERSION = "3"
 NO_AMX_FLAGS = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 REBUILD_HINT = (f"CMAKE_ARGS=\"-DCMAKE_C_FLAGS='{NO_AMX_FLAGS}' "
                 f"-DCMAKE_CXX_FLAGS='{NO_AMX_FLAGS}'\" "

@@ -121,6 +121,7 @@ class OutputParser:
         self._after_call = False  # a call section ended and no content followed yet
         self._pending: list[tuple[str, object]] = []  # released but not yet classified
         self._section = ""  # the tool call section being read
+        self._section_origin: object = None  # the origin of its first piece
         self._announced: list[str] = []  # ids of the calls streamed so far
         self._sent: list[str] = []  # per call: the arguments text streamed so far
         self._names: list[str] = []
@@ -327,10 +328,11 @@ class OutputParser:
         base = len(self._announced) - len(self._section_ids)
         for i, scan in enumerate(calls):
             self._stream_call(parts, base + i, scan)
-        if (end is not None or final) and not self._section_ids:
+        if (end is not None or (final and self.fmt.at_start_only)) and not self._section_ids:
             # (it ended and named no call: it was text, such as a JSON answer after a
-            # reasoning block in a whole-answer format, and stays the answer's)
-            parts.content.append((self._section[:end], origin))
+            # reasoning block in a whole-answer format, and stays the answer's; a call that
+            # an opener began and the answer's end cut before its name is dropped, as ever)
+            parts.content.append((self._section[:end], self._section_origin))
             self._content_seen = True
         self._end_section(end, origin, final)
 
@@ -346,6 +348,8 @@ class OutputParser:
     def _grow_section(self) -> object:
         """Move all pending text into the call section; the origin of its last piece."""
         taken = self._take(len(self._pending_text()))
+        if taken and not self._section:
+            self._section_origin = taken[0][1]  # (its first piece's, should it be text)
         self._section += Parts.text(taken)
         return taken[-1][1] if taken else None
 

@@ -121,8 +121,9 @@ def template_tools(tools: Sequence[dict]) -> list[dict]:
     copied = copy.deepcopy(list(tools))
     for tool in copied:
         function = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(function, dict):
-            function.setdefault("description", "")
+        if isinstance(function, dict) and "description" not in function:
+            # (after the name, where llama.cpp writes it: templates dump the tools as JSON)
+            tool["function"] = {"name": function.get("name"), "description": "", **function}
     return copied
 
 

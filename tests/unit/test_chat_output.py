@@ -141,6 +141,25 @@ def test_json_that_names_no_call_after_a_reasoning_block_stays_the_answer(fmt, r
         assert got_reasoning == ("The user wants JSON." if reasoning else "")
 
 
+@pytest.mark.parametrize("fmt,text,kept", [
+    ("hermes", 'Sure.\n<tool_call>\n{"na', "Sure.\n"),  # cut before its name: dropped
+    ("glm", "Ok <tool_call>get_wea", "Ok "),
+    ("hermes", 'Sure.\n<tool_call>\n{"nome": 1}\n</tool_call>',  # closed, no call named
+     'Sure.\n<tool_call>\n{"nome": 1}\n</tool_call>'),
+    ("generic", '{"answer": 4', '{"answer": 4'),  # a whole-answer format: it is the answer
+])
+def test_a_section_that_names_no_call_is_dropped_only_when_cut(fmt, text, kept):
+    """A call an opener began and the answer's end cut before its name is no text of the
+    answer (a review found the markup given back); a section that ended and named no call,
+    or a whole-answer JSON cut, is, each piece with an origin of its own text."""
+    for cuts in ([], list(range(len(text)))):
+        content, _, calls, _, _ = read(fmt, text, cuts)
+        assert content == kept and calls == []
+    parser = OutputParser(FORMATS[fmt])
+    parts = [parser.feed([(text, "drafted")]), parser.feed([], final=True)]
+    assert all(origin == "drafted" for part in parts for _, origin in part.content)
+
+
 def test_reasoning_then_a_call():
     text = "<think>I should call it.</think>\n" + HERMES.split("\n", 1)[1]
     content, reasoning, calls, _, _ = read("hermes", text, list(range(0, len(text), 7)))
