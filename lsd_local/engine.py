@@ -251,7 +251,7 @@ class Engine:
                                        None if harmony is None else functools.partial(
                                            final_grammar, opened=harmony.opened_analysis)))
         if compiled is not None and parser is not None and harmony is None:
-            compiled.reasoning_markers(parser.think.open, parser.think.close)
+            compiled.reasoning_markers(parser.think.open, parser.think.close, parser.think.ends)
             if parser.opened:  # (the prompt opened <think>: no call in there)
                 compiled.begin_in_reasoning()
         if compiled is not None and settings.logprobs is not None:

@@ -159,11 +159,13 @@ class Grammar:
         if self._guard is not None:
             self._guard.inside_reasoning()
 
-    def reasoning_markers(self, opener: str, closer: str) -> None:
+    def reasoning_markers(self, opener: str, closer: str, ends: tuple[str, ...] = ()) -> None:
         """The model family's reasoning markers (`<think>` unless told): no trigger starts a
-        lazy grammar inside such a block."""
+        lazy grammar inside such a block, but one that starts with one of `ends` (what else
+        ends the block: Ling 3's call opener)."""
         if self._guard is not None:
-            self._guard.think = (utf8_bytes(opener), utf8_bytes(closer))
+            self._guard.think = (utf8_bytes(opener), utf8_bytes(closer),
+                                 tuple(utf8_bytes(end) for end in ends))
 
     def allows(self, token: int) -> bool:
         """Whether the grammar lets `token` come next (end-of-generation: only when complete;

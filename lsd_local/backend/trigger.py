@@ -35,7 +35,9 @@ class TriggerGuard:
         self.buffer = b""
         self.waiting = True
         self._opened = b""  # the opener when the prompt opened the block (not generated text)
-        self.think = (THINK_OPEN, THINK_CLOSE)  # the family's reasoning markers
+        # the family's reasoning markers: open, close, and what else ends the block (Ling 3:
+        # a call's opener)
+        self.think: tuple[bytes, bytes, tuple[bytes, ...]] = (THINK_OPEN, THINK_CLOSE, ())
 
     def inside_reasoning(self) -> None:
         """The generation starts inside a reasoning block its prompt opened."""
@@ -67,19 +69,25 @@ class TriggerGuard:
         if not self.waiting:
             return True
         if token in self._tokens:  # the opener's own token: a call, but not while reasoning
-            return not self._reasoning(self.buffer)
+            return not self._reasoning(self.buffer) or self._ends_reasoning(self._piece(token))
         text = self.buffer + self._piece(token)
         start = self._start(text)
         if start is None:
             return True
-        if self._reasoning(text[:start]):
+        if self._reasoning(text[:start]) and not self._ends_reasoning(text[start:]):
             return False
         return self._validate(text[start:].decode("utf-8", "replace"))
 
     def _reasoning(self, text: bytes) -> bool:
         """Whether generated `text` ends inside a reasoning block."""
         seen = self._opened + text
-        return seen.rfind(self.think[0]) > seen.rfind(self.think[1])
+        return seen.rfind(self.think[0]) > max(seen.rfind(marker)
+                                               for marker in (self.think[1], *self.think[2]))
+
+    def _ends_reasoning(self, text: bytes) -> bool:
+        """Whether a call starting with `text` ends the reasoning it is written in (Ling 3's
+        calls do)."""
+        return any(text.startswith(end) for end in self.think[2])
 
     def advance(self, token: int) -> None:
         """The grammar takes `token` (checked safe): follow its trigger."""

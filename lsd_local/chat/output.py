@@ -224,12 +224,20 @@ class OutputParser:
         text = self._pending_text()
         close = self.think.close
         at = text.find(close)
+        # (a family whose reasoning a call's opener ends too keeps the opener for the call)
+        cut = min((i for i in (text.find(end) for end in self.think.ends) if i >= 0),
+                  default=-1)
+        if cut >= 0 and (at < 0 or cut < at):
+            self._markup(parts, self._take(cut), parts.reasoning)
+            self.state = "after_reasoning"
+            return
         if at >= 0:
             self._markup(parts, self._take(at), parts.reasoning)
             self._markup(parts, self._take(len(close)))
             self.state = "after_reasoning"
             return
-        keep = 0 if final else _partial_suffix(text, close)
+        keep = 0 if final else max(_partial_suffix(text, marker)
+                                   for marker in (close, *self.think.ends))
         self._markup(parts, self._take(len(text) - keep), parts.reasoning)
 
     def _markup(self, parts: Parts, spans: list, split_to: list | None = None) -> None:

@@ -16,6 +16,7 @@ class Thinking:
     open: str
     close: str
     budget_close: str  # what a spent reasoning budget writes (generation.py)
+    ends: tuple[str, ...] = ()  # what else ends the block, kept as the answer's (a call)
 
     def opened_by(self, prompt_text: str) -> bool:
         """Whether a rendered prompt leaves the block open (a template that starts the
@@ -46,15 +47,21 @@ FAMILIES = (COMMANDR_THINK, GEMMA_THINK, MISTRAL_THINK, SEED_THINK, MM_THINK, KI
 APRIEL_THINK = Thinking("Here are my reasoning steps:\n", "[BEGIN FINAL RESPONSE]",
                         "\n[BEGIN FINAL RESPONSE]\n")
 REASONING_CLOSE = THINK.budget_close
+# Ling 3's: its reasoning may run into a call without its close (llama.cpp ends it there)
+LING3_THINK = Thinking("<think>", "</think>", THINK.budget_close, ends=(glmcalls.OPEN,))
+LING3_SIGN = "<role>ASSISTANT</role>"  # (and GLM's argument tags: llama.cpp's detection)
 
 
 def thinking_of(template: str | None) -> Thinking:
     """The reasoning markers of a template's family (Command R7B's, Gemma 4's, Mistral's,
-    Seed-OSS's, MiniMax-M3's, Kimi K3's, Hy3's, Apertus's, Apriel 1.6's, else `<think>`)."""
+    Seed-OSS's, MiniMax-M3's, Kimi K3's, Hy3's, Apertus's, Ling 3's, Apriel 1.6's, else
+    `<think>`)."""
     if kimi3calls.is_kimi3(template):  # (its template writes the section's name apart)
         return KIMI3_THINK
     if glmcalls.is_hy3(template):
         return HY3_THINK
+    if template and LING3_SIGN in template and glmcalls.is_glm(template):
+        return LING3_THINK
     for think in FAMILIES:
         if template and think.open in template:
             return think

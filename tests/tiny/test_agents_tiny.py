@@ -356,6 +356,33 @@ def test_a_call_in_a_block_the_prompt_opened_does_not_start_the_grammar(bpe_like
         grammar.close()
 
 
+@pytest.mark.parametrize("ends", [(), ("<tool_call>",)])
+def test_a_call_s_opener_ends_the_reasoning_only_where_the_family_says_so(bpe_like_agent,
+                                                                           ends):
+    """Ling 3's reasoning may run into a call without its close (llama.cpp ends it at
+    `<tool_call>`): with the opener among the block's ends, its token may start the grammar
+    inside the block the prompt opened; for any other family it may not (the guard refused
+    it there, so a Ling 3 model had to close a block it was not trained to close)."""
+    from lsd_local.chat.tools import tool_plan
+    from lsd_local.grammars import compile_tool_grammar
+
+    eng = bpe_like_agent
+    vocab = eng.target.vocab
+    opener = agent_token(vocab, "<tool_call>")
+    grammar = compile_tool_grammar(eng.target, tool_plan(eng.chat_template, TOOLS, "auto",
+                                                         False))
+    try:
+        grammar.reasoning_markers("<think>", "</think>", ends)
+        grammar.begin_in_reasoning()
+        accept_text(grammar, vocab, "I need the weather.\n")
+        assert grammar.allows(opener) == bool(ends)
+        if ends:
+            grammar.accept(opener, checked=True)  # (the grammar holds from here)
+            assert not grammar.allows(token_of(vocab, b"x"))
+    finally:
+        grammar.close()
+
+
 def test_a_schema_holds_with_tool_choice_none(agent):
     """No call may be made, so the request's JSON schema is the answer's grammar (it was
     dropped once: only the absent tool grammar was compiled)."""

@@ -148,3 +148,28 @@ def test_hy3_reads_openai_s_efforts_and_the_thinking_switch_as_its_own(kwargs, e
 
     assert thinking_switch(HY3_TEMPLATE, kwargs).get("reasoning_effort") == effort
     assert thinking_switch(TEMPLATE, kwargs) == kwargs  # (GLM's: untouched)
+
+
+LING3 = ("{{- '<role>SYSTEM</role>' + '<tool_call>' + '<arg_key>' + '<arg_value>' }}"
+         "{{- '<|role_end|><role>ASSISTANT</role>\\n<think>' }}")
+
+
+@pytest.mark.parametrize("size", [1, 2, 5, 1000])
+def test_ling3_reasoning_ends_at_a_call_as_well_as_at_its_close(size):
+    """Ling 3's prompt opens <think>, and its reasoning may run into a call without
+    `</think>` (llama.cpp's reader ends it at `<tool_call>`): the reasoning ends there and
+    the call is read; a `</think>` first ends it as ever. Another family's reasoning keeps
+    a `<tool_call>` it writes (it is no call)."""
+    from lsd_local.chat.thinking import LING3_THINK, THINK, thinking_of
+
+    assert thinking_of(LING3) is LING3_THINK and thinking_of(TEMPLATE) is THINK
+    ling = tool_plan(LING3, TOOLS, "auto", True)
+    for text, reasoning in ((f"Need it.\n{CALL}", "Need it.\n"),
+                            (f"Need it.</think>\n{CALL}", "Need it.")):
+        parser = OutputParser(ling.fmt, True, True, think=LING3_THINK)
+        content, got, _ = feed_in_chunks(parser, text, size)
+        assert (got, content) == (reasoning, "")
+        assert [json.loads(c.arguments)["days"] for c in parser.tool_calls] == [3]
+    parser = OutputParser(plan().fmt, True, True)
+    assert feed_in_chunks(parser, f"Need it.\n{CALL}", size)[1] == f"Need it.\n{CALL}"
+    assert parser.tool_calls == []
