@@ -244,7 +244,7 @@ class Engine:
         if harmony is not None and plan is not None:
             plan = replace(plan, opened=harmony.opened_analysis)
         elif plan is not None and parser is not None and parser.opened:
-            plan = replace(plan, after=parser.think.close)  # (reasoning, then the calls)
+            plan = replace(plan, after=parser.think.close, ends=parser.think.ends)
         compiled = (compile_tool_grammar(self.target, plan) if plan is not None and
                     plan.mode != "none" else
                     compile_constraint(self.target, request.grammar, request.json_schema,

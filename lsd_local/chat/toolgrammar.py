@@ -156,12 +156,17 @@ def lazy_triggers(fmt: ToolFormat, json_names: tuple[str, ...] = ()) -> tuple[st
             *(jsoncalls.trigger_patterns(json_names) if json_names else ()))
 
 
-def after_reasoning(text: str, close: str, opener: str = "") -> str:
+def after_reasoning(text: str, close: str, opener: str = "", ends: tuple[str, ...] = ()) -> str:
     """GBNF `text` (a grammar from the first token) after a reasoning block the prompt
     opened: any text up to the block's `close` first, then `text`'s root (llama.cpp's
     grammars, too, let a model reason before the calls it must make). With `opener`, the
-    model may open a block itself, or write its bare close, or neither (MiniMax-M3)."""
+    model may open a block itself, or write its bare close, or neither (MiniMax-M3). With
+    `ends` (what else ends the block: Ling 3's call opener, with which `text`'s root
+    starts), any text without the first of them, then the calls."""
     body = re.sub(r"(?m)^root ::=", "tool-root ::=", text, count=1)
+    if ends:  # (the reasoning, maybe its close, maybe some content: then the calls)
+        return "\n".join(["root ::= think-text tool-root", *until_rules("think-text", ends[0]),
+                          body])
     head = f'root ::= think-text "{literal(close)}" [ \\t\\n]{{0,2}} tool-root'
     if opener:  # (blanks only after the block: none before a call, which is the answer)
         head = (f'root ::= (("{literal(opener)}" think-text "{literal(close)}" | '

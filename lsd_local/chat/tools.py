@@ -311,8 +311,10 @@ class ToolPlan:
     callable: tuple[Tool, ...]  # the ones a call may name
     parallel: bool  # more than one call per answer
     opened: bool = False  # harmony: the prompt left an analysis message open
-    # "required": the close of a reasoning block the prompt opened, which the calls follow
+    # "required": the close of a reasoning block the prompt opened, which the calls follow,
+    # and what else ends that block (Ling 3's call opener: chat/thinking.py)
     after: str = ""
+    ends: tuple[str, ...] = ()
 
     @property
     def specs(self) -> list[dict]:
@@ -345,7 +347,7 @@ class ToolPlan:
         if self.mode == "auto":
             return text, lazy_triggers(self.fmt, self.json_names)
         if self.after:
-            return after_reasoning(text, self.after), ()
+            return after_reasoning(text, self.after, ends=self.ends), ()
         if self.fmt.name == "minimax3":  # (its answers start with reasoning or its close)
             return after_reasoning(text, MM_THINK.close, MM_THINK.open), ()
         return text, ()

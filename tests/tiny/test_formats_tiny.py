@@ -374,6 +374,26 @@ def test_glm_argument_tags_that_are_control_tokens_are_read(tiny_glm):
 
 # --- markers that are control tokens (Command R7B's vocabulary) ------------------------------
 
+def test_a_ling3_required_call_may_follow_its_reasoning_without_the_close(tiny_glm):
+    """Ling 3's prompt opens <think>, and its model may go from its reasoning straight to
+    its call (llama.cpp reads it so). With tool_choice "required" the grammar asked for
+    `</think>` first and let a call be written unchecked inside the reasoning: the reader,
+    which ends Ling 3's reasoning at `<tool_call>`, then returned that call, a stray
+    `</think>` and a second call (found by a review). Now the reasoning may end at the call,
+    which is held to the tools."""
+    template = GLM_TEMPLATE + "{{- '<role>ASSISTANT</role>\\n<think>' }}"
+    with Engine.load(tiny_glm, drafter="lookup", n_ctx=TINY_CTX, chat_template=template) as eng:
+        vocab = eng.target.vocab
+        opener = agent_token(vocab, "<tool_call>")
+        for seed in range(3):
+            gen = eng.generate(ASK, tools=TOOLS, tool_choice="required", max_tokens=120,
+                               parallel_tool_calls=False, seed=seed, temperature=1.0,
+                               logit_bias=stop_bias(eng, {opener: 30.0})).run()
+            assert gen.tokens[0] == opener and gen.finish_reason == "tool_calls"
+            assert len(gen.tool_calls) == 1 and valid(gen.tool_calls[0])
+            assert gen.text == "" and gen.reasoning == ""
+
+
 @pytest.fixture(scope="module")
 def commandr(tiny_commandr):
     with Engine.load(tiny_commandr, drafter="lookup", n_ctx=TINY_CTX) as eng:
