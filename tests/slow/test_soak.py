@@ -58,7 +58,9 @@ def test_long_chat_sessions_stay_consistent(tiny_pair, rule, params, drafter, ca
             session.finish(gen)
             rss.append(rss_mb())
         totals = session.totals
-        assert totals.generated_tokens >= 2000 and totals.rounds >= 300
+        # (a long session: its rounds depend on how much is drafted; the suffix index drafts
+        # the repeated questions' answers from earlier ones: 205-269 rounds with lookup)
+        assert totals.generated_tokens >= 2000 and totals.rounds >= 5 * TURNS
         assert totals.drafted > 0
         target_error = cache_matches_fresh_evaluation(eng.target)
         draft_error = (cache_matches_fresh_evaluation(eng.draft_model)
