@@ -55,6 +55,16 @@ def _matched(end: str, text: str) -> int:
     return 0
 
 
+def in_schema_order(tool, item) -> str:
+    """GBNF of a call's arguments one after another in its schema's order (XML-like forms):
+    `item(p, key, schema)` for the p-th, a required one always, an optional one maybe.
+    `tool`: a chat.toolspec.Tool."""
+    props = tool.parameters.get("properties") or {}
+    required = set(tool.parameters.get("required") or ())
+    return " ".join(f"({item(p, key, schema)})" + ("" if key in required else "?")
+                    for p, (key, schema) in enumerate(props.items()))
+
+
 def in_order(items: list[tuple[str, bool]], sep: str = '","') -> str:
     """GBNF for `items` ((grammar, required)) in order, each optional one maybe left out,
     with `sep` (a GBNF expression) between two that are written (a call's arguments)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .gbnfparts import literal, until_rules
+from .gbnfparts import in_schema_order, literal, until_rules
 from .jsonscan import CallScan, calls_until, open_arguments, skip_space
 from .xmlcalls import typed_value, value_rule
 
@@ -135,13 +135,9 @@ def call_rules(tools, to_gbnf, tags: Tags = GLM) -> tuple[str, list[str]]:
     rules, alternatives = until_rules(text, tags.value_close), []
     sep = f' "{literal(tags.sep)}"' if tags.sep else ""
     for t, tool in enumerate(tools):
-        props = tool.parameters.get("properties") or {}
-        required = set(tool.parameters.get("required") or ())
-        parts = []
-        for p, (key, schema) in enumerate(props.items()):
-            value = value_rule(schema, text, f"{name}{t}-{p}-", rules, to_gbnf)
-            item = (f'"{tags.key}{literal(key)}{tags.key_close}" "\\n"? "{tags.value}" '
-                    f'{value} "{tags.value_close}" "\\n"?')
-            parts.append(f"({item})" + ("" if key in required else "?"))
-        alternatives.append(f'("{literal(tool.name)}"{sep} "\\n"? {" ".join(parts)})')
+        body = in_schema_order(tool, lambda p, key, schema, t=t: (
+            f'"{tags.key}{literal(key)}{tags.key_close}" "\\n"? "{tags.value}" '
+            f'{value_rule(schema, text, f"{name}{t}-{p}-", rules, to_gbnf)} '
+            f'"{tags.value_close}" "\\n"?'))
+        alternatives.append(f'("{literal(tool.name)}"{sep} "\\n"? {body})')
     return f"{tags.prefix}-call ::= " + " | ".join(alternatives), rules

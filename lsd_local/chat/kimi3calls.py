@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from .gbnfparts import literal, until_rules
+from .gbnfparts import in_schema_order, literal, until_rules
 from .jsonscan import CallScan, calls_until, open_arguments, skip_space, value_end
 from .minimaxcalls import _takes_a_string
 from .xmlcalls import string_value, typed_value, value_rule
@@ -137,13 +137,10 @@ def call_rules(tools, to_gbnf) -> tuple[str, list[str]]:
     another type its JSON under the schema."""
     rules, alternatives = until_rules("k3-text", CLOSE), []
     for t, tool in enumerate(tools):
-        props = tool.parameters.get("properties") or {}
-        required = set(tool.parameters.get("required") or ())
-        parts = [f"({_argument_rule(key, schema, f'k3{t}-{p}-', rules, to_gbnf)})"
-                 + ("" if key in required else "?")
-                 for p, (key, schema) in enumerate(props.items())]
+        body = in_schema_order(tool, lambda p, key, schema, t=t: _argument_rule(
+            key, schema, f"k3{t}-{p}-", rules, to_gbnf))
         alternatives.append(f'("{literal(CALL + tool.name)}\\" index=\\"" [1-9] [0-9]{{0,3}} '
-                            f'"\\"{literal(SEP)}" {" ".join(parts)} "{literal(CALL_CLOSE)}")')
+                            f'"\\"{literal(SEP)}" {body} "{literal(CALL_CLOSE)}")')
     return "k3-call ::= " + " | ".join(alternatives), rules
 
 

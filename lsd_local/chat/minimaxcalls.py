@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .gbnfparts import literal, until_rules
+from .gbnfparts import in_schema_order, literal, until_rules
 from .jsonscan import CallScan, calls_until, open_arguments, skip_space
 from .jsonscan import value_end as json_end
 from .xmlcalls import string_value, typed_value, value_rule
@@ -187,13 +187,10 @@ def call_rules(tools, to_gbnf, tags: Tags = MINIMAX) -> tuple[str, list[str]]:
     # (DSML's templates write two line breaks in a call without arguments)
     around = ("tool-ws", " tool-ws") if tags.says_string else ('"\\n"?', "")
     for t, tool in enumerate(tools):
-        props = tool.parameters.get("properties") or {}
-        required = set(tool.parameters.get("required") or ())
-        parts = [f"({_parameter(key, schema, f'mm{t}-{p}-', tags, text, rules, to_gbnf)})"
-                 + ("" if key in required else "?")
-                 for p, (key, schema) in enumerate(props.items())]
+        body = in_schema_order(tool, lambda p, key, schema, t=t: _parameter(
+            key, schema, f"mm{t}-{p}-", tags, text, rules, to_gbnf))
         alternatives.append(f'("{literal(tags.invoke + tool.name)}\\">" {around[0]} '
-                            f'{" ".join(parts)}{around[1]} "{tags.invoke_close}")')
+                            f'{body}{around[1]} "{tags.invoke_close}")')
     return "mm-call ::= " + " | ".join(alternatives), rules
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from .gbnfparts import literal, renamed, until_rules
+from .gbnfparts import in_schema_order, literal, renamed, until_rules
 from .jsonscan import CallScan, open_arguments, skip_space, value_end
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -163,15 +163,10 @@ def call_rules(tools, to_gbnf, tight: bool = False) -> tuple[str, list[str]]:
     # (a line break on each side of the value, exactly: what the reader strips)
     around = ("", "") if tight else ("\\n", "\\n")
     for t, tool in enumerate(tools):
-        props = tool.parameters.get("properties") or {}
-        required = set(tool.parameters.get("required") or ())
-        parts = []
-        for p, (key, schema) in enumerate(props.items()):
-            value = value_rule(schema, text, f"x{t}-{p}-", rules, to_gbnf)
-            item = (f'"{PARAMETER}{literal(key)}>{around[0]}" {value} '
-                    f'"{around[1]}{PARAMETER_CLOSE}" tool-ws')
-            parts.append(f"({item})" + ("" if key in required else "?"))
-        body = " ".join(parts)
+        body = in_schema_order(tool, lambda p, key, schema, t=t: (
+            f'"{PARAMETER}{literal(key)}>{around[0]}" '
+            f'{value_rule(schema, text, f"x{t}-{p}-", rules, to_gbnf)} '
+            f'"{around[1]}{PARAMETER_CLOSE}" tool-ws'))
         alternatives.append(f'("{FUNCTION}{literal(tool.name)}>" tool-ws {body} '
                             f'"{FUNCTION_CLOSE}")')
     return "xml-call ::= " + " | ".join(alternatives), rules
