@@ -21,8 +21,8 @@ from __future__ import annotations
 from ..errors import ParameterError
 from ..limits import SCHEMA_MAX_DEPTH
 from .gbnfparts import literal, renamed, until_rules
-from .jsonscan import CallScan, calls_until, open_arguments, skip_space
-from .minimaxcalls import _takes_a_string, invoke_name
+from .jsonscan import CallScan, calls_until, skip_space
+from .minimaxcalls import MALFORMED, _takes_a_string, read_invoke
 from .xmlcalls import string_value, typed_value
 
 NS = "]<]minimax[>["
@@ -32,7 +32,7 @@ ITEM = "item"  # an array's element's tag
 IN_ARRAY = "[]"  # an element's step in a parameter's path (its key's, in an object)
 MAX_DEPTH = SCHEMA_MAX_DEPTH  # nesting written as tags (deeper than a schema may: JSON)
 MARKERS = (NS, "<tool_call>", "</tool_call>")  # (preserved tokens, as llama.cpp has them)
-_MALFORMED = object()  # text that is not this form: the call ends where it starts
+_MALFORMED = MALFORMED  # text that is not this form: the call ends where it starts
 
 
 def is_minimax3(template: str | None) -> bool:
@@ -136,25 +136,11 @@ def minimax3_section(section: str, types: dict) -> tuple[list[CallScan], int | N
 
 
 def _invoke(section: str, i: int, types: dict) -> tuple[CallScan, int | None]:
-    """One call from after `<invoke name="`: (what is known of it, the index after its
-    closer, or None while it goes on)."""
-    head = invoke_name(section, i)
-    if head is None:
-        return CallScan(None, "", False), None
-    (name, i), pairs = head, []
-    while True:
-        i = skip_space(section, i)
-        arguments = open_arguments(pairs)
-        if section.startswith(INVOKE_CLOSE, i):
-            return CallScan(name, arguments + "}", True), i + len(INVOKE_CLOSE)
-        element = None if INVOKE_CLOSE.startswith(section[i:]) else \
-            _element(section, i, name, (), None, types)
-        if element is None:
-            return CallScan(name, arguments, False), None
-        if element is _MALFORMED:
-            return CallScan(name, arguments + "}", True), i  # (not the form: it ends here)
-        key, value, i = element
-        pairs.append((key, value))
+    """One call from after `<invoke name="` (minimaxcalls.read_invoke), its arguments tags
+    after NS."""
+    return read_invoke(section, i, INVOKE_CLOSE, lambda text, at, name: (
+        None if INVOKE_CLOSE.startswith(text[at:]) else _element(text, at, name, (), None,
+                                                                  types)))
 
 
 def _element(section: str, i: int, tool: str, path: tuple, parent: str | None, types: dict):

@@ -106,9 +106,14 @@ def invoke_name(section: str, i: int) -> tuple[str, int] | None:
     return None if name_end < 0 else (section[i:name_end], name_end + 2)
 
 
-def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, int | None]:
-    """One call from after `<invoke name="`: (what is known of it, the index after its
-    `</invoke>`, or None while it goes on)."""
+MALFORMED = object()  # text that is not the form: the call ends where it starts
+
+
+def read_invoke(section: str, i: int, close: str, element) -> tuple[CallScan, int | None]:
+    """One call from after `<invoke name="` (MiniMax's forms): (what is known of it, the index
+    after its `close`, or None while it goes on). `element(section, i, name)` reads the
+    argument at i: (key, value, the index after it), None while it is being written, or
+    MALFORMED."""
     head = invoke_name(section, i)
     if head is None:
         return CallScan(None, "", False), None
@@ -116,26 +121,42 @@ def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, in
     while True:
         i = skip_space(section, i)
         arguments = open_arguments(pairs)
-        if section.startswith(tags.invoke_close, i):
-            return CallScan(name, arguments + "}", True), i + len(tags.invoke_close)
-        if not section.startswith(tags.parameter, i):
-            rest = section[i:]
-            if not rest or any(tag.startswith(rest) for tag in (tags.invoke_close,
-                                                                 tags.parameter)):
-                return CallScan(name, arguments, False), None
-            return CallScan(name, arguments + "}", True), i  # (not the form: it ends here)
-        # (the key is the name's text; DSML's string="..." may follow it in the tag)
-        key_end = section.find('"', i + len(tags.parameter))
-        tag_end = section.find('">', key_end) if key_end >= 0 else -1
-        key = section[i + len(tags.parameter):key_end]
-        kind = types.get((name, key))
-        value = _value(section, tag_end + 2, kind, tags.parameter_close, not tags.open) \
-            if tag_end >= 0 else None
-        if value is None:
+        if section.startswith(close, i):
+            return CallScan(name, arguments + "}", True), i + len(close)
+        found = element(section, i, name)
+        if found is None:
             return CallScan(name, arguments, False), None
-        raw, end = value
-        pairs.append((key, typed_value(raw, kind)))
-        i = end + len(tags.parameter_close)
+        if found is MALFORMED:
+            return CallScan(name, arguments + "}", True), i  # (not the form: it ends here)
+        key, value, i = found
+        pairs.append((key, value))
+
+
+def _invoke(section: str, i: int, types: dict, tags: Tags) -> tuple[CallScan, int | None]:
+    """One call from after `<invoke name="` (read_invoke), its arguments parameter tags."""
+    return read_invoke(section, i, tags.invoke_close,
+                       lambda text, at, name: _parameter_at(text, at, name, types, tags))
+
+
+def _parameter_at(section: str, i: int, name: str, types: dict, tags: Tags):
+    """The parameter at i: (key, typed value, the index after its closer), None while it is
+    being written, or MALFORMED."""
+    if not section.startswith(tags.parameter, i):
+        rest = section[i:]
+        waiting = not rest or any(tag.startswith(rest) for tag in (tags.invoke_close,
+                                                                    tags.parameter))
+        return None if waiting else MALFORMED
+    # (the key is the name's text; DSML's string="..." may follow it in the tag)
+    key_end = section.find('"', i + len(tags.parameter))
+    tag_end = section.find('">', key_end) if key_end >= 0 else -1
+    key = section[i + len(tags.parameter):key_end]
+    kind = types.get((name, key))
+    value = _value(section, tag_end + 2, kind, tags.parameter_close, not tags.open) \
+        if tag_end >= 0 else None
+    if value is None:
+        return None
+    raw, end = value
+    return key, typed_value(raw, kind), end + len(tags.parameter_close)
 
 
 def _value(section: str, start: int, kind: str | None, closer: str,
