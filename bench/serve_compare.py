@@ -59,10 +59,9 @@ def lsd_serve(*args: str) -> tuple[subprocess.Popen, int]:
 def repack_args() -> list[str]:
     """llama.cpp's -nr where lsd loads without extra buffer types (a CPU that traps AMX):
     both sides load the weights alike, and llama-server does not die on its first batch."""
-    from lsd_local.backend import build_identity
-    from lsd_local.backend.cpu_probe import repack_decision
+    from lsd_local.backend.cpu_probe import repack_off
 
-    return [] if repack_decision(None, build_identity()).use_extra_bufts else ["-nr"]
+    return ["-nr"] if repack_off() else []
 
 
 def llama_server(bin_dir: Path, *args: str) -> tuple[subprocess.Popen, int]:

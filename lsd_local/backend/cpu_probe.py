@@ -128,6 +128,14 @@ def decide(no_repack: bool | None, cpuinfo: str, build: str, cache: Path,
         f"{REBUILD_HINT}"))
 
 
+def repack_off() -> bool:
+    """Whether this process loads models without extra buffer types (Model.load's decision
+    when not told): what llama.cpp's tools run beside lsd are then given (-nr)."""
+    from .model import build_identity
+
+    return not repack_decision(None, build_identity()).use_extra_bufts
+
+
 def repack_decision(no_repack: bool | None, build: str) -> RepackDecision:
     """This process's decision for `no_repack` (what every model load asks)."""
     return _decision(no_repack, forced_off(), build, lsd_cache_dir())

@@ -54,10 +54,9 @@ def _extra_bufts_as_lsd() -> Iterator[None]:
     """While a Llama loads: its model parameters with extra buffer types off where lsd loads
     so (a CPU that traps AMX: with them on, its first batch kills the process). Llama takes no
     such argument, so the default parameters it starts from are made so for that time."""
-    from ..backend import build_identity
-    from ..backend.cpu_probe import repack_decision
+    from ..backend.cpu_probe import repack_off
 
-    if repack_decision(None, build_identity()).use_extra_bufts:
+    if not repack_off():
         yield
         return
     lowlevel = ll.llama_cpp

@@ -94,6 +94,7 @@ def bench(model: str | None, **opts) -> None:
     decode tok/s, speedup over plain decoding, tau, acceptance, loose acceptances per 100
     tokens, time shares, identical outputs and HumanEval pass@1 with its retention.
     """
+    from ..backend.cpu_probe import repack_off
     from ..bench.runner import BenchModels, parse_external
     from ..bench.suite import BenchOptions, default_configs, parse_configs
 
@@ -128,6 +129,7 @@ def bench(model: str | None, **opts) -> None:
 
 def run_concurrency_workload(target: Path, draft: Path | None, opts: dict) -> None:
     """lsd bench --concurrency N: servers in subprocesses, N clients at once."""
+    from ..backend.cpu_probe import repack_off
     from ..bench.concurrency import ConcurrencyPlan, format_columns, run_concurrency, workload
     from ..bench.suite import load_items
 
@@ -210,14 +212,6 @@ def llama_cpp_externals(folder: str | None, draft: Path | None,
         extra = " -nr" if no_repack else ""
         out.append(f"{name}={template.format(bin=Path(folder).resolve())}{extra}")
     return out
-
-
-def repack_off() -> bool:
-    """Whether lsd loads models without llama.cpp's extra buffer types on this machine."""
-    from ..backend import build_identity
-    from ..backend.cpu_probe import repack_decision
-
-    return not repack_decision(None, build_identity()).use_extra_bufts
 
 
 def run_and_print(models, options):
