@@ -210,10 +210,11 @@ def detect_format(template: str | None) -> ToolFormat:
 
 def renders_tools(template: str | None) -> bool:
     """Whether the template itself shows the model its tools (else FALLBACK_SYSTEM does)."""
-    if not template or detect_format(template).name == "generic":
+    name = detect_format(template).name if template else "generic"
+    if name == "generic":
         return False
     return re.search(r"\btools\b", template) is not None or \
-        detect_format(template).name == "firefunction"  # (as `functions`: chat/turns.py)
+        name == "firefunction"  # (as `functions`: chat/turns.py)
 
 
 # --- reading calls back --------------------------------------------------------------------

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from ..utf8 import utf8_bytes
 from .glmcalls import is_hy3
 from .kimi3calls import is_kimi3
+from .listcalls import LIST_FORMATS
 
 
 def with_thinking(messages: list[dict]) -> list[dict]:
@@ -165,7 +166,7 @@ def hy3_effort(kwargs: dict) -> dict:
 
 
 COHERE2_TEXT = "<|START_TEXT|>"  # (Cohere2 MoE's answers; its template reads `reasoning`)
-FIREFUNCTION_SIGN = " functools["  # (FireFunction v2's calls: chat/listcalls.py)
+FIREFUNCTION_SIGN = LIST_FORMATS["firefunction"][0]  # (FireFunction v2's calls' opener)
 
 
 def firefunction_kwargs(template: str | None, tools, kwargs: dict) -> dict:
