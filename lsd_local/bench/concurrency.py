@@ -6,8 +6,11 @@ other on this machine: N clients, each sending its share of mixed long and short
 requests one after another, streamed and greedy. Reported per column: aggregate tokens per
 second (every completion token over the wall time from the first request to the last answer),
 the median and worst latency of the short requests, and how many answers equal those lsd
-gives one request at a time (--parallel 1: same prompt bytes, greedy). Then a short request
-sent while a long answer streams, against the same request alone.
+gives one request at a time (--parallel 1: same prompt bytes, greedy), and where an answer
+went another way, how close the alone answer's two likeliest tokens were there (asked again
+with logprobs, untimed): batches of another size or mix round the logits differently, so a
+near tie may go either way. Then a short request sent while a long answer streams, against
+the same request alone.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ class Answer:
     first: float | None = None
     done: float = 0.0
     error: str | None = None
+    top_two_gaps: list[tuple[bytes, float]] = field(default_factory=list)  # (token, gap) asked
 
     @property
     def latency(self) -> float:
@@ -63,6 +67,7 @@ class Column:
     answers: list[Answer] = field(default_factory=list)  # of its first run
     walls: list[float] = field(default_factory=list)  # seconds per run
     same_as_alone: int | None = None  # answers equal lsd's one-at-a-time ones
+    tie_gaps: list[str] = field(default_factory=list)  # where answers part (compare_with_alone)
 
     @property
     def wall(self) -> float:
@@ -133,10 +138,12 @@ def llama_server(bin_dir: Path, target: Path, parallel: int, ctx: int, threads: 
     return Server(name, command, port)
 
 
-def ask_once(port: int, ask: Ask) -> Answer:
-    """Stream one greedy chat completion; the answer's text, tokens and times."""
+def ask_once(port: int, ask: Ask, logprobs: bool = False) -> Answer:
+    """Stream one greedy chat completion; the answer's text, tokens and times (and with
+    `logprobs`, each token's gap between its two likeliest tokens' log-probabilities)."""
     body = {"messages": list(ask.messages), "max_tokens": ask.max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
+    body.update({"logprobs": True, "top_logprobs": 2} if logprobs else {})
     answer = Answer(sent=time.perf_counter())
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=START_TIMEOUT)
     try:
@@ -168,10 +175,38 @@ def _read_stream(response, answer: Answer) -> None:
                 answer.first = answer.first or time.perf_counter()
                 parts.append(text)
                 chunks += 1
+            for item in (choice.get("logprobs") or {}).get("content") or ():
+                answer.top_two_gaps.append(_top_two_gap(item))
         if data.get("usage"):
             answer.tokens = data["usage"].get("completion_tokens", 0)
     answer.text = "".join(parts)
     answer.tokens = answer.tokens or chunks
+
+
+def _top_two_gap(item: dict) -> tuple[bytes, float]:
+    token = bytes(item.get("bytes") or item.get("token", "").encode())
+    top = sorted((t["logprob"] for t in item.get("top_logprobs") or ()), reverse=True)
+    return token, (top[0] - top[1]) if len(top) >= 2 else float("inf")
+
+
+def divergence_gap(text: str, alone: Answer) -> float | None:
+    """Where `text` first differs from `alone` (answered with logprobs): the smallest gap
+    between the two likeliest tokens' log-probabilities at the token holding the first
+    differing byte or the one before it (another token may have begun with the same bytes).
+    None when `text` equals it, or the logprobs do not spell its text."""
+    mine, theirs = text.encode(), alone.text.encode()
+    if (mine == theirs or not alone.top_two_gaps
+            or b"".join(t for t, _ in alone.top_two_gaps) != theirs):
+        return None
+    pairs = zip(mine, theirs, strict=False)  # (the shorter may be a prefix of the other)
+    first = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(mine), len(theirs)))
+    end, holder = 0, len(alone.top_two_gaps) - 1
+    for i, (token, _) in enumerate(alone.top_two_gaps):
+        end += len(token)
+        if first < end:
+            holder = i
+            break
+    return min(gap for _, gap in alone.top_two_gaps[max(0, holder - 1):holder + 1])
 
 
 def run_clients(port: int, asks: list[Ask], clients: int) -> tuple[list[Answer], float]:
@@ -230,7 +265,7 @@ def format_columns(columns: list[Column], behind: dict) -> str:
     """The report: a table of the columns, then the short-behind-long latencies."""
     base = next((c for c in columns if c.name.endswith("--parallel 1")), None)
     lines = [f"{'server':36} {'agg tok/s':>9} {'vs lsd p1':>9} {'short p50 s':>11} "
-             f"{'short max s':>11} {'same text':>9} {'errors':>6}"]
+             f"{'short max s':>11} {'same text':>9} {'errors':>6}  ties"]
     for col in columns:
         shorts = [a.latency for a in col.answers if a.tokens <= SHORT_TOKENS] or [0.0]
         ratio = (col.tokens_per_second / base.tokens_per_second
@@ -238,7 +273,12 @@ def format_columns(columns: list[Column], behind: dict) -> str:
         same = "-" if col.same_as_alone is None else f"{col.same_as_alone}/{len(col.answers)}"
         lines.append(f"{col.name:36} {col.tokens_per_second:9.1f} {ratio:9.2f} "
                      f"{statistics.median(shorts):11.2f} {max(shorts):11.2f} {same:>9} "
-                     f"{sum(a.error is not None for a in col.answers):6d}")
+                     f"{sum(a.error is not None for a in col.answers):6d}  "
+                     f"{' '.join(col.tie_gaps)}")
+    lines.append("(ties: where an answer is not the same text, where it parts from the same "
+                 "request asked again alone with logprobs: the gap in log-probability of the "
+                 "two likeliest tokens there, or 'again' if it is that answer; on the first "
+                 "row, where the answers asked again part from the first ones)")
     for name, (alone, behind_long) in behind.items():
         lines.append(f"{name}: a {SHORT_TOKENS}-token request alone {alone:.2f} s, sent while a "
                      f"{LONG_TOKENS}-token answer streams {behind_long:.2f} s "
@@ -282,10 +322,11 @@ def run_concurrency(plan: ConcurrencyPlan, say=print) -> tuple[list[Column], dic
     asks = list(plan.asks)
     columns: dict[str, Column] = {}
     behind: dict[str, tuple[float, float]] = {}
-    long_ask = Ask(next(a for a in asks if a.max_tokens > SHORT_TOKENS).messages, LONG_TOKENS)
+    long_ask = Ask(asks[0].messages, LONG_TOKENS)  # (the workload's first, a long one)
     short_ask = Ask(asks[-1].messages, SHORT_TOKENS)
+    alone: list[Answer] = []
     for run in range(plan.repeat):
-        for name, start in server_makers(plan):
+        for index, (name, start) in enumerate(server_makers(plan)):
             say(f"run {run + 1}/{plan.repeat}: {name}")
             server = start()
             try:
@@ -293,11 +334,39 @@ def run_concurrency(plan: ConcurrencyPlan, say=print) -> tuple[list[Column], dic
                 answers, wall = run_clients(server.port, asks, plan.clients)
                 if name.startswith("lsd") and run == 0:
                     behind[name] = short_behind_long(server.port, long_ask, short_ask)
+                if index == 0 and run == 0:  # the reference again, untimed, with logprobs
+                    alone = [ask_once(server.port, ask, logprobs=True) for ask in asks]
             finally:
                 server.stop()
             columns.setdefault(name, Column(name, answers)).walls.append(wall)
-    reference = columns[server_makers(plan)[0][0]].answers
-    for col in columns.values():
+    compare_with_alone(list(columns.values()), alone)
+    return list(columns.values()), behind
+
+
+def compare_with_alone(columns: list[Column], alone: list[Answer]) -> None:
+    """Each column's answers against the first column's (lsd one at a time): how many are
+    the same text, and where one is not, where it parts from the requests asked alone again
+    with logprobs (`alone`, whose own text may differ from the first answers at a tie too):
+    the gap of the two likeliest tokens' log-probabilities there ("0.026"), "again" where
+    it equals the answer asked again, "?" where the logprobs do not spell that answer,
+    "error" where the request failed. The first column lists where its answers part from
+    those asked again."""
+    reference = columns[0].answers
+    for index, col in enumerate(columns):
         col.same_as_alone = sum(a.text == r.text and a.error is None
                                 for a, r in zip(col.answers, reference, strict=True))
-    return list(columns.values()), behind
+        col.tie_gaps = []
+        for answer, first, again in zip(col.answers, reference, alone, strict=True):
+            if index == 0 and first.text != again.text:
+                col.tie_gaps.append(_parted(first, again))
+            elif index > 0 and (answer.error is not None or answer.text != first.text):
+                col.tie_gaps.append(_parted(answer, again))
+
+
+def _parted(answer: Answer, again: Answer) -> str:
+    if answer.error is not None:
+        return "error"
+    if answer.text == again.text:
+        return "again"
+    gap = divergence_gap(answer.text, again)
+    return "?" if gap is None else f"{gap:.3f}"

@@ -232,3 +232,24 @@ def test_profile_in_a_small_context_skips_the_long_one(tiny_pair):
         engine.close()
     assert "long" not in result and result["context"] == 150
     assert "  after " not in format_profile(result)
+
+
+def test_concurrency_serves_clients_side_by_side_and_compares_each_answer(tiny_pair, qa_set):
+    result = bench(tiny_pair[0], "--draft", tiny_pair[1], "--prompts", qa_set, "--limit", "4",
+                   "--max-tokens", "24", "--concurrency", "2", "--ctx", "1024")
+    assert result.exit_code == 0, result.output
+    rows = {line[:36].strip(): line[36:].split() for line in result.output.splitlines()
+            if line.startswith("lsd serve --parallel") and ":" not in line[:36]}
+    assert set(rows) == {"lsd serve --parallel 1", "lsd serve --parallel 2"}
+    for name, cells in rows.items():
+        tps, same, errors = float(cells[0]), cells[4], int(cells[5])
+        assert tps > 0 and errors == 0, result.output
+        answered, asked = map(int, same.split("/"))
+        assert asked == 4  # 2 clients x 2 requests each
+        ties = cells[6:]  # where answers part: a gap, "again" or "?" each
+        assert all(t in ("again", "?") or float(t) >= 0 for t in ties), result.output
+        if name.endswith("1"):  # the reference; its ties: where it parts from itself again
+            assert answered == 4 and len(ties) <= 4
+        else:  # side by side, each answer is the same text or listed where it parts
+            assert len(ties) == asked - answered, result.output
+    assert "sent while a 512-token answer streams" in result.output

@@ -379,3 +379,60 @@ def test_a_sequence_keeps_its_index_from_the_first_item_to_the_last_only(monkeyp
     assert seen == [("a1", 0, 0, 1), ("a1", 1, 0, 2), ("a2", 0, 11, 2), ("a2", 1, 11, 2),
                     ("b1", 0, 0, 1), ("b1", 1, 0, 2), ("c", 0, 0, 1), ("c", 1, 0, 1)]
     assert list(models.indexes) == [("strict:lookup", 0, None)]
+
+
+# --- several clients: where an answer went another way ---------------------------------------
+
+
+def _alone(tokens_and_gaps):
+    from lsd_local.bench.concurrency import Answer
+
+    tokens = [(t.encode(), g) for t, g in tokens_and_gaps]
+    return Answer(text=b"".join(t for t, _ in tokens).decode(), top_two_gaps=tokens)
+
+
+def test_the_tie_gap_is_read_at_the_token_where_the_texts_part():
+    from lsd_local.bench.concurrency import divergence_gap
+
+    alone = _alone([("def", 5.0), (" f", 4.0), ("(x", 0.02), ("):", 3.0), (" return", 2.5)])
+    assert divergence_gap(alone.text, alone) is None  # the same text
+    assert divergence_gap("def f(y): return", alone) == pytest.approx(0.02)  # inside "(x"
+    # "(" is shared: the other token began with the same byte; the gap before it counts too
+    assert divergence_gap("def f(", alone) == pytest.approx(0.02)
+    assert divergence_gap("def g", alone) == pytest.approx(4.0)
+    assert divergence_gap("xyz", alone) == pytest.approx(5.0)
+    assert divergence_gap("def f(x): return 1", alone) == pytest.approx(2.5)  # it went on
+    # a multi-byte character split over two tokens: bytes, not characters, are compared
+    split = _alone([("caf", 3.0), ("é", 0.5)])
+    split.top_two_gaps = [(b"caf", 3.0), ("é".encode()[:1], 0.5), ("é".encode()[1:], 0.25)]
+    assert divergence_gap("cafe", split) == pytest.approx(0.5)
+
+
+def test_no_tie_gap_where_the_logprobs_do_not_spell_the_answer():
+    from lsd_local.bench.concurrency import Answer, divergence_gap
+
+    alone = _alone([("a", 1.0), ("b", 2.0)])
+    assert divergence_gap("ab", Answer(text="ab")) is None
+    assert divergence_gap("ax", Answer(text="ab", top_two_gaps=[(b"a", 1.0)])) is None
+    assert divergence_gap("ax", alone) == pytest.approx(1.0)
+
+
+def test_compare_with_alone_counts_equal_answers_and_where_the_others_part():
+    from lsd_local.bench.concurrency import Answer, Column, compare_with_alone
+
+    alone = [_alone([("one", 1.0), (" two", 0.1)]), _alone([("three", 2.0)]),
+             _alone([("four", 0.5), (" five", 0.05)])]
+    first = [Answer(text="one two"), Answer(text="three"), Answer(text="four six")]
+    reference = Column("lsd serve --parallel 1", first)
+    other = Column("x", [Answer(text="one too"), Answer(text="three"), Answer(text="four five")])
+    failed = Column("y", [Answer(text="one two"), Answer(text="", error="HTTP 500"),
+                          Answer(text="four")])
+    compare_with_alone([reference, other, failed], alone)
+    # the first answers asked again: the third parted from its first answer at a tie
+    assert (reference.same_as_alone, reference.tie_gaps) == (3, ["0.050"])
+    # "one too" parts inside " two"; "four five" is the answer asked again
+    assert (other.same_as_alone, other.tie_gaps) == (1, ["0.100", "again"])
+    assert (failed.same_as_alone, failed.tie_gaps) == (1, ["error", "0.050"])
+    alone[0].top_two_gaps = [(b"one", 1.0)]  # logprobs that do not spell the answer
+    compare_with_alone([reference, other], alone)
+    assert other.tie_gaps == ["?", "again"]
