@@ -436,3 +436,20 @@ def test_compare_with_alone_counts_equal_answers_and_where_the_others_part():
     alone[0].top_two_gaps = [(b"one", 1.0)]  # logprobs that do not spell the answer
     compare_with_alone([reference, other], alone)
     assert other.tie_gaps == ["?", "again"]
+
+
+def test_a_notice_both_engines_give_is_printed_once(monkeypatch, capsys, tmp_path):
+    from lsd_local.bench import runner
+
+    loaded = []
+
+    def fake_load(target, draft, **kwargs):
+        loaded.append(draft)
+        notices = ["this CPU traps AMX"] + (["the draft is odd"] if draft else [])
+        return SimpleNamespace(notices=notices)
+    monkeypatch.setattr(runner.Engine, "load", staticmethod(fake_load))
+    monkeypatch.setattr(runner, "load_kernels_now", lambda: None)
+    models = runner.BenchModels(tmp_path / "t.gguf", tmp_path / "d.gguf")
+    models.engine(False), models.engine(True), models.engine(True)
+    assert loaded == [None, tmp_path / "d.gguf"]  # (each engine loaded once)
+    assert capsys.readouterr().err.splitlines() == ["this CPU traps AMX", "the draft is odd"]
