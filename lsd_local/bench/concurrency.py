@@ -15,21 +15,24 @@ the same request alone.
 
 from __future__ import annotations
 
+import codecs
 import http.client
 import json
+import math
 import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 SHORT_TOKENS = 32  # a short request's answer (a title, a tag, a tool step)
 LONG_TOKENS = 512  # the long answer a short request is sent beside
 START_TIMEOUT = 600.0  # seconds a server may take to load
+PARTING_WINDOW = 16  # characters before the first differing one where answers may have parted
 LLAMA_SERVER_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                       "ngram-cache")
 
@@ -154,8 +157,8 @@ def ask_once(port: int, ask: Ask, logprobs: bool = False) -> Answer:
             answer.error = f"HTTP {response.status}: {response.read()[:200]!r}"
             return answer
         _read_stream(response, answer)
-    except OSError as exc:
-        answer.error = str(exc)
+    except (OSError, http.client.HTTPException, ValueError) as exc:  # (a stream cut short)
+        answer.error = str(exc) or type(exc).__name__
     finally:
         answer.done = time.perf_counter()
         conn.close()
@@ -169,6 +172,8 @@ def _read_stream(response, answer: Answer) -> None:
         if not line.startswith("data:") or line == "data: [DONE]":
             continue
         data = json.loads(line[5:])
+        if data.get("error"):  # (a failure after the stream began)
+            answer.error = str(data["error"])[:200]
         for choice in data.get("choices") or ():
             text = (choice.get("delta") or {}).get("content")
             if text:
@@ -184,29 +189,45 @@ def _read_stream(response, answer: Answer) -> None:
 
 
 def _top_two_gap(item: dict) -> tuple[bytes, float]:
-    token = bytes(item.get("bytes") or item.get("token", "").encode())
-    top = sorted((t["logprob"] for t in item.get("top_logprobs") or ()), reverse=True)
-    return token, (top[0] - top[1]) if len(top) >= 2 else float("inf")
+    token = bytes(item.get("bytes") or (item.get("token") or "").encode())
+    top = sorted((t.get("logprob", -math.inf) for t in item.get("top_logprobs") or ()),
+                 reverse=True)
+    return token, (top[0] - top[1]) if len(top) >= 2 else math.inf
 
 
 def divergence_gap(text: str, alone: Answer) -> float | None:
     """Where `text` first differs from `alone` (answered with logprobs): the smallest gap
-    between the two likeliest tokens' log-probabilities at the token holding the first
-    differing byte or the one before it (another token may have begun with the same bytes).
-    None when `text` equals it, or the logprobs do not spell its text."""
-    mine, theirs = text.encode(), alone.text.encode()
-    if (mine == theirs or not alone.top_two_gaps
-            or b"".join(t for t, _ in alone.top_two_gaps) != theirs):
+    between the two likeliest tokens' log-probabilities among the alone answer's tokens that
+    may be where the two took different tokens: the token that holds the first differing
+    character and those that end less than PARTING_WINDOW characters before it (the other
+    answer's token there may have been longer, its text the same for a while). None when
+    `text` equals it, or the logprobs do not spell its text (they may go on past it: a stop
+    string)."""
+    theirs = alone.text
+    spelled, spans = _spell(t for t, _ in alone.top_two_gaps)
+    if text == theirs or not alone.top_two_gaps or not spelled.startswith(theirs):
         return None
-    pairs = zip(mine, theirs, strict=False)  # (the shorter may be a prefix of the other)
-    first = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(mine), len(theirs)))
-    end, holder = 0, len(alone.top_two_gaps) - 1
-    for i, (token, _) in enumerate(alone.top_two_gaps):
-        end += len(token)
-        if first < end:
-            holder = i
-            break
-    return min(gap for _, gap in alone.top_two_gaps[max(0, holder - 1):holder + 1])
+    pairs = zip(text, theirs, strict=False)  # (the shorter may be a prefix of the other)
+    first = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(text), len(theirs)))
+    gaps = [gap for (start, end), (_, gap) in zip(spans, alone.top_two_gaps, strict=True)
+            if start <= first and end > first - PARTING_WINDOW]
+    return min(gaps) if gaps else alone.top_two_gaps[-1][1]
+
+
+def _spell(tokens: Iterable[bytes]) -> tuple[str, list[tuple[int, int]]]:
+    """The text tokens' bytes decode to as a server streams them (a character whose bytes
+    two tokens share counts in the second; invalid bytes are U+FFFD), and each token's
+    [start, end) in it."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    parts, spans, at = [], [], 0
+    for token in tokens:
+        parts.append(decoder.decode(token))
+        spans.append((at, at + len(parts[-1])))
+        at += len(parts[-1])
+    parts.append(decoder.decode(b"", final=True))
+    if spans and parts[-1]:
+        spans[-1] = (spans[-1][0], at + len(parts[-1]))
+    return "".join(parts), spans
 
 
 def run_clients(port: int, asks: list[Ask], clients: int) -> tuple[list[Answer], float]:
@@ -223,7 +244,8 @@ def run_clients(port: int, asks: list[Ask], clients: int) -> tuple[list[Answer],
         thread.start()
     for thread in threads:
         thread.join()
-    return [a for a in answers if a is not None], time.perf_counter() - start
+    return ([a if a is not None else Answer(error="no answer") for a in answers],
+            time.perf_counter() - start)
 
 
 def short_behind_long(port: int, long_ask: Ask, short_ask: Ask) -> tuple[float, float]:
@@ -275,10 +297,12 @@ def format_columns(columns: list[Column], behind: dict) -> str:
                      f"{statistics.median(shorts):11.2f} {max(shorts):11.2f} {same:>9} "
                      f"{sum(a.error is not None for a in col.answers):6d}  "
                      f"{' '.join(col.tie_gaps)}")
-    lines.append("(ties: where an answer is not the same text, where it parts from the same "
-                 "request asked again alone with logprobs: the gap in log-probability of the "
-                 "two likeliest tokens there, or 'again' if it is that answer; on the first "
-                 "row, where the answers asked again part from the first ones)")
+    lines.append("(ties, per request number whose answer is not the same text: where it parts "
+                 "from that request asked again alone with logprobs, the smallest gap in "
+                 "log-probability of the two likeliest tokens there; 'again': it is that "
+                 "answer; '?': those logprobs do not spell that answer; 'error': a request "
+                 "failed. On the first row: where the answers asked again part from the "
+                 "first ones)")
     for name, (alone, behind_long) in behind.items():
         lines.append(f"{name}: a {SHORT_TOKENS}-token request alone {alone:.2f} s, sent while a "
                      f"{LONG_TOKENS}-token answer streams {behind_long:.2f} s "
@@ -347,24 +371,25 @@ def compare_with_alone(columns: list[Column], alone: list[Answer]) -> None:
     """Each column's answers against the first column's (lsd one at a time): how many are
     the same text, and where one is not, where it parts from the requests asked alone again
     with logprobs (`alone`, whose own text may differ from the first answers at a tie too):
-    the gap of the two likeliest tokens' log-probabilities there ("0.026"), "again" where
-    it equals the answer asked again, "?" where the logprobs do not spell that answer,
-    "error" where the request failed. The first column lists where its answers part from
-    those asked again."""
+    per request number, the gap of the two likeliest tokens' log-probabilities there
+    ("3:0.026"; divergence_gap), "again" where it equals the answer asked again, "?" where
+    the logprobs do not spell that answer, "error" where either request failed. The first
+    column lists where its answers part from those asked again."""
     reference = columns[0].answers
     for index, col in enumerate(columns):
         col.same_as_alone = sum(a.text == r.text and a.error is None
                                 for a, r in zip(col.answers, reference, strict=True))
         col.tie_gaps = []
-        for answer, first, again in zip(col.answers, reference, alone, strict=True):
+        rows = zip(col.answers, reference, alone, strict=True)
+        for number, (answer, first, again) in enumerate(rows, 1):
             if index == 0 and first.text != again.text:
-                col.tie_gaps.append(_parted(first, again))
+                col.tie_gaps.append(f"{number}:{_parted(first, again)}")
             elif index > 0 and (answer.error is not None or answer.text != first.text):
-                col.tie_gaps.append(_parted(answer, again))
+                col.tie_gaps.append(f"{number}:{_parted(answer, again)}")
 
 
 def _parted(answer: Answer, again: Answer) -> str:
-    if answer.error is not None:
+    if answer.error is not None or again.error is not None:
         return "error"
     if answer.text == again.text:
         return "again"

@@ -253,3 +253,20 @@ def test_concurrency_serves_clients_side_by_side_and_compares_each_answer(tiny_p
         else:  # side by side, each answer is the same text or listed where it parts
             assert len(ties) == asked - answered, result.output
     assert "sent while a 512-token answer streams" in result.output
+
+
+def test_an_answer_asked_again_with_logprobs_spells_its_text(tiny_pair):
+    from lsd_local.bench.concurrency import Ask, _spell, ask_once, divergence_gap, lsd_server
+
+    server = lsd_server(tiny_pair[0], tiny_pair[1], 1, 1024, None)
+    try:
+        ask = Ask(({"role": "user", "content": "the cat is on the mat"},), 24)
+        first, again = ask_once(server.port, ask), ask_once(server.port, ask, logprobs=True)
+    finally:
+        server.stop()
+    assert first.error is None and again.error is None and again.text
+    assert len(again.top_two_gaps) == again.tokens and not first.top_two_gaps
+    # (the tiny model writes bytes that are not UTF-8: the server streams them as U+FFFD)
+    assert _spell(t for t, _ in again.top_two_gaps)[0] == again.text
+    assert all(gap >= 0 for _, gap in again.top_two_gaps)
+    assert divergence_gap(again.text[:-1] + "\x00", again) is not None

@@ -394,18 +394,35 @@ def _alone(tokens_and_gaps):
 def test_the_tie_gap_is_read_at_the_token_where_the_texts_part():
     from lsd_local.bench.concurrency import divergence_gap
 
-    alone = _alone([("def", 5.0), (" f", 4.0), ("(x", 0.02), ("):", 3.0), (" return", 2.5)])
+    alone = _alone([("def", 5.0), (" f", 4.0), ("(x", 0.02), ("):", 3.0),
+                    (" return" + " " * 20, 2.5), (" x", 6.0)])
     assert divergence_gap(alone.text, alone) is None  # the same text
     assert divergence_gap("def f(y): return", alone) == pytest.approx(0.02)  # inside "(x"
-    # "(" is shared: the other token began with the same byte; the gap before it counts too
-    assert divergence_gap("def f(", alone) == pytest.approx(0.02)
     assert divergence_gap("def g", alone) == pytest.approx(4.0)
     assert divergence_gap("xyz", alone) == pytest.approx(5.0)
-    assert divergence_gap("def f(x): return 1", alone) == pytest.approx(2.5)  # it went on
-    # a multi-byte character split over two tokens: bytes, not characters, are compared
+    # past the end of the window: only the long token holding the byte and the one after
+    # the window's start count, not the tie 20 bytes back
+    assert divergence_gap(alone.text[:-2] + "-", alone) == pytest.approx(2.5)
+    # a character whose bytes two tokens share, and bytes that are not UTF-8 (U+FFFD, as
+    # the server streams them)
     split = _alone([("caf", 3.0), ("é", 0.5)])
-    split.top_two_gaps = [(b"caf", 3.0), ("é".encode()[:1], 0.5), ("é".encode()[1:], 0.25)]
-    assert divergence_gap("cafe", split) == pytest.approx(0.5)
+    split.top_two_gaps = [(b"caf", 3.0), ("é".encode()[:1], 0.5), ("é".encode()[1:], 0.25),
+                          (b"-" * 20, 4.0), (b"\xff", 6.0), (b"!", 7.0)]
+    split.text = "café" + "-" * 20 + "\ufffd!"
+    assert divergence_gap("cafe", split) == pytest.approx(0.25)
+    assert divergence_gap(split.text[:-1] + "?", split) == pytest.approx(4.0)
+    assert divergence_gap(split.text[:-2], split) == pytest.approx(4.0)
+
+
+def test_the_tie_may_be_tokens_before_the_first_differing_byte():
+    from lsd_local.bench.concurrency import divergence_gap
+
+    # the other answer took "abcd" where the alone one took "ab" at a tie, then "c", "dx"
+    alone = _alone([("ab", 0.01), ("c", 5.0), ("dx", 5.0)])
+    assert divergence_gap("abcdy", alone) == pytest.approx(0.01)
+    # one answer is the other's beginning: where the shorter one ended
+    assert divergence_gap("abc", alone) == pytest.approx(0.01)
+    assert divergence_gap("abcdxz", _alone([("abcd", 1.0), ("x", 0.7)])) == pytest.approx(0.7)
 
 
 def test_no_tie_gap_where_the_logprobs_do_not_spell_the_answer():
@@ -415,6 +432,9 @@ def test_no_tie_gap_where_the_logprobs_do_not_spell_the_answer():
     assert divergence_gap("ab", Answer(text="ab")) is None
     assert divergence_gap("ax", Answer(text="ab", top_two_gaps=[(b"a", 1.0)])) is None
     assert divergence_gap("ax", alone) == pytest.approx(1.0)
+    # logprobs may go on past the text: the tokens of a stop string the answer leaves out
+    stopped = Answer(text="ab", top_two_gaps=[(b"a", 1.0), (b"b", 2.0), (b"STOP", 9.0)])
+    assert divergence_gap("ac", stopped) == pytest.approx(1.0)
 
 
 def test_compare_with_alone_counts_equal_answers_and_where_the_others_part():
@@ -429,13 +449,40 @@ def test_compare_with_alone_counts_equal_answers_and_where_the_others_part():
                           Answer(text="four")])
     compare_with_alone([reference, other, failed], alone)
     # the first answers asked again: the third parted from its first answer at a tie
-    assert (reference.same_as_alone, reference.tie_gaps) == (3, ["0.050"])
+    assert (reference.same_as_alone, reference.tie_gaps) == (3, ["3:0.050"])
     # "one too" parts inside " two"; "four five" is the answer asked again
-    assert (other.same_as_alone, other.tie_gaps) == (1, ["0.100", "again"])
-    assert (failed.same_as_alone, failed.tie_gaps) == (1, ["error", "0.050"])
+    assert (other.same_as_alone, other.tie_gaps) == (1, ["1:0.100", "3:again"])
+    assert (failed.same_as_alone, failed.tie_gaps) == (1, ["2:error", "3:0.050"])
     alone[0].top_two_gaps = [(b"one", 1.0)]  # logprobs that do not spell the answer
+    alone[2].error = "HTTP 503"  # the request asked again failed
     compare_with_alone([reference, other], alone)
-    assert other.tie_gaps == ["?", "again"]
+    assert other.tie_gaps == ["1:?", "3:error"]
+
+
+def _stream(*events):
+    return [f"data: {json.dumps(e)}\n".encode() for e in events] + [b"data: [DONE]\n"]
+
+
+def test_a_stream_s_text_logprobs_and_failure_are_read():
+    from lsd_local.bench.concurrency import Answer, _read_stream
+    from lsd_local.server.responses import chat_logprobs
+
+    items = [{"token": ("Hi", [72, 105]), "logprob": -0.1,
+              "top": [(("Hi", [72, 105]), -0.1), (("Hello", [72]), -2.4)]},
+             {"token": ("\u00e9", [195]), "logprob": -1.0, "top": [(("x", [120]), -1.0)]}]
+    chunk = {"choices": [{"delta": {"content": "Hi"}, "logprobs": chat_logprobs(items)}]}
+    answer = Answer()
+    _read_stream(_stream(chunk, {"choices": [], "usage": {"completion_tokens": 2}}), answer)
+    assert (answer.text, answer.tokens, answer.error) == ("Hi", 2, None)
+    assert answer.top_two_gaps == [(b"Hi", pytest.approx(2.3)), (b"\xc3", math.inf)]
+    cut = Answer()  # lsd reports a failure after the stream began as an error event
+    _read_stream(_stream({"choices": [{"delta": {"content": "Hel"}}]},
+                         {"error": {"message": "boom"}}), cut)
+    assert cut.text == "Hel" and "boom" in cut.error
+    odd = Answer()  # null bytes and tokens, no top logprobs: read, not raised
+    _read_stream(_stream({"choices": [{"delta": {}, "logprobs": {"content": [
+        {"token": None, "bytes": None, "logprob": 0.0, "top_logprobs": []}]}}]}), odd)
+    assert odd.top_two_gaps == [(b"", math.inf)]
 
 
 def test_a_notice_both_engines_give_is_printed_once(monkeypatch, capsys, tmp_path):
