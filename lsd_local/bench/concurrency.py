@@ -157,8 +157,8 @@ def ask_once(port: int, ask: Ask, logprobs: bool = False) -> Answer:
             answer.error = f"HTTP {response.status}: {response.read()[:200]!r}"
             return answer
         _read_stream(response, answer)
-    except (OSError, http.client.HTTPException, ValueError) as exc:  # (a stream cut short)
-        answer.error = str(exc) or type(exc).__name__
+    except Exception as exc:  # noqa: BLE001 - a cut or odd stream is this answer's error
+        answer.error = f"{type(exc).__name__}: {exc}"
     finally:
         answer.done = time.perf_counter()
         conn.close()
@@ -289,7 +289,8 @@ def format_columns(columns: list[Column], behind: dict) -> str:
     lines = [f"{'server':36} {'agg tok/s':>9} {'vs lsd p1':>9} {'short p50 s':>11} "
              f"{'short max s':>11} {'same text':>9} {'errors':>6}  ties"]
     for col in columns:
-        shorts = [a.latency for a in col.answers if a.tokens <= SHORT_TOKENS] or [0.0]
+        shorts = [a.latency for a in col.answers
+                  if a.tokens <= SHORT_TOKENS and a.error is None] or [0.0]
         ratio = (col.tokens_per_second / base.tokens_per_second
                  if base is not None and base.tokens_per_second else float("nan"))
         same = "-" if col.same_as_alone is None else f"{col.same_as_alone}/{len(col.answers)}"
@@ -300,7 +301,8 @@ def format_columns(columns: list[Column], behind: dict) -> str:
     lines.append("(ties, per request number whose answer is not the same text: where it parts "
                  "from that request asked again alone with logprobs, the smallest gap in "
                  "log-probability of the two likeliest tokens there; 'again': it is that "
-                 "answer; '?': those logprobs do not spell that answer; 'error': a request "
+                 "answer; '?': those logprobs do not spell that answer (a reasoning model's or a "
+                 "tool call's markup is not in the text); 'error': a request "
                  "failed. On the first row: where the answers asked again part from the "
                  "first ones)")
     for name, (alone, behind_long) in behind.items():

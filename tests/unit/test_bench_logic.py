@@ -500,3 +500,73 @@ def test_a_notice_both_engines_give_is_printed_once(monkeypatch, capsys, tmp_pat
     models.engine(False), models.engine(True), models.engine(True)
     assert loaded == [None, tmp_path / "d.gguf"]  # (each engine loaded once)
     assert capsys.readouterr().err.splitlines() == ["this CPU traps AMX", "the draft is odd"]
+
+
+class _OneAnswerServer:
+    """A loopback HTTP server that answers every POST with `body` (status 200)."""
+
+    def __init__(self, body: bytes):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's name
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("body", [
+    b'data: {"choices": [{"delta": "x"}]}\n\n',  # a delta that is not an object
+    b'data: {"choices": [{"delta": {}, "logprobs": {"content": [{"top_logprobs":'
+    b' [{"logprob": null}, {"logprob": -1}]}]}}]}\n\n',  # a null logprob
+    b'data: {"choices": [{"delta": {"content": "a"}}]}\n\ndata: {not json\n\n',
+])
+def test_an_odd_stream_is_that_answer_s_error_not_the_bench_s_end(body):
+    from lsd_local.bench.concurrency import Ask, ask_once
+
+    server = _OneAnswerServer(body)
+    try:
+        answer = ask_once(server.port, Ask(({"role": "user", "content": "hi"},), 8),
+                          logprobs=True)
+    finally:
+        server.close()
+    assert answer.error and answer.done >= answer.sent
+
+
+def test_a_client_that_died_leaves_an_error_in_its_place(monkeypatch):
+    from lsd_local.bench import concurrency
+
+    def ask(port, ask, logprobs=False):
+        if ask.max_tokens == 2:
+            raise KeyboardInterrupt  # (not an Exception: the client thread ends)
+        return concurrency.Answer(text=str(ask.max_tokens), tokens=1)
+    monkeypatch.setattr(concurrency, "ask_once", ask)
+    monkeypatch.setattr("threading.excepthook", lambda args: None)
+    asks = [concurrency.Ask((), n) for n in (1, 2, 3, 4)]
+    answers, _ = concurrency.run_clients(0, asks, 2)
+    assert [a.text for a in answers] == ["1", "", "3", ""]  # client 2 died at its first
+    assert [a.error for a in answers] == [None, "no answer", None, "no answer"]
+
+
+def test_failed_requests_are_not_counted_as_short_ones():
+    from lsd_local.bench.concurrency import Answer, Column, format_columns
+
+    col = Column("lsd serve --parallel 1", [Answer(tokens=3, sent=0.0, done=1.0),
+                                            Answer(tokens=3, sent=0.0, done=3.0),
+                                            Answer(error="no answer")], walls=[3.0])
+    row = format_columns([col], {}).splitlines()[1].split()
+    assert row[6:8] == ["2.00", "3.00"]  # short p50 and max: of the two answers only
