@@ -131,9 +131,8 @@ class BenchModels:
     rpc: str | None = None  # llama.cpp RPC servers the target spreads over (--rpc)
     cold: bool = False  # each run a separate `lsd run` process (--cold, bench/cold.py)
     engines: dict[str, object] = field(default_factory=dict)
-    said: set[str] = field(default_factory=set)  # notices printed (each once per bench)
-    # (configuration, repeat, sequence) -> its suffix index; sequence None: one per
-    # configuration, emptied before each run
+    said: set[str] = field(default_factory=set)  # notices printed (once each)
+    # (config, repeat, sequence) -> suffix index; sequence None: one per config, emptied each run
     indexes: dict[tuple, SuffixIndex] = field(default_factory=dict)
 
     def engine(self, with_draft: bool) -> Engine:
@@ -148,10 +147,9 @@ class BenchModels:
                     drafter="model" if with_draft else "none", k=64, n_ctx=self.n_ctx,
                     n_threads=self.n_threads, chat_template=self.chat_template, rpc=self.rpc,
                     suffix_tokens=0)  # (each configuration gets its own: suffix_index)
-            for notice in self.engines[key].notices:
-                if notice not in self.said:
-                    self.said.add(notice)
-                    print(notice, file=sys.stderr)
+            for notice in [n for n in self.engines[key].notices if n not in self.said]:
+                self.said.add(notice)
+                print(notice, file=sys.stderr)
             load_kernels_now()  # no timed request runs on the numpy fallbacks
         return self.engines[key]
 
