@@ -211,7 +211,7 @@ def divergence_gap(text: str, alone: Answer) -> float | None:
     first = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(text), len(theirs)))
     gaps = [gap for (start, end), (_, gap) in zip(spans, alone.top_two_gaps, strict=True)
             if start <= first and end > first - PARTING_WINDOW]
-    return min(gaps) if gaps else alone.top_two_gaps[-1][1]
+    return min(gaps)  # (never empty: the spans cover the text, and first <= its length)
 
 
 def _spell(tokens: Iterable[bytes]) -> tuple[str, list[tuple[int, int]]]:

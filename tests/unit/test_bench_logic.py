@@ -6,6 +6,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from lsd_local.bench import cost, tune
@@ -570,3 +571,19 @@ def test_failed_requests_are_not_counted_as_short_ones():
                                             Answer(error="no answer")], walls=[3.0])
     row = format_columns([col], {}).splitlines()[1].split()
     assert row[6:8] == ["2.00", "3.00"]  # short p50 and max: of the two answers only
+
+
+def test_the_tie_gap_never_raises_on_random_tokens_and_texts():
+    from lsd_local.bench.concurrency import Answer, _spell, divergence_gap
+
+    rng = np.random.default_rng(7)
+    pieces = [b"a", b"bc", b" ", b"\xc3", b"\xa9", b"\xe2\x82", b"\xac", b"\xff", b"", b"\n"]
+    for _ in range(2000):
+        tokens = [pieces[i] for i in rng.integers(0, len(pieces), rng.integers(1, 12))]
+        gaps = [(t, float(g)) for t, g in zip(tokens, rng.random(len(tokens)), strict=True)]
+        text = _spell(tokens)[0]
+        cut = text[:rng.integers(0, len(text) + 1)]
+        other = cut + "".join(rng.choice(list("ab\u00e9\ufffd"), rng.integers(0, 3)))
+        gap = divergence_gap(other, Answer(text=text, top_two_gaps=gaps))
+        assert (gap is None) == (other == text)
+        assert gap is None or gap in {g for _, g in gaps}
