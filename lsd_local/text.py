@@ -88,6 +88,12 @@ class TextAssembler:
     def released_text(self) -> str:
         return self.text[:self._released]
 
+    @property
+    def token_ends(self) -> list[int]:
+        """The text's length after each added token (a character two tokens share counts
+        in the second)."""
+        return [end for end, _ in self._token_ends]
+
 
 def _held_back(text: str, stops: Sequence[str]) -> int:
     """Length of the longest suffix of text that is a proper prefix of a stop string."""

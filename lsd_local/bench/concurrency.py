@@ -15,7 +15,6 @@ the same request alone.
 
 from __future__ import annotations
 
-import codecs
 import http.client
 import json
 import math
@@ -28,6 +27,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..stats import Origin
+from ..text import TextAssembler
 
 SHORT_TOKENS = 32  # a short request's answer (a title, a tag, a tool step)
 LONG_TOKENS = 512  # the long answer a short request is sent beside
@@ -215,19 +217,16 @@ def divergence_gap(text: str, alone: Answer) -> float | None:
 
 
 def _spell(tokens: Iterable[bytes]) -> tuple[str, list[tuple[int, int]]]:
-    """The text tokens' bytes decode to as a server streams them (a character whose bytes
-    two tokens share counts in the second; invalid bytes are U+FFFD), and each token's
-    [start, end) in it."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    parts, spans, at = [], [], 0
-    for token in tokens:
-        parts.append(decoder.decode(token))
-        spans.append((at, at + len(parts[-1])))
-        at += len(parts[-1])
-    parts.append(decoder.decode(b"", final=True))
-    if spans and parts[-1]:
-        spans[-1] = (spans[-1][0], at + len(parts[-1]))
-    return "".join(parts), spans
+    """The text tokens' bytes decode to as the server streams them (its TextAssembler: a
+    character whose bytes two tokens share counts in the second, invalid bytes are U+FFFD),
+    and each token's [start, end) in it."""
+    pieces = list(tokens)
+    assembler = TextAssembler(pieces.__getitem__)
+    for i in range(len(pieces)):
+        assembler.add(i, Origin.TARGET)
+    assembler.finish()
+    ends = assembler.token_ends
+    return assembler.text, list(zip([0, *ends], ends, strict=False))  # (each start, end)
 
 
 def run_clients(port: int, asks: list[Ask], clients: int) -> tuple[list[Answer], float]:
