@@ -4,7 +4,7 @@
     python bench/replay_auto.py record MODEL --split dev --limit 12 --threads 2 -o dev.json
     # then, in seconds, any number of settings side by side
     python bench/replay_auto.py run dev.json --configs plain,lookup:16,lookup:32,auto,\\
-        auto:lookup_prior=0.6:long_lookup_prior=0.95
+        auto:lookup_prior=0.6:long_lookup_prior=0.95,calibrated:auto,cut:31,cut:63
 
 Each configuration is replayed on every recorded answer (a fresh drafter per answer, as in
 `lsd run`); the table shows the median and mean speedup over plain per prompt set. `remember`
@@ -14,7 +14,13 @@ drafters/auto/learned.py), the first answer of a set from nothing. With --mixed,
 serves all sets, their answers interleaved (a process or learned file serving several kinds
 of request). Each answer begins as a request of its family (lsd_local.drafters.auto.learned.
 request_family; recordings made before families existed get them from the shipped prompt
-sets). See lsd_local/bench/replay.py for what a replay models and what it leaves out.
+sets). `calibrated:auto` starts each auto drafter from the costs the engine's calibration
+times when a draft model is loaded (the pair as `lsd pull` gives it; `auto` alone starts
+knowing nothing, as with `--draft none`). `cut:K` is a bound, not a policy: lookup's
+proposal (at most K) cut exactly where the recorded answer parts from it, so no token is
+drafted in vain and no round that could draft steps plainly: about the most any choice of
+K per round could make of lookup's proposals. See lsd_local/bench/replay.py for what a replay
+models and what it leaves out.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import sys
 import numpy as np
 
 from lsd_local.bench import replay as rp
+from lsd_local.drafters.auto import calibration
 from lsd_local.drafters.auto.learned import request_family
 from lsd_local.drafters.auto.policy import AutoDrafter
 from lsd_local.drafters.lookup import LookupDrafter
@@ -51,21 +58,38 @@ class Remembering:
         return drafter
 
 
-def make_factory(config: str):
-    """'plain', 'lookup:K', 'auto[:name=value...]' or 'remember:auto[:...]' -> a function
+def make_factory(config: str, curves: dict | None = None):
+    """'plain', 'lookup:K', 'cut:K', 'auto[:name=value...]', 'calibrated:auto[:...]' (the
+    recording's curves as the calibration would time them) or 'remember:...' -> a function
     making a fresh drafter (per answer; a new one per prompt set)."""
     if config.startswith("remember:"):
-        return lambda: Remembering(make_factory(config[len("remember:"):]))
+        return lambda: Remembering(make_factory(config[len("remember:"):], curves))
+    if config.startswith("calibrated:"):
+        measured = rp.calibration_from_curves(curves or {})
+        make = make_factory(config[len("calibrated:"):])
+        return lambda: calibrated(make(), measured)
     name, *params = config.split(":")
     if name == "plain":
         return lambda: None
     if name == "lookup":
         k = int(params[0]) if params else 10
         return lambda: rp.FixedLookup(k)
+    if name == "cut":  # lookup K cut where the answer parts: a bound, not a policy
+        k = int(params[0]) if params else 31
+        return lambda: rp.CutLookup(k)
     if name == "auto":
         kwargs = {key: float(value) for key, value in (p.split("=", 1) for p in params)}
         return lambda: AutoDrafter(LookupDrafter(), **kwargs)
-    raise SystemExit(f"unknown configuration {config!r} (plain, lookup:K, auto[:key=value])")
+    raise SystemExit(f"unknown configuration {config!r} "
+                     "(plain, lookup:K, cut:K, auto[:key=value])")
+
+
+def calibrated(drafter, measured):
+    """An auto drafter told what the engine's calibration would have measured."""
+    if not isinstance(drafter, AutoDrafter):
+        raise SystemExit("calibrated: applies to auto configurations only")
+    calibration.apply(drafter.cost, measured)
+    return drafter
 
 
 def record(args) -> None:
@@ -121,7 +145,7 @@ def speedups_per_set(records, curves, config: str, sets: list[str],
     cost = lambda r: rp.nearest_curve(curves, len(r.prompt))  # noqa: E731
     if mixed and config.startswith("remember:"):
         order = interleaved(records, sets)
-        speedups = rp.replay_set(order, make_factory(config)(), cost,
+        speedups = rp.replay_set(order, make_factory(config, curves)(), cost,
                                  growth_s_per_row=growth_s)
         out: dict[str, list[float]] = {s: [] for s in sets}
         for rec, speedup in zip(order, speedups, strict=True):
@@ -129,7 +153,7 @@ def speedups_per_set(records, curves, config: str, sets: list[str],
         return out
     out = {}
     for set_name in sets:
-        factory = make_factory(config)
+        factory = make_factory(config, curves)
         if config.startswith("remember:"):
             factory = factory()  # one memory per set, starting empty
         chosen = [r for r in records if r.key.split("/")[0] == set_name]
@@ -140,7 +164,7 @@ def speedups_per_set(records, curves, config: str, sets: list[str],
 def run(args) -> None:
     records, curves = rp.load(args.recording)
     add_families(records)
-    sets = sorted({r.key.split("/")[0] for r in records}, key=SETS.split(",").index)
+    sets = list(dict.fromkeys(r.key.split("/")[0] for r in records))  # (recorded order)
     print(f"{'config':44s} " + "".join(f"{s:>20s}" for s in sets))
     for config in args.configs.split(","):
         results = speedups_per_set(records, curves, config, sets, args.mixed,

@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..config import RuleConfig
+from ..drafters.auto.calibration import CALIBRATION_SIZES, SLOPE_SIZE, Calibration
 from ..drafters.auto.estimators import CostCurve, measure_decode_times
 from ..drafters.base import Drafter
 from ..drafters.lookup import LookupDrafter
@@ -66,6 +67,31 @@ class FixedLookup(Drafter):
     def propose(self, history: np.ndarray, k: int, sampler=None, rng=None, grammar=None):
         """history: int32[n] committed tokens; at most min(k, self.k) tokens."""
         return self.lookup.propose(history, min(k, self.k))
+
+
+class CutLookup(FixedLookup):
+    """Prompt lookup's proposal cut where it parts from the recorded answer: the replay
+    hands it the answer (`know`), so no round drafts a token that fails and no round that
+    could have drafted steps plainly. About the most any choice of K per round could make of
+    lookup's proposals (one that stopped a block short of a costlier size could gain a
+    little more), to compare a policy with: it knows the future, no real drafter can."""
+
+    name = "lookup"
+
+    def __init__(self, k: int) -> None:
+        super().__init__(k)
+        self.sequence = np.zeros(0, np.int32)  # int32[n]: the replay's prompt + answer
+
+    def know(self, sequence: np.ndarray) -> None:
+        """sequence: int32[n], the dense ids the replay scores by (ReplayTarget.sequence)."""
+        self.sequence = sequence
+
+    def propose(self, history: np.ndarray, k: int, sampler=None, rng=None, grammar=None):
+        proposal = super().propose(history, k)
+        ahead = self.sequence[len(history):len(history) + len(proposal)]
+        parted = np.flatnonzero(ahead != proposal.tokens[:len(ahead)])
+        kept = int(parted[0]) if len(parted) else len(ahead)
+        return replace(proposal, tokens=proposal.tokens[:kept])
 
 
 class ReplayTarget:
@@ -136,6 +162,8 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
     request = LoopSettings(len(answer), k_cap, None)
     state = RoundState(np.random.default_rng(0))
     verifier = Verifier(RuleConfig(), None)
+    if isinstance(drafter, CutLookup):
+        drafter.know(target.sequence)
     if drafter is not None:
         drafter.begin(family)
     lengths = []
@@ -167,6 +195,21 @@ def measure_cost_curve(model, context: int, sizes: list[int], repeats: int = 5,
     rng = np.random.default_rng(seed)
     tokens = rng.integers(100, min(model.n_vocab, 20_000), context).astype(np.int32)
     return measure_decode_times(model, tokens, sizes, repeats)
+
+
+def calibration_from_curves(curves: dict[int, CostCurve]) -> Calibration:
+    """What the engine's calibration (drafters/auto/calibration.py) would time on the machine
+    a recording's curves (context -> curve) were measured on: its sizes after the shortest
+    recorded context, and the context slope of its block of SLOPE_SIZE between the shortest
+    and the longest. The draft model's step is left at a full target step (a replay runs no
+    draft model, and auto must not choose one)."""
+    if not curves:
+        raise ValueError("the recording has no cost curves")
+    near, far = min(curves), max(curves)
+    timings = tuple((n, curves[near](n), near) for n in CALIBRATION_SIZES)
+    slope = None if far == near else max(
+        0.0, (curves[far](SLOPE_SIZE) - curves[near](SLOPE_SIZE)) / (SLOPE_SIZE * (far - near)))
+    return Calibration(timings, curves[near](1), slope)
 
 
 def save(path: str | os.PathLike, records: list[Recorded], curves: dict[int, CostCurve]) -> None:

@@ -204,3 +204,54 @@ def test_mixed_replay_keeps_one_memory_for_all_sets_and_families_name_requests(c
     out = capsys.readouterr().out
     assert "one memory for all sets" in out and out.splitlines()[0].split()[1:] == \
         ["humaneval", "chat"]
+
+
+def test_cut_lookup_drafts_only_what_the_answer_keeps():
+    """cut:K, the bound: each round drafts lookup's proposal cut where the answer parts from
+    it, so every drafted token is kept; on a copy that breaks it beats fixed lookup K, and
+    it makes the most of lookup's proposals (no fixed K beats it)."""
+    broken = ANSWER[:20] + [7000 + i for i in range(5)] + ANSWER[25:]  # the copy breaks at 20
+    prompt = list(range(500, 560)) + ANSWER + [999] + ANSWER[:8]
+    cut = rp.replay(prompt, broken[8:], rp.CutLookup(16), linear)
+    drafted = sum(cut.draft_lengths)
+    assert drafted > 0
+    # every drafted token was kept: rounds commit draft + 1 each, covering the answer exactly
+    assert sum(n + 1 for n in cut.draft_lengths) == len(broken) - 8
+    for k in (2, 4, 8, 16):
+        fixed = rp.replay(prompt, broken[8:], rp.FixedLookup(k), linear)
+        assert cut.seconds <= fixed.seconds + 1e-12
+    assert cut.seconds < rp.replay(prompt, broken[8:], rp.FixedLookup(16), linear).seconds
+
+
+def test_calibration_from_curves_is_what_the_engine_would_time():
+    from lsd_local.drafters.auto.calibration import CALIBRATION_SIZES, SLOPE_SIZE
+
+    near = CostCurve([1, 64], [0.01, 0.01 + 63 * 0.004])
+    far = CostCurve([1, 64], [0.012, 0.012 + 63 * 0.0045])
+    measured = rp.calibration_from_curves({300: near, 1500: far})
+    assert [n for n, _, _ in measured.timings] == list(CALIBRATION_SIZES)
+    assert all(c == 300 and s == pytest.approx(near(n)) for n, s, c in measured.timings)
+    expected = (far(SLOPE_SIZE) - near(SLOPE_SIZE)) / (SLOPE_SIZE * 1200)
+    assert measured.per_query_context_s == pytest.approx(expected)
+    assert rp.calibration_from_curves({300: near}).per_query_context_s is None
+    with pytest.raises(ValueError):
+        rp.calibration_from_curves({})
+
+
+def test_replay_script_replays_calibrated_auto_and_the_cut_bound(tmp_path, capsys):
+    script = load_script()
+    copy_prompt = list(range(500, 560)) + ANSWER + [999] + ANSWER[:12]
+    records = [rp.Recorded("six-edits/a", copy_prompt, ANSWER[12:]),
+               rp.Recorded("chat/new", PROMPT, ANSWER)]
+    curve = CostCurve([1, 2, 9, 33], [linear(1), linear(2), linear(9), linear(33)])
+    rp.save(tmp_path / "rec.json", records, {300: curve})
+    script.main(["run", str(tmp_path / "rec.json"), "--configs",
+                 "auto,calibrated:auto,cut:31"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[1:] == ["six-edits", "chat"]  # sets in recorded order
+    rows = {line.split()[0]: line.split()[1:] for line in lines[1:4]}
+    speed = {name: float(cells[0].rstrip("x")) for name, cells in rows.items()}
+    assert speed["cut:31"] >= speed["calibrated:auto"] > 1.5
+    assert speed["calibrated:auto"] >= speed["auto"]  # no first plain step to time t(1)
+    with pytest.raises(SystemExit, match="auto configurations only"):
+        script.main(["run", str(tmp_path / "rec.json"), "--configs", "calibrated:lookup:8"])
