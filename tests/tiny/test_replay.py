@@ -132,16 +132,21 @@ def load_script():
     return module
 
 
+def replay_table(script, tmp_path, capsys, records, configs: str) -> list[str]:
+    """The lines `replay_auto.py run` prints for `records` under a linear cost curve."""
+    curve = CostCurve([1, 2, 9, 33], [linear(1), linear(2), linear(9), linear(33)])
+    rp.save(tmp_path / "rec.json", records, {300: curve})
+    script.main(["run", str(tmp_path / "rec.json"), "--configs", configs])
+    return capsys.readouterr().out.splitlines()
+
+
 def test_replay_script_prints_a_table_per_set(tmp_path, capsys):
     script = load_script()
     copy_prompt = list(range(500, 560)) + ANSWER
     records = [rp.Recorded("humaneval/copy", copy_prompt, ANSWER),
                rp.Recorded("chat/new", PROMPT, ANSWER)]
-    curve = CostCurve([1, 2, 9, 33], [linear(1), linear(2), linear(9), linear(33)])
-    rp.save(tmp_path / "rec.json", records, {300: curve})
-    script.main(["run", str(tmp_path / "rec.json"), "--configs",
-                 "plain,lookup:8,auto:lookup_prior=0.5"])
-    lines = capsys.readouterr().out.splitlines()
+    lines = replay_table(script, tmp_path, capsys, records,
+                         "plain,lookup:8,auto:lookup_prior=0.5")
     header, rows = lines[0].split(), {line.split()[0]: line.split()[1:] for line in lines[1:4]}
     assert header[1:] == ["humaneval", "chat"]
     assert rows["plain"] == ["1.000x", "(1.000)", "1.000x", "(1.000)"]
@@ -243,11 +248,7 @@ def test_replay_script_replays_calibrated_auto_and_the_cut_bound(tmp_path, capsy
     copy_prompt = list(range(500, 560)) + ANSWER + [999] + ANSWER[:12]
     records = [rp.Recorded("six-edits/a", copy_prompt, ANSWER[12:]),
                rp.Recorded("chat/new", PROMPT, ANSWER)]
-    curve = CostCurve([1, 2, 9, 33], [linear(1), linear(2), linear(9), linear(33)])
-    rp.save(tmp_path / "rec.json", records, {300: curve})
-    script.main(["run", str(tmp_path / "rec.json"), "--configs",
-                 "auto,calibrated:auto,cut:31"])
-    lines = capsys.readouterr().out.splitlines()
+    lines = replay_table(script, tmp_path, capsys, records, "auto,calibrated:auto,cut:31")
     assert lines[0].split()[1:] == ["six-edits", "chat"]  # sets in recorded order
     rows = {line.split()[0]: line.split()[1:] for line in lines[1:4]}
     speed = {name: float(cells[0].rstrip("x")) for name, cells in rows.items()}
