@@ -19,7 +19,8 @@ times when a draft model is loaded (the pair as `lsd pull` gives it; `auto` alon
 knowing nothing, as with `--draft none`). `cut:K` is a bound, not a policy: lookup's
 proposal (at most K) cut exactly where the recorded answer parts from it, so no token is
 drafted in vain and no round that could draft steps plainly: about the most any choice of
-K per round could make of lookup's proposals. See lsd_local/bench/replay.py for what a replay
+K per round could make of lsd's token lookup proposals (not the suffix index or text
+lookup). See lsd_local/bench/replay.py for what a replay
 models and what it leaves out.
 """
 
@@ -87,7 +88,8 @@ def make_factory(config: str, curves: dict | None = None):
 def calibrated(drafter, measured):
     """An auto drafter told what the engine's calibration would have measured."""
     if not isinstance(drafter, AutoDrafter):
-        raise SystemExit("calibrated: applies to auto configurations only")
+        raise SystemExit("calibrated: applies to auto configurations only "
+                         "(remember:calibrated:auto, not calibrated:remember:auto)")
     calibration.apply(drafter.cost, measured)
     return drafter
 

@@ -27,7 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from ..config import RuleConfig
-from ..drafters.auto.calibration import CALIBRATION_SIZES, SLOPE_SIZE, Calibration
+from ..drafters.auto.calibration import (
+    CALIBRATION_SIZES,
+    MIN_DOUBLING_CONTEXT,
+    SLOPE_SIZE,
+    Calibration,
+)
 from ..drafters.auto.estimators import CostCurve, measure_decode_times
 from ..drafters.base import Drafter
 from ..drafters.lookup import LookupDrafter
@@ -73,8 +78,9 @@ class CutLookup(FixedLookup):
     """Prompt lookup's proposal cut where it parts from the recorded answer: the replay
     hands it the answer (`know`), so no round drafts a token that fails and no round that
     could have drafted steps plainly. About the most any choice of K per round could make of
-    lookup's proposals (one that stopped a block short of a costlier size could gain a
-    little more), to compare a policy with: it knows the future, no real drafter can."""
+    this lookup's proposals (one per round, token n-grams of the context: not the suffix
+    index, text lookup or other occurrences; stopping a block short of a costlier size could
+    gain a little more), to compare a policy with: it knows the future."""
 
     name = "lookup"
 
@@ -201,14 +207,19 @@ def calibration_from_curves(curves: dict[int, CostCurve]) -> Calibration:
     """What the engine's calibration (drafters/auto/calibration.py) would time on the machine
     a recording's curves (context -> curve) were measured on: its sizes after the shortest
     recorded context, and the context slope of its block of SLOPE_SIZE between the shortest
-    and the longest. The draft model's step is left at a full target step (a replay runs no
-    draft model, and auto must not choose one)."""
+    and the longest, as `lsd serve` times it at startup (a bench or `lsd run` process times
+    the slope only at its first prompt of 321+ tokens). The draft model's step is left at a
+    full target step (a replay runs no draft model, and auto must not choose one). The
+    replay's clock charges a block by its prompt's curve, not its position: a calibrated
+    drafter that prices the growth with the context drafts a little shorter than the clock
+    would reward late in a long answer."""
     if not curves:
         raise ValueError("the recording has no cost curves")
     near, far = min(curves), max(curves)
     timings = tuple((n, curves[near](n), near) for n in CALIBRATION_SIZES)
-    slope = None if far == near else max(
-        0.0, (curves[far](SLOPE_SIZE) - curves[near](SLOPE_SIZE)) / (SLOPE_SIZE * (far - near)))
+    slope = None if far == near else min(max(
+        0.0, (curves[far](SLOPE_SIZE) - curves[near](SLOPE_SIZE)) / (SLOPE_SIZE * (far - near))),
+        curves[near](1) / MIN_DOUBLING_CONTEXT)  # (capped as calibration._far caps it)
     return Calibration(timings, curves[near](1), slope)
 
 

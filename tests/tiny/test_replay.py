@@ -229,7 +229,11 @@ def test_cut_lookup_drafts_only_what_the_answer_keeps():
 
 
 def test_calibration_from_curves_is_what_the_engine_would_time():
-    from lsd_local.drafters.auto.calibration import CALIBRATION_SIZES, SLOPE_SIZE
+    from lsd_local.drafters.auto.calibration import (
+        CALIBRATION_SIZES,
+        MIN_DOUBLING_CONTEXT,
+        SLOPE_SIZE,
+    )
 
     near = CostCurve([1, 64], [0.01, 0.01 + 63 * 0.004])
     far = CostCurve([1, 64], [0.012, 0.012 + 63 * 0.0045])
@@ -239,6 +243,9 @@ def test_calibration_from_curves_is_what_the_engine_would_time():
     expected = (far(SLOPE_SIZE) - near(SLOPE_SIZE)) / (SLOPE_SIZE * 1200)
     assert measured.per_query_context_s == pytest.approx(expected)
     assert rp.calibration_from_curves({300: near}).per_query_context_s is None
+    steep = CostCurve([1, 64], [0.01, 5.0])  # a noisy pair: capped as the engine caps it
+    capped = rp.calibration_from_curves({300: near, 1500: steep}).per_query_context_s
+    assert capped == pytest.approx(near(1) / MIN_DOUBLING_CONTEXT)
     with pytest.raises(ValueError):
         rp.calibration_from_curves({})
 
@@ -254,5 +261,12 @@ def test_replay_script_replays_calibrated_auto_and_the_cut_bound(tmp_path, capsy
     speed = {name: float(cells[0].rstrip("x")) for name, cells in rows.items()}
     assert speed["cut:31"] >= speed["calibrated:auto"] > 1.5
     assert speed["calibrated:auto"] >= speed["auto"]  # no first plain step to time t(1)
+    near = CostCurve([1, 33], [linear(1), linear(33)])
+    far = CostCurve([1, 33], [linear(1) * 1.1, linear(33) * 1.5])
+    drafter = script.make_factory("remember:calibrated:auto", {300: near, 1500: far})()()
+    assert drafter.cost.observed and not script.make_factory("auto")().cost.observed
+    assert drafter.cost.per_query_context_s == pytest.approx(
+        rp.calibration_from_curves({300: near, 1500: far}).per_query_context_s)
+    assert drafter.cost.predict(np.array([32]), 300)[0] == pytest.approx(near(32))
     with pytest.raises(SystemExit, match="auto configurations only"):
         script.main(["run", str(tmp_path / "rec.json"), "--configs", "calibrated:lookup:8"])
