@@ -134,3 +134,15 @@ class Drafter(ABC):
     def reset(self) -> None:  # noqa: B027 - a no-op for stateless drafters
         """Forget what was built from earlier text (a draft model's cache), not what was
         learned about costs and acceptance."""
+
+
+def through_stop(tokens: np.ndarray, is_stop) -> int:
+    """How many of `tokens` (int32[m]) are worth drafting: up to and including the first that
+    ends the generation (is_stop: token id -> bool). The loop ends a generation at such a
+    token under every rule (loop._commit), so a token drafted after it is scored in vain: a
+    copy of a prompt's code block otherwise runs on past the answer's end into the chat
+    template's markup."""
+    for i, token in enumerate(tokens.tolist()):
+        if is_stop(token):
+            return i + 1
+    return len(tokens)

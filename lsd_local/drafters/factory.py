@@ -20,20 +20,23 @@ def make_drafter(cfg, draft, cross_vocab_target=None, index=None, target_vocab=N
     `target_vocab`: the target's vocabulary, for text lookup (None: token lookup only)."""
     text = TextLookup(TextCodec(target_vocab)) if target_vocab is not None and \
         cfg.text_lookup else None
-    drafter = auto_drafter(cfg, draft, cross_vocab_target, text) \
+    is_stop = target_vocab.is_eog if target_vocab is not None else None
+    drafter = auto_drafter(cfg, draft, cross_vocab_target, text, is_stop) \
         if cfg.drafter == "auto" or cfg.adaptive_k else \
-        fixed_drafter(cfg, draft, cross_vocab_target, text)
+        fixed_drafter(cfg, draft, cross_vocab_target, text, is_stop)
     if drafter is not None:
         drafter.use_suffix_index(index)
     return drafter
 
 
-def auto_drafter(cfg, draft, cross_vocab_target=None, text=None) -> AutoDrafter | None:
-    """The cost-aware controller over the drafters the configuration allows."""
+def auto_drafter(cfg, draft, cross_vocab_target=None, text=None,
+                 is_stop=None) -> AutoDrafter | None:
+    """The cost-aware controller over the drafters the configuration allows; `is_stop`: the
+    target's end-of-generation test (lookup drafts no further than such a token)."""
     if cfg.drafter == "none":
         return None
-    lookup = LookupDrafter(cfg.max_ngram, cfg.min_ngram, text=text) if cfg.drafter in (
-        "auto", "lookup") else None
+    lookup = LookupDrafter(cfg.max_ngram, cfg.min_ngram, text=text, is_stop=is_stop) \
+        if cfg.drafter in ("auto", "lookup") else None
     model = None
     if draft is not None and cfg.drafter in ("auto", "model", "multilevel"):
         model = fixed_drafter(replace(cfg, drafter="model" if cfg.drafter == "auto"
@@ -41,10 +44,10 @@ def auto_drafter(cfg, draft, cross_vocab_target=None, text=None) -> AutoDrafter 
     return AutoDrafter(lookup, model, fixed_k=None if cfg.adaptive_k else cfg.k_value)
 
 
-def fixed_drafter(cfg, draft, cross_vocab_target=None, text=None):
+def fixed_drafter(cfg, draft, cross_vocab_target=None, text=None, is_stop=None):
     """One drafter with a fixed K (None for drafter 'none')."""
     if cfg.drafter == "lookup":
-        return LookupDrafter(cfg.max_ngram, cfg.min_ngram, text=text)
+        return LookupDrafter(cfg.max_ngram, cfg.min_ngram, text=text, is_stop=is_stop)
     if cfg.drafter == "model":
         inner = ModelDrafter(draft, cfg.p_min)
     elif cfg.drafter == "multilevel":

@@ -10,7 +10,7 @@ from ..config import MAX_NGRAM, MIN_NGRAM, SamplerSettings
 from ..errors import check
 from ..kernels.lookup import lookup_any
 from ..verify.constrain import allowed_prefix
-from .base import EMPTY_DRAFT, Draft, Drafter
+from .base import EMPTY_DRAFT, Draft, Drafter, through_stop
 
 TEXT_BYTES_PER_RUN = 4  # a text match's length in bytes -> a run in tokens, roughly
 
@@ -21,13 +21,15 @@ class LookupDrafter(Drafter):
     name = "lookup"
 
     def __init__(self, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM,
-                 index=None, text=None) -> None:
+                 index=None, text=None, is_stop=None) -> None:
         check(max_ngram >= 1, "max_ngram", f"{max_ngram} (must be >= 1)")
         check(1 <= min_ngram <= max_ngram, "min_ngram", f"{min_ngram} (must be 1..max_ngram)")
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.index = index  # suffixstore.SuffixIndex over past requests, or None
         self.text = text  # textlookup.TextLookup (where no token n-gram matches), or None
+        # token id -> whether it ends the generation (the target vocabulary's is_eog), or None
+        self.is_stop = is_stop
         self._out = np.zeros(64, np.int32)
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -46,6 +48,8 @@ class LookupDrafter(Drafter):
             tokens, size = self.text.find(history, k)
             run, source = size // TEXT_BYTES_PER_RUN, "text"
         m = len(tokens)
+        if self.is_stop is not None and m:  # (what follows an end is never committed)
+            m = through_stop(tokens, self.is_stop)
         if grammar is not None and m:  # a shorter block costs less to verify
             m = allowed_prefix(grammar, tokens)
         return Draft(tokens[:m].copy(), run=run, source=source)

@@ -119,3 +119,17 @@ def test_drafter_returns_draft_and_validates():
     assert len(drafter.propose(np.array([1, 2], np.int32), 0)) == 0
     with pytest.raises(ParameterError, match="min_ngram"):
         LookupDrafter(max_ngram=2, min_ngram=3)
+
+
+def test_a_draft_ends_at_the_first_token_that_ends_the_generation():
+    """Tokens after an end-of-generation token are never committed (the loop ends the
+    generation there under every rule): lookup drafts up to and including it, not past."""
+    passage = [10, 11, 12, 13, 14, 15, 99, 20, 21, 22]  # 99 ends a generation
+    history = np.array(passage + [1, 2] + passage[:6], np.int32)
+    plain = LookupDrafter(max_ngram=6, min_ngram=6).propose(history, 8)
+    stopped = LookupDrafter(max_ngram=6, min_ngram=6, is_stop=lambda t: t == 99).propose(
+        history, 8)
+    assert plain.tokens.tolist() == [99, 20, 21, 22, 1, 2, 10, 11]
+    assert stopped.tokens.tolist() == [99] and stopped.run == plain.run
+    never = LookupDrafter(max_ngram=6, min_ngram=6, is_stop=lambda t: False).propose(history, 8)
+    assert never.tokens.tolist() == plain.tokens.tolist()
