@@ -111,12 +111,14 @@ def record(args) -> None:
                                        request_family(list(item.messages))))
             print(f"{records[-1].key}: {len(gen.tokens)} tokens", file=sys.stderr)
     engine.reset()
+    stops = [r.answer[-1] for r in records if r.answer and engine.target.vocab.is_eog(r.answer[-1])]
+    end = rp.AnswerEnd(max(set(stops), key=stops.count), args.max_tokens) if stops else None
     curves = {c: rp.measure_cost_curve(engine.target, c, SIZES) for c in CONTEXTS}
     for c, curve in curves.items():
         ratios = " ".join(f"{n}:{s / curve.seconds[0]:.2f}" for n, s in
                           zip(curve.sizes, curve.seconds, strict=True))
         print(f"t(n)/t(1) at {c} cached: {ratios}", file=sys.stderr)
-    rp.save(args.output, records, curves)
+    rp.save(args.output, records, curves, end)
 
 
 def add_families(records: list[rp.Recorded]) -> None:
@@ -140,15 +142,16 @@ def interleaved(records: list[rp.Recorded], sets: list[str]) -> list[rp.Recorded
             if i < len(group)]
 
 
-def speedups_per_set(records, curves, config: str, sets: list[str],
-                     mixed: bool, growth_s: float = 0.0) -> dict[str, list[float]]:
+def speedups_per_set(records, curves, config: str, sets: list[str], mixed: bool,
+                     growth_s: float = 0.0, end: rp.AnswerEnd | None = None
+                     ) -> dict[str, list[float]]:
     """Per set, each answer's replayed speedup over plain under `config`; a `remember`
-    config keeps one memory per set, or one for all (mixed)."""
+    config keeps one memory per set, or one for all (mixed); `end`: rp.replay's."""
     cost = lambda r: rp.nearest_curve(curves, len(r.prompt))  # noqa: E731
     if mixed and config.startswith("remember:"):
         order = interleaved(records, sets)
         speedups = rp.replay_set(order, make_factory(config, curves)(), cost,
-                                 growth_s_per_row=growth_s)
+                                 growth_s_per_row=growth_s, end=end)
         out: dict[str, list[float]] = {s: [] for s in sets}
         for rec, speedup in zip(order, speedups, strict=True):
             out[rec.key.split("/")[0]].append(speedup)
@@ -159,18 +162,24 @@ def speedups_per_set(records, curves, config: str, sets: list[str],
         if config.startswith("remember:"):
             factory = factory()  # one memory per set, starting empty
         chosen = [r for r in records if r.key.split("/")[0] == set_name]
-        out[set_name] = rp.replay_set(chosen, factory, cost, growth_s_per_row=growth_s)
+        out[set_name] = rp.replay_set(chosen, factory, cost, growth_s_per_row=growth_s,
+                                      end=end)
     return out
 
 
 def run(args) -> None:
     records, curves = rp.load(args.recording)
+    end = rp.load_end(args.recording)
+    if args.eog_token is not None:
+        end = rp.AnswerEnd(args.eog_token, args.max_tokens or 192)
+    elif end is not None and args.max_tokens:
+        end = rp.AnswerEnd(end.eog_token, args.max_tokens)
     add_families(records)
     sets = list(dict.fromkeys(r.key.split("/")[0] for r in records))  # (recorded order)
     print(f"{'config':44s} " + "".join(f"{s:>20s}" for s in sets))
     for config in args.configs.split(","):
         results = speedups_per_set(records, curves, config, sets, args.mixed,
-                                   args.growth_ms_per_row / 1000)
+                                   args.growth_ms_per_row / 1000, end)
         cells = [f"{np.median(v):.3f}x ({np.mean(v):.3f})" for v in results.values()]
         print(f"{config:44s} " + "".join(f"{c:>20s}" for c in cells))
     print("median (mean) speedup over plain per prompt set; replayed, not timed"
@@ -193,6 +202,12 @@ def main(argv=None) -> None:
     rep.add_argument("--configs", default="plain,lookup:16,lookup:32,auto,remember:auto")
     rep.add_argument("--mixed", action="store_true",
                      help="remember across all sets, answers interleaved")
+    rep.add_argument("--eog-token", type=int, default=None,
+                     help="the end-of-generation id that ended the recorded answers (saved "
+                          "by `record` since it was kept; 151645 for Qwen2.5): drafts may "
+                          "then run past an answer's end, as in the engine")
+    rep.add_argument("--max-tokens", type=int, default=None,
+                     help="the recording's max_tokens (with --eog-token; default 192)")
     rep.add_argument("--growth-ms-per-row", type=float, default=0.0,
                      help="one-time cost per logit row a batch adds beyond any before it in "
                           "the process (llama.cpp's growing logits buffer; 2.7 measured for "

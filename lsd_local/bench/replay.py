@@ -50,6 +50,15 @@ class Recorded:
     family: str | None = None  # lsd_local.drafters.auto.learned.request_family of the prompt
 
 
+@dataclass(frozen=True)
+class AnswerEnd:
+    """How a recording's answers ended: `eog_token` (the model's end-of-generation id) closes
+    an answer that stopped by itself; each was asked for up to `max_tokens`."""
+
+    eog_token: int
+    max_tokens: int
+
+
 @dataclass
 class ReplayResult:
     seconds: float  # modelled decode time
@@ -107,8 +116,9 @@ class ReplayTarget:
     Token ids are made dense (0..distinct-1) so that rows stay small."""
 
     def __init__(self, sequence: np.ndarray, n_vocab: int, cost: Callable[[int], float],
-                 growth_s_per_row: float = 0.0):
+                 growth_s_per_row: float = 0.0, eog: int = -1):
         self.sequence = sequence  # int32[n]: prompt + recorded answer, dense ids
+        self.eog = eog  # the dense id that ends the answer (-1: none does)
         self.n_vocab = n_vocab
         self.cost = cost
         self.growth_s_per_row = growth_s_per_row
@@ -139,11 +149,11 @@ class ReplayTarget:
 
     @property
     def vocab(self) -> ReplayTarget:
-        """The loop asks the vocabulary whether a token ends the text: none does here."""
+        """The loop asks the vocabulary whether a token ends the text: `eog` does."""
         return self
 
     def is_eog(self, token: int) -> bool:
-        return False
+        return token == self.eog
 
 
 def dense_sequence(prompt: list[int], answer: list[int]) -> tuple[np.ndarray, int]:
@@ -156,16 +166,22 @@ def dense_sequence(prompt: list[int], answer: list[int]) -> tuple[np.ndarray, in
 
 def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
            cost: Callable[[int], float], k_cap: int = 64,
-           family: str | None = None, growth_s_per_row: float = 0.0) -> ReplayResult:
+           family: str | None = None, growth_s_per_row: float = 0.0, *,
+           end: AnswerEnd | None = None) -> ReplayResult:
     """Run `drafter` (None: plain steps) over `answer` under the strict rule, through the
     real round (`loop.step`) and K limit (`loop.draft_limit`), with ReplayTarget as target;
     the drafter begins a request of `family` as the engine would tell it; growth_s_per_row:
-    see the module docstring."""
+    see the module docstring. `end`: how the recording ended its answers; an answer that
+    ends with its end-of-generation token was asked for up to end.max_tokens, so drafts may
+    run past it, as in the engine (without `end`, drafts stop at the answer's last token)."""
     dense, n_vocab = dense_sequence(prompt, answer)
-    target = ReplayTarget(dense, n_vocab, cost, growth_s_per_row)
+    ended = end is not None and len(answer) > 0 and answer[-1] == end.eog_token
+    target = ReplayTarget(dense, n_vocab, cost, growth_s_per_row, int(dense[-1]) if ended else -1)
     history = TokenBuffer(len(dense) + 1)
     history.set(target.sequence[:len(prompt)])
-    request = LoopSettings(len(answer), k_cap, None)
+    max_tokens = max(len(answer), end.max_tokens) if ended else len(answer)
+    request = LoopSettings(max_tokens, k_cap, None)
+    _hear_end(drafter, target.is_eog)
     state = RoundState(np.random.default_rng(0))
     verifier = Verifier(RuleConfig(), None)
     if isinstance(drafter, CutLookup):
@@ -174,7 +190,8 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
         drafter.begin(family)
     lengths = []
     while history.n < len(dense):
-        k = draft_limit(request, history.n - len(prompt), history.n, len(dense) + 1)
+        k = draft_limit(request, history.n - len(prompt), history.n,
+                        len(prompt) + max_tokens + 1)
         done = step(target, drafter, verifier, history, request, state, k, clock=target.clock)
         lengths.append(done.n_drafted)
     if drafter is not None:
@@ -182,15 +199,23 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
     return ReplayResult(target.now, len(lengths), lengths)
 
 
+def _hear_end(drafter, is_eog) -> None:
+    """Tell a replayed drafter's prompt lookup which token ends the answer, as the engine
+    tells its own (drafters/factory.py: the target vocabulary's is_eog)."""
+    lookup = drafter if isinstance(drafter, LookupDrafter) else getattr(drafter, "lookup", None)
+    if isinstance(lookup, LookupDrafter):
+        lookup.is_stop = is_eog
+
+
 def replay_set(records: list[Recorded], make_drafter: Callable[[], object],
                costs: Callable[[Recorded], CostCurve], k_cap: int = 64,
-               growth_s_per_row: float = 0.0) -> list[float]:
+               growth_s_per_row: float = 0.0, end: AnswerEnd | None = None) -> list[float]:
     """Per-record speedup over plain decoding, a fresh drafter for each (as `lsd run`)."""
     out = []
     for rec in records:
         curve = costs(rec)
         result = replay(rec.prompt, rec.answer, make_drafter(), curve, k_cap, rec.family,
-                        growth_s_per_row)
+                        growth_s_per_row, end=end)
         out.append(result.speedup(curve(1), len(rec.answer)))
     return out
 
@@ -223,10 +248,13 @@ def calibration_from_curves(curves: dict[int, CostCurve]) -> Calibration:
     return Calibration(timings, curves[near](1), slope)
 
 
-def save(path: str | os.PathLike, records: list[Recorded], curves: dict[int, CostCurve]) -> None:
+def save(path: str | os.PathLike, records: list[Recorded], curves: dict[int, CostCurve],
+         end: AnswerEnd | None = None) -> None:
     data = {"records": [asdict(r) for r in records],
             "curves": {str(c): {"sizes": v.sizes, "seconds": v.seconds}
                        for c, v in curves.items()}}
+    if end is not None:
+        data["end"] = asdict(end)
     Path(path).write_text(json.dumps(data))
 
 
@@ -235,6 +263,12 @@ def load(path: str | os.PathLike) -> tuple[list[Recorded], dict[int, CostCurve]]
     records = [Recorded(**r) for r in data["records"]]
     curves = {int(c): CostCurve(v["sizes"], v["seconds"]) for c, v in data["curves"].items()}
     return records, curves
+
+
+def load_end(path: str | os.PathLike) -> AnswerEnd | None:
+    """How the recording's answers ended (None: recorded before that was kept)."""
+    end = json.loads(Path(path).read_text()).get("end")
+    return AnswerEnd(int(end["eog_token"]), int(end["max_tokens"])) if end else None
 
 
 def nearest_curve(curves: dict[int, CostCurve], context: int) -> CostCurve:

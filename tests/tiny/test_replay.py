@@ -270,3 +270,27 @@ def test_replay_script_replays_calibrated_auto_and_the_cut_bound(tmp_path, capsy
     assert drafter.cost.predict(np.array([32]), 300)[0] == pytest.approx(near(32))
     with pytest.raises(SystemExit, match="auto configurations only"):
         script.main(["run", str(tmp_path / "rec.json"), "--configs", "calibrated:lookup:8"])
+
+
+def test_an_answer_that_ends_lets_drafts_run_past_it_unless_lookup_stops_there():
+    """With `end`, an answer closed by its end-of-generation token was asked for more
+    tokens, so a copy's draft runs on past the end as in the engine; the lookup the replay
+    builds stops at that token (as the engine's does), and no tokens are scored past it."""
+    eog = 7777
+    passage = list(range(100, 140))
+    prompt = [1] + passage + [eog, 3, 4, 5, 6, 7, 8, 9] + [2]  # the template goes on after it
+    answer = passage + [eog]  # a copy that ends where the prompt's passage ends
+    end = rp.AnswerEnd(eog, 192)
+    bounded = rp.replay(prompt, answer, rp.FixedLookup(16), linear)  # (no end: as before)
+    ended = rp.replay(prompt, answer, rp.FixedLookup(16), linear, end=end)
+    assert bounded.draft_lengths[-1] == 0 and ended.draft_lengths[-1] == 1  # just the end
+
+    class Unstopped(rp.FixedLookup):  # the engine before lookup stopped at the end
+        def propose(self, history, k, sampler=None, rng=None, grammar=None):
+            self.lookup.is_stop = None
+            return super().propose(history, k)
+
+    past = rp.replay(prompt, answer, Unstopped(16), linear, end=end)
+    assert max(past.draft_lengths[-1:]) > ended.draft_lengths[-1]  # drafted past the end
+    assert past.seconds > ended.seconds
+    assert sum(n + 1 for n in ended.draft_lengths) >= len(answer)  # the answer is whole
