@@ -51,7 +51,7 @@ class LookupDrafter(Drafter):
         if self.is_stop is not None and m:  # (what follows an end is never committed)
             m = through_stop(tokens, self.is_stop)
         if grammar is not None and m:  # a shorter block costs less to verify
-            m = allowed_prefix(grammar, tokens)
+            m = allowed_prefix(grammar, tokens[:m])
         return Draft(tokens[:m].copy(), run=run, source=source)
 
     def end(self, history: np.ndarray, n_prompt: int | None = None) -> None:

@@ -133,3 +133,26 @@ def test_a_draft_ends_at_the_first_token_that_ends_the_generation():
     assert stopped.tokens.tolist() == [99] and stopped.run == plain.run
     never = LookupDrafter(max_ngram=6, min_ngram=6, is_stop=lambda t: False).propose(history, 8)
     assert never.tokens.tolist() == plain.tokens.tolist()
+
+
+def test_the_end_of_generation_cut_holds_under_a_grammar():
+    """A finished grammar may allow what follows an end token (llama.cpp's accepts the end
+    and stays put): the grammar's cut must not lengthen the draft again."""
+
+    class AllowsAll:  # the grammar state interface allowed_prefix uses
+        def clone(self):
+            return self
+
+        def allows(self, token):
+            return True
+
+        def accept(self, token, checked=False):
+            pass
+
+        def close(self):
+            pass
+
+    passage = [10, 11, 12, 13, 14, 15, 99, 20, 21, 22]
+    history = np.array(passage + [1, 2] + passage[:6], np.int32)
+    drafter = LookupDrafter(max_ngram=6, min_ngram=6, is_stop=lambda t: t == 99)
+    assert drafter.propose(history, 8, grammar=AllowsAll()).tokens.tolist() == [99]
