@@ -17,7 +17,8 @@ def make_drafter(cfg, draft, cross_vocab_target=None, index=None, target_vocab=N
     `cross_vocab_target` (the target Model, when the draft's vocabulary differs), the draft
     model drafts through text (CrossVocabDrafter). `index`: the suffix index over past
     requests that prompt lookup also searches (suffixstore.SuffixIndex or None);
-    `target_vocab`: the target's vocabulary, for text lookup (None: token lookup only)."""
+    `target_vocab`: the target's vocabulary, for text lookup and for where lookup stops (its
+    end-of-generation tokens; None: token lookup only, no stop)."""
     text = TextLookup(TextCodec(target_vocab)) if target_vocab is not None and \
         cfg.text_lookup else None
     is_stop = target_vocab.is_eog if target_vocab is not None else None
