@@ -92,8 +92,8 @@ class ModelDrafter(Drafter):
                 if not p_top >= self.p_min:  # NaN (no finite logit) stops too
                     break
             tokens.append(int(token))
-            if len(tokens) == k:
-                break
+            if len(tokens) == k or self.model.vocab.is_eog(int(token)):
+                break  # (nothing after an end-of-generation token is committed: base.py)
             if state is not None:
                 state.accept(int(token), checked=True)  # constrain_row's choice
             row = (yield from self._eval_steps(np.array([token], np.int32), 1))[0]

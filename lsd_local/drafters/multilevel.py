@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import MAX_NGRAM, MIN_NGRAM, P_MIN, SamplerSettings
-from .base import EMPTY_DRAFT, Draft, DraftSteps
+from .base import EMPTY_DRAFT, Draft, DraftSteps, through_stop
 from .lookup import lookup_any
 from .model import ModelDrafter, greedy_choice
 
@@ -52,7 +52,7 @@ class MultiLevelDrafter(ModelDrafter):
                 break
             self._work[n + n_draft] = token
             n_draft += 1
-            if n_draft == k:
+            if n_draft == k or self.model.vocab.is_eog(int(token)):
                 break
             guess = self._lookup(n + n_draft, k - n_draft)
             batch = np.concatenate(([token], guess)).astype(np.int32)
@@ -68,4 +68,5 @@ class MultiLevelDrafter(ModelDrafter):
                 n_ok += 1
             self.model.truncate(pos + 1 + n_ok)  # drop the guesses the draft model rejected
             row = rows[n_ok]
-        return Draft(self._work[n:n + n_draft].copy())
+        drafted = self._work[n:n + n_draft]  # (an accepted guess may be an end token too)
+        return Draft(drafted[:through_stop(drafted, self.model.vocab.is_eog)].copy())
