@@ -79,10 +79,18 @@ def make_factory(config: str, curves: dict | None = None):
         k = int(params[0]) if params else 31
         return lambda: rp.CutLookup(k)
     if name == "auto":
-        kwargs = {key: float(value) for key, value in (p.split("=", 1) for p in params)}
+        kwargs = {key: _setting(key, value) for key, value in (p.split("=", 1) for p in params)}
         return lambda: AutoDrafter(LookupDrafter(), **kwargs)
     raise SystemExit(f"unknown configuration {config!r} "
                      "(plain, lookup:K, cut:K, auto[:key=value])")
+
+
+def _setting(key: str, value: str):
+    """An auto setting from the command line: long_blocks as sizes joined by '+' ('' for
+    none: no block past 32), the others numbers."""
+    if key == "long_blocks":
+        return tuple(int(n) for n in value.split("+") if n)
+    return int(value) if key == "dense_blocks" else float(value)
 
 
 def calibrated(drafter, measured):

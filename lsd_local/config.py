@@ -82,9 +82,14 @@ DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
 # or none per round by measured costs (a fixed "model" default ran at 0.55x plain on a CPU)
 DEFAULT_DRAFTER = "auto"
 DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 31, "none": 0}  # fixed K per drafter
-LOOKUP_CAP = 31  # longest lookup draft auto considers: a block of 32 (docs/auto.md, CPU tiles)
+LOOKUP_CAP = 31  # longest fixed lookup draft: a block of 32 (docs/auto.md, CPU tiles)
+# Past a block of 32 auto drafts a copy only in these block sizes, each timed by the
+# calibration: a CPU's t(n) has steps there (48 and 64 cost less than one token more), so a
+# size between them is dearer than any line through the measured ones (docs/auto.md)
+LONG_BLOCKS = (48, 64)
+AUTO_LOOKUP_CAP = max(LONG_BLOCKS) - 1  # longest lookup draft auto considers
 MODEL_CAP = 8  # longest draft-model draft auto considers
-AUTO_K_CAP = {"auto": max(LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
+AUTO_K_CAP = {"auto": max(AUTO_LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
               "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round
 P_MIN = 0.75  # draft model: stop greedy drafting under this top-1 probability (--p-min)
 P_MIN_TOP_K = 10  # ... taken over the 10 likeliest tokens, as llama.cpp's draft sampler does

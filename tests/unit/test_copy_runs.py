@@ -200,3 +200,36 @@ def test_long_copies_are_scored_in_the_cheap_block_sizes(available, block):
         drafter.acceptance["lookup"].update(200, 64, 64)
     choice = drafter._choose(np.zeros(10, np.int32), available, LOOKUP_CAP, 200)
     assert (choice.source, choice.k + 1) == ("lookup", block)
+
+
+@pytest.mark.parametrize("available,block", [(200, 64), (63, 64), (62, 48), (50, 48),
+                                             (47, 48), (46, 32), (31, 32), (20, 21)])
+def test_past_a_block_of_32_a_copy_is_drafted_only_in_the_calibrated_long_blocks(
+        available, block):
+    """Where every longer block is cheaper per token (t(n) = a + b n, no steps) and a copy
+    never breaks, auto drafts the longest block the proposal fills, but past 32 tokens only
+    the long blocks the calibration times (48 and 64): a size between them, priced by
+    interpolation, is where a CPU's t(n) has its steps. Up to 32 any size."""
+    from lsd_local.config import LONG_BLOCKS
+
+    drafter = AutoDrafter(None)
+    for n in sorted({1, 2, 9, 16, 32, *LONG_BLOCKS}):
+        for _ in range(3):
+            drafter.cost.observe(n, 0.03 + 0.004 * n)
+    for _ in range(300):  # a copy that never breaks
+        drafter.acceptance["lookup"].update(200, 64, 64)
+    choice = drafter._choose(np.zeros(10, np.int32), available, drafter.lookup_cap, 200)
+    assert (choice.source, choice.k + 1) == ("lookup", block)
+    assert LONG_BLOCKS == (48, 64)  # (the cases above are written for these)
+
+
+def test_without_long_blocks_auto_drafts_at_most_lookups_cap():
+    """long_blocks=() keeps every lookup draft within LOOKUP_CAP (a block of 32)."""
+    drafter = AutoDrafter(None, long_blocks=())
+    for n in (1, 2, 9, 16, 32, 48, 64):
+        drafter.cost.observe(n, 0.03 + 0.004 * n)
+    for _ in range(300):
+        drafter.acceptance["lookup"].update(200, 64, 64)
+    assert drafter.lookup_cap == LOOKUP_CAP
+    choice = drafter._choose(np.zeros(10, np.int32), 200, 63, 200)
+    assert (choice.source, choice.k) == ("lookup", LOOKUP_CAP)

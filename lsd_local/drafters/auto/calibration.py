@@ -35,11 +35,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...config import LOOKUP_CAP, MODEL_CAP
+from ...config import LONG_BLOCKS, LOOKUP_CAP, MODEL_CAP
 from .estimators import CostModel, measure_decode_times, time_blocks
 
-LONG_BLOCK = LOOKUP_CAP + 1  # lookup's longest block (32)
-CALIBRATION_SIZES = (1, 2, MODEL_CAP + 1, LONG_BLOCK // 2, LONG_BLOCK)  # (interpolated between)
+LONG_BLOCK = LOOKUP_CAP + 1  # lookup's longest block of any length (32)
+CALIBRATION_SIZES = (1, 2, MODEL_CAP + 1, LONG_BLOCK // 2, LONG_BLOCK,  # (interpolated between)
+                     *LONG_BLOCKS)
 CALIBRATION_REPEATS = 2
 CALIBRATION_CONTEXT = 64  # tokens of the prompt the sizes are timed after
 SLOPE_SIZE = LONG_BLOCK // 2  # the block timed after both contexts

@@ -197,3 +197,27 @@ class RunAcceptanceModel:
         accepted, tried = level
         scale = min(1.0, max_tries / max(float(tried.sum()), 1e-9))
         return np.minimum(accepted, tried) * scale, tried * scale
+
+
+def score_shadow(model: RunAcceptanceModel, shadow: list, history: np.ndarray) -> bool:
+    """Score a pending lookup proposal (the auto drafter's shadow: [start, tokens int32[m],
+    positions scored, run, the int32 context it was made after]) against the tokens
+    `history` (int32[n]) committed since it was made: positions up to the first mismatch were
+    right, that one wrong. Scores the newly committed positions each round, so that plain
+    steps through a copied passage still score deep positions; returns whether it is done (a
+    mismatch, its whole length committed, or made after tokens that were not committed)."""
+    start, tokens, scored, run, before = shadow
+    seen = history[start - len(before):start]
+    if not np.array_equal(seen, before[:len(seen)]):
+        # it was made after tokens that were not committed (a grammar's forced head,
+        # then rejected): it continued another context, nothing to learn from it
+        return True
+    available = history[start + scored:start + len(tokens)]
+    fresh = tokens[scored:scored + len(available)]
+    mismatch = np.flatnonzero(available != fresh)
+    if len(mismatch):
+        model.update(run, len(tokens) - scored, int(mismatch[0]), scored)
+        return True
+    model.update(run, len(available), len(available), scored)
+    shadow[2] = scored + len(available)
+    return shadow[2] >= len(tokens)

@@ -10,12 +10,12 @@ from time import perf_counter
 
 import numpy as np
 
-from ...config import LOOKUP_CAP, MODEL_CAP, SamplerSettings
+from ...config import LONG_BLOCKS, LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter, DraftSteps, run_steps
 from ..lookup import LookupDrafter
 from . import calibration
 from .estimators import AcceptanceModel, CostModel, best_k
-from .lookup_acceptance import RunAcceptanceModel
+from .lookup_acceptance import RunAcceptanceModel, score_shadow
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
 # passage is being copied, and such proposals are mostly right where shorter matches depend on
@@ -78,8 +78,15 @@ class AutoDrafter(Drafter):
                  model: Drafter | None = None,  # Model-, MultiLevel- or CrossVocabDrafter
                  fixed_k: int | None = None, explore_every: int = EXPLORE_EVERY, clock=perf_counter,
                  lookup_prior: float = LOOKUP_PRIOR,
-                 long_lookup_prior: float = LONG_LOOKUP_PRIOR) -> None:
+                 long_lookup_prior: float = LONG_LOOKUP_PRIOR,
+                 long_blocks: tuple[int, ...] = LONG_BLOCKS,
+                 dense_blocks: int = LOOKUP_CAP + 1) -> None:
         self.clock = clock  # times the draft model (injectable for simulations)
+        # the lookup draft lengths auto may choose: blocks of any size up to dense_blocks,
+        # past it only long_blocks (bool[lookup_cap + 1], index K)
+        self.lookup_cap = max((dense_blocks, *long_blocks)) - 1
+        ks = np.arange(self.lookup_cap + 1)
+        self._lookup_k_ok = (ks < dense_blocks) | np.isin(ks + 1, long_blocks)
         self.lookup = lookup
         self.model = model
         self.fixed_k = fixed_k
@@ -114,7 +121,7 @@ class AutoDrafter(Drafter):
             self._used_source = "none"
             return EMPTY_DRAFT
         proposal = (EMPTY_DRAFT if self.lookup is None
-                    else self.lookup.propose(history, min(k, LOOKUP_CAP), grammar=grammar))
+                    else self.lookup.propose(history, min(k, self.lookup_cap), grammar=grammar))
         run = proposal.run
         kind = "suffix" if proposal.source == "suffix" else \
             "copy" if run >= LONG_MATCH else "short"
@@ -212,9 +219,10 @@ class AutoDrafter(Drafter):
         options = [plain]
         catch_up_s = 0.0
         if n_lookup:
-            k_max = min(n_lookup, k)
+            k_max = min(n_lookup, k, self.lookup_cap)
             expected = self.acceptance[lookup_model].expected_accepted(run, k_max)
-            options.append(self._option("lookup", expected, t, 0.0))
+            options.append(self._option("lookup", expected, t, 0.0,
+                                        allowed=self._lookup_k_ok[:k_max + 1]))
         model_ok = self._model_paid = self.model_can_pay(t)
         self._model_priced = self.rounds
         if model_ok:
@@ -235,7 +243,7 @@ class AutoDrafter(Drafter):
         requests' tokens are priced with what they commit (batch_yield): on a CPU where t(n)
         is not affine, a block that lifts the batch past a kernel switch can be nearly free,
         while one that doubles the step of a request with much to commit halves its speed."""
-        t = self.cost.predict(np.arange(1, max(LOOKUP_CAP, MODEL_CAP) + 2) + self.batch_tokens,
+        t = self.cost.predict(np.arange(1, max(self.lookup_cap, MODEL_CAP) + 2) + self.batch_tokens,
                               self._context)
         return t if not self.batch_free else \
             np.maximum(t - self.cost.predict(self.batch_free, self._context), 1e-9)
@@ -292,11 +300,12 @@ class AutoDrafter(Drafter):
             self.draft_token_s = measured.draft_token_s
 
     def _option(self, source: str, expected: np.ndarray, t: np.ndarray, draft_s: float,
-                catch_up: float = 0.0) -> _Choice:
+                catch_up: float = 0.0, allowed: np.ndarray | None = None) -> _Choice:
         """Best K for one drafter: expected float64[k_max + 1] = S(k) under its acceptance
         model, t float64[>= k_max + 1] predicted decode times; drafting costs draft_s per
-        forward (k + 1 with the catch-up pass) plus catch_up per round. The rate counts what
-        the others in the decode commit (batch_yield) beside this request's 1 + S(k)."""
+        forward (k + 1 with the catch-up pass) plus catch_up per round; allowed: bool[k_max +
+        1], the K it may choose (None: any). The rate counts what the others in the decode
+        commit (batch_yield) beside this request's 1 + S(k)."""
         k_max = len(expected) - 1
         expected = expected + self.batch_yield
         if self.fixed_k is not None:
@@ -307,6 +316,8 @@ class AutoDrafter(Drafter):
         if draft_s or catch_up:  # a lookup draft costs nothing to make: t(k + 1) alone
             ks = np.arange(k_max + 1)
             cost = cost + np.where(ks > 0, draft_s * (ks + 1) + catch_up, 0.0)
+        if allowed is not None:  # (K = 0 always is)
+            cost = np.where(allowed, cost, np.inf)
         k, rate = best_k(expected, cost)
         return _Choice(source if k else "none", k, rate)
 
@@ -341,30 +352,9 @@ class AutoDrafter(Drafter):
         return replace(draft, source=draft.source or "model")
 
     def _resolve_shadow(self, kind: str, history: np.ndarray) -> None:
-        """Score the pending lookup proposal of kind `kind` against the tokens committed
-        since it was made: positions up to the first mismatch were right, that one wrong. It
-        stays pending (and no new one of its kind starts) until a mismatch or its whole length
-        has been committed, scoring the newly committed positions each round, so that plain
-        steps through a copied passage still score deep positions."""
-        shadow = self._shadows[kind]
-        start, tokens, scored, run, before = shadow
-        seen = history[start - len(before):start]
-        if not np.array_equal(seen, before[:len(seen)]):
-            # it was made after tokens that were not committed (a grammar's forced head,
-            # then rejected): it continued another context, nothing to learn from it
-            del self._shadows[kind]
-            return
-        available = history[start + scored:start + len(tokens)]
-        fresh = tokens[scored:scored + len(available)]
-        mismatch = np.flatnonzero(available != fresh)
-        model = self.acceptance[_model_of(kind)]
-        if len(mismatch):
-            model.update(run, len(tokens) - scored, int(mismatch[0]), scored)
-            del self._shadows[kind]
-            return
-        model.update(run, len(available), len(available), scored)
-        shadow[2] = scored + len(available)
-        if shadow[2] >= len(tokens):
+        """Score the pending lookup proposal of kind `kind` (lookup_acceptance.score_shadow);
+        it stays pending until a mismatch or its whole length has been committed."""
+        if score_shadow(self.acceptance[_model_of(kind)], self._shadows[kind], history):
             del self._shadows[kind]
 
     def begin(self, family: str | None = None) -> None:
