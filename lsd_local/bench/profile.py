@@ -7,7 +7,10 @@ perfect drafts (every drafted token accepted): max over K of (K + 1) t(1) / t(K 
 with the draft model's cost per token added. Every scored token attends to every cached one,
 so a block's cost grows with the context faster than a step's (docs/auto.md): the ceiling is
 measured again after a long context (LONG_CONTEXT tokens, where the context allows), the
-one that holds for long prompts, long files copied and long conversations. It also reads the
+one that holds for long prompts, long files copied and long conversations. A real copy
+falls short of that ceiling by its first tokens (nothing matches yet) and its last block
+(partly filled): the profile also prints what perfect drafts make of a copied answer of
+COPY_TOKENS tokens (copy_speedup), the figure a copy task can be held to. It also reads the
 file's tensor types: on x86 CPUs only some weight types have a batched matrix kernel in
 llama.cpp (repacked Q4_0, Q4_K, IQ4_NL; llamafile's sgemm for Q8_0, Q4_0, Q5_0, IQ4_NL, F16,
 BF16, F32); the others are multiplied one row of the batch at a time, which is why a batch of
@@ -22,10 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import LONG_BLOCKS, MIN_NGRAM, MODEL_CAP
 from ..drafters.auto.estimators import perfect_draft_speedup
 
-PROFILE_SIZES = (1, 2, 4, 8, 12, 16, 24, 32)
+# (the draft model's longest block, MODEL_CAP + 1; auto's longest lookup blocks)
+PROFILE_SIZES = tuple(sorted({1, 2, 4, 8, MODEL_CAP + 1, 12, 16, 24, 32, *LONG_BLOCKS}))
 LONG_CONTEXT = 1500  # tokens cached before the second measurement (a long prompt or file)
+# An answer that copies its context cannot draft its first tokens (lookup matches the last
+# MIN_NGRAM, and before them come the template's markup) and ends in a block only partly
+# filled: the ceiling is also given for a copy of this many tokens (lsd bench's answers)
+COPY_TOKENS = 256
 # weight types with a batched kernel on x86 CPUs (llama.cpp's CPU_REPACK and llamafile sgemm)
 X86_BATCHED = frozenset({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "Q4_K"})
 
@@ -61,6 +70,21 @@ def best(speedups: dict[int, float]) -> tuple[int, float]:
     return (k, speedups[k]) if speedups and speedups[k] > 1.0 else (0, 1.0)
 
 
+def copy_speedup(target_s: dict[int, float], n_tokens: int = COPY_TOKENS,
+                 lead: int = MIN_NGRAM) -> float:
+    """The speedup over plain decoding of an answer of n_tokens that copies its context
+    with perfect drafts from its lead-th token on: lead plain steps, then the rest in the
+    cheapest blocks of the measured sizes (target_s: block size -> seconds, 1 included;
+    each round commits its block whole; a dynamic programme over the tokens left)."""
+    sizes = sorted(n for n in target_s if n >= 1)
+    rest = max(n_tokens - lead, 0)
+    best_s = np.full(rest + 1, np.inf)  # float64[rest + 1]: least seconds to commit m tokens
+    best_s[0] = 0.0
+    for m in range(1, rest + 1):
+        best_s[m] = min(target_s[b] + best_s[m - b] for b in sizes if b <= m)
+    return n_tokens * target_s[1] / (min(lead, n_tokens) * target_s[1] + best_s[rest])
+
+
 def profile(target, draft, context, repeats: int = 5) -> dict:
     """Measure and derive (target, draft: backend Models; context: int32 tokens), and the
     ceiling again after a long context (LONG_CONTEXT tokens of `context` repeated: what
@@ -71,16 +95,19 @@ def profile(target, draft, context, repeats: int = 5) -> dict:
     free = perfect_speedups(costs["target_s"])
     out = {"target_s": costs["target_s"], "draft_token_s": costs["draft_token_s"],
            "context": len(context), "free_drafts": free, "best_free": best(free),
+           "copy": copy_speedup(costs["target_s"]),
            "types": tensor_types(target.path), "machine": platform.machine()}
-    if costs["draft_token_s"] is not None:
-        with_model = perfect_speedups(costs["target_s"], costs["draft_token_s"])
+    if costs["draft_token_s"] is not None:  # (auto drafts at most MODEL_CAP with it)
+        with_model = {k: gain for k, gain in perfect_speedups(
+            costs["target_s"], costs["draft_token_s"]).items() if k <= MODEL_CAP}
         out["draft_model"], out["best_draft_model"] = with_model, best(with_model)
     n_long = min(LONG_CONTEXT, target.n_ctx - max(PROFILE_SIZES) - 1)
     if n_long >= 2 * len(context):  # (a context too small for it: not measured)
         long_s = measure_target_s(target, np.resize(np.asarray(context, np.int32), n_long),
                                   PROFILE_SIZES, repeats)
         out["long"] = {"context": n_long, "target_s": long_s,
-                       "best_free": best(perfect_speedups(long_s))}
+                       "best_free": best(perfect_speedups(long_s)),
+                       "copy": copy_speedup(long_s)}
     return out
 
 
@@ -99,13 +126,14 @@ def format_profile(result: dict) -> str:
         lines.append(f"        {n:>4} {1000 * seconds:8.1f} {seconds / t[1]:7.2f} "
                      + (f"{gain:14.2f}x" if gain is not None else f"{'-':>15}"))
     lines.append(f"best case, drafts free and all accepted (prompt lookup on a copy), after "
-                 f"{result['context']} tokens: {_gain_text(result['best_free'])}")
+                 f"{result['context']} tokens: {_gain_text(result['best_free'])}"
+                 + _copy_text(result))
     long = result.get("long")
     if long is not None:
         lines.append(f"  after {long['context']} tokens (a long prompt, file or conversation): "
-                     f"{_gain_text(long['best_free'])}; t(n) / t(1) there: " + " ".join(
-                         f"{n}:{s / long['target_s'][1]:.2f}"
-                         for n, s in long["target_s"].items() if n > 1))
+                     f"{_gain_text(long['best_free'])}{_copy_text(long)}; t(n) / t(1) there: "
+                     + " ".join(f"{n}:{s / long['target_s'][1]:.2f}"
+                                for n, s in long["target_s"].items() if n > 1))
     if "best_draft_model" in result:
         k, gain = result["best_draft_model"]
         lines.append(f"draft model: {1000 * result['draft_token_s']:.1f} ms per token "
@@ -113,6 +141,13 @@ def format_profile(result: dict) -> str:
                      + (f"{gain:.2f}x at K = {k}" if k else "never beats plain decoding here"))
     lines += _types_lines(result["types"], result["machine"])
     return "\n".join(lines)
+
+
+def _copy_text(result: dict) -> str:
+    if "copy" not in result:
+        return ""
+    return (f" (an answer of {COPY_TOKENS} tokens copied, its first {MIN_NGRAM} "
+            f"undrafted: {result['copy']:.2f}x)")
 
 
 def _gain_text(best_case: tuple[int, float]) -> str:

@@ -226,7 +226,7 @@ def test_profile_in_a_small_context_skips_the_long_one(tiny_pair):
     from lsd_local.bench.profile import format_profile, profile
 
     engine = Engine.load(tiny_pair[0], drafter="none", n_ctx=256)
-    try:  # (room for 223 cached tokens: not twice the 150 of the prompt)
+    try:  # (room for 191 cached tokens: not twice the 150 of the prompt)
         result = profile(engine.target, None, list(range(1, 151)), repeats=1)
     finally:
         engine.close()

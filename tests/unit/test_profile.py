@@ -44,3 +44,25 @@ def test_the_types_of_a_real_gguf_file(tiny_pair):
     """The tiny test model's weights are F32 (its norms, 1-D, are left out)."""
     types = profile.tensor_types(tiny_pair[0])
     assert set(types) == {"F32"} and types["F32"]["tensors"] >= 2 * 7
+
+
+def test_a_copy_of_a_whole_answer_pays_its_first_tokens_and_its_last_partial_block():
+    """t(1) = 1, t(2) = 1.5, t(4) = 2 (hand-made): a 10-token answer whose first 2 tokens
+    cannot be drafted costs 2 steps and two blocks of 4 (6 in all); an 11-token one a step
+    more; an answer no longer than its lead is plain decoding."""
+    curve = {1: 1.0, 2: 1.5, 4: 2.0}
+    assert profile.copy_speedup(curve, 10, lead=2) == pytest.approx(10 / 6)
+    assert profile.copy_speedup(curve, 11, lead=2) == pytest.approx(11 / 7)
+    assert profile.copy_speedup(curve, 2, lead=2) == pytest.approx(1.0)
+    # a long copy approaches the best block's speedup from below
+    best_block = profile.best(profile.perfect_speedups(curve))[1]
+    assert profile.copy_speedup(curve, 10, 2) < profile.copy_speedup(curve, 1000, 2) \
+        < best_block
+
+
+def test_the_profile_prints_the_copy_ceiling():
+    text = profile.format_profile({"target_s": CURVE, "free_drafts":
+                                   profile.perfect_speedups(CURVE), "best_free": (31, 1.73),
+                                   "copy": 1.41, "context": 300, "types": {},
+                                   "machine": "x86_64"})
+    assert f"an answer of {profile.COPY_TOKENS} tokens copied" in text and "1.41x" in text
