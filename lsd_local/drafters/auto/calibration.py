@@ -7,7 +7,8 @@ sequences' drafters and learned.json keeps it between processes).
   never tried, not even to explore (on 2 CPU cores it costs 65 % of a target step and 8
   tokens cost 7 steps: its one trial, with the whole prompt to catch up, cost a short answer
   18 %), so t(n) up to MODEL_CAP + 1 is measured. The blocks of lookup's longest draft and
-  of half of it are measured too (16 and 32: LOOKUP_CAP + 1 and half that): t(n) on a CPU
+  of half of it are measured too (16 and 32: LOOKUP_CAP + 1 and half that), and auto's
+  longer blocks (LONG_BLOCKS, 48 and 64), the only sizes past 32 it drafts: t(n) on a CPU
   has steps (ggml's kernels tile the batch; 16 and 32 tokens here cost 8-15 % less than one
   more, which is why lookup drafts 31, not 32), and beyond its largest measured size the cost
   model extrapolates optimistically, so that with only 9 measured a prose answer's first long
@@ -23,9 +24,11 @@ sequences' drafters and learned.json keeps it between processes).
 - Before any prompt (`lsd serve` at startup, `Engine.calibrate`): the same sizes and the slope
   are timed on filler tokens (a step costs the same whatever the tokens are), so that no
   request waits while they are measured: side by side, a first request's calibration held
-  every other stream for seconds. It takes 5.7-6.7 s on the Qwen pair on 2 cores (3.3 s of
+  every other stream for seconds. It took 5.7-6.7 s on the Qwen pair on 2 cores (3.3 s of
   it the sizes and the draft model, the rest the slope's 320-token prefill), once per
-  machine and model pair where auto remembers.
+  machine and model pair where auto remembers; timing the long blocks too (48 and 64,
+  LONG_BLOCKS: auto drafts copies in them) took it from 7.4 to 11.1 s on a VM whose step
+  is 87 ms.
 """
 
 from __future__ import annotations
