@@ -87,7 +87,7 @@ LOOKUP_CAP = 31  # longest fixed lookup draft: a block of 32 (docs/auto.md, CPU 
 # calibration: a CPU's t(n) has steps there (48 and 64 cost less than one token more), so a
 # size between them is dearer than any line through the measured ones (docs/auto.md)
 LONG_BLOCKS = (48, 64)
-AUTO_LOOKUP_CAP = max(LONG_BLOCKS) - 1  # longest lookup draft auto considers
+AUTO_LOOKUP_CAP = max((LOOKUP_CAP + 1, *LONG_BLOCKS)) - 1  # longest lookup draft auto considers
 MODEL_CAP = 8  # longest draft-model draft auto considers
 AUTO_K_CAP = {"auto": max(AUTO_LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
               "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round

@@ -137,7 +137,7 @@ class Engine:
         if dcfg.uses_draft_model and self.draft_model is None:
             raise ParameterError(f"invalid drafter: {dcfg.drafter!r} needs a draft model, "
                                  "and this engine was loaded without one", param="drafter")
-        check(dcfg.k_value + 1 <= self.target.n_batch, "k",
+        check(dcfg.adaptive_k or dcfg.k_value + 1 <= self.target.n_batch, "k",  # (a cap: cut)
               f"{dcfg.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
 
     @property
@@ -210,8 +210,8 @@ class Engine:
             request.repeat_penalty, request.repeat_last_n, request.presence_penalty,
             request.frequency_penalty,
             logit_bias_pairs(request.logit_bias, vocab, banned_opener(plan, vocab)))
-        settings = LoopSettings(request.max_tokens, dcfg.k_value, sampler,
-                                grammar_top(rcfg, sampler, self.target.n_vocab),
+        settings = LoopSettings(request.max_tokens, min(dcfg.k_value, self.target.n_batch - 1),
+                                sampler, grammar_top(rcfg, sampler, self.target.n_vocab),
                                 penalties if penalties.active else None, request.logprobs)
         parser = None if text is None else output_parser(
             template, plan, text, request.reasoning)

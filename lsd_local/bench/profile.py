@@ -74,14 +74,16 @@ def copy_speedup(target_s: dict[int, float], n_tokens: int = COPY_TOKENS,
                  lead: int = MIN_NGRAM) -> float:
     """The speedup over plain decoding of an answer of n_tokens that copies its context
     with perfect drafts from its lead-th token on: lead plain steps, then the rest in the
-    cheapest blocks of the measured sizes (target_s: block size -> seconds, 1 included;
-    each round commits its block whole; a dynamic programme over the tokens left)."""
+    cheapest blocks of the measured sizes (target_s: block size -> seconds, 1 included; a
+    round commits its block whole, the last one what is left, as a draft may run past a
+    copy's end; a dynamic programme over the tokens left). Sizes between the measured ones
+    are left out: the figure is the curve's, as auto drafts (docs/devices.md)."""
     sizes = sorted(n for n in target_s if n >= 1)
     rest = max(n_tokens - lead, 0)
     best_s = np.full(rest + 1, np.inf)  # float64[rest + 1]: least seconds to commit m tokens
     best_s[0] = 0.0
     for m in range(1, rest + 1):
-        best_s[m] = min(target_s[b] + best_s[m - b] for b in sizes if b <= m)
+        best_s[m] = min(target_s[b] + best_s[max(m - b, 0)] for b in sizes)
     return n_tokens * target_s[1] / (min(lead, n_tokens) * target_s[1] + best_s[rest])
 
 

@@ -189,3 +189,17 @@ def test_calibration_measures_the_sizes_that_fit_the_batch(tiny_pair, plain):
             assert gen.tokens == plain.generate(prompt, max_tokens=30).run().tokens, prompt
         assert eng.drafter.draft_token_s > 0
         assert eng.drafter.cost.knows(16) and not eng.drafter.cost.knows(32)
+
+
+def test_auto_on_an_engine_with_a_batch_smaller_than_its_longest_block(tiny_pair, plain):
+    """auto's K is a cap (63: a block of 64), not a request: an engine loaded with a batch of
+    32 tokens per decode switches to auto without an error and drafts at most 31, still
+    greedy's answer. A fixed K past the batch stays a named error."""
+    with Engine.load(tiny_pair[0], drafter="lookup", k=4, n_batch=32, n_ctx=TINY_CTX) as eng:
+        assert eng.target.n_batch == 32
+        eng.configure(drafter="auto")
+        for prompt in PROMPTS:
+            gen = eng.generate(prompt, max_tokens=40).run()
+            assert gen.tokens == plain.generate(prompt, max_tokens=40).run().tokens, prompt
+        with pytest.raises(config.ParameterError, match="invalid k: .*n_batch"):
+            eng.configure(k=40)

@@ -233,3 +233,52 @@ def test_without_long_blocks_auto_drafts_at_most_lookups_cap():
     assert drafter.lookup_cap == LOOKUP_CAP
     choice = drafter._choose(np.zeros(10, np.int32), 200, 63, 200)
     assert (choice.source, choice.k) == ("lookup", LOOKUP_CAP)
+
+
+def long_copy_drafter(**kwargs) -> AutoDrafter:
+    """An auto drafter whose costs favour every longer block (t(n) = a + b n, the sizes the
+    calibration times measured) and whose lookup copies never broke."""
+    drafter = AutoDrafter(None, **kwargs)
+    for n in (1, 2, 9, 16, 32, 48, 64):
+        for _ in range(3):
+            drafter.cost.observe(n, 0.03 + 0.004 * n)
+    for _ in range(300):
+        drafter.acceptance["lookup"].update(200, 64, 64)
+    return drafter
+
+
+@pytest.mark.parametrize("fixed_k,available,k", [(40, 200, 31), (63, 50, 47), (63, 200, 63),
+                                                 (20, 200, 20)])
+def test_a_fixed_k_drafts_the_longest_allowed_block_up_to_it(fixed_k, available, k):
+    """`--drafter auto -k N`: K is not chosen, but past a block of 32 it is still one of the
+    long blocks (a K of 40 drafts 31, as the cap of 31 made it before)."""
+    drafter = long_copy_drafter(fixed_k=fixed_k)
+    choice = drafter._choose(np.zeros(10, np.int32), available, 63, 200)
+    assert (choice.source, choice.k) == ("lookup", k)
+
+
+@pytest.mark.parametrize("others,block", [(0, 64), (10, 54), (16, 48), (40, 32)])
+def test_beside_others_a_long_block_makes_the_whole_decode_a_long_block(others, block):
+    """Side by side (or after a grammar's forced head) the decode's size is this block plus
+    the others' tokens: past 32 of its own, auto drafts the block that makes the decode 48 or
+    64, not one whose decode falls between them; up to 32 of its own any size."""
+    drafter = long_copy_drafter()
+    drafter.batch_tokens = others
+    choice = drafter._choose(np.zeros(10, np.int32), 200, 63, 200)
+    assert (choice.source, choice.k + 1) == ("lookup", block)
+
+
+def test_a_long_copy_is_proposed_and_drafted_as_a_block_of_64():
+    """Through propose, with the real prompt lookup: a passage of 200 tokens seen before and
+    being copied again is drafted 63 tokens at a time (not 31, lookup's fixed cap)."""
+    from lsd_local.drafters.lookup import LookupDrafter
+
+    passage = np.random.default_rng(3).integers(5, 900, 200).astype(np.int32)
+    history = np.concatenate([passage, np.array([1, 2], np.int32), passage[:40]])
+    drafter = AutoDrafter(LookupDrafter())
+    for n in (1, 2, 9, 16, 32, 48, 64):
+        drafter.cost.observe(n, 0.03 + 0.004 * n)
+    for _ in range(300):
+        drafter.acceptance["lookup"].update(200, 64, 64)
+    draft = drafter.propose(history, 63)
+    assert len(draft) == 63 and np.array_equal(draft.tokens, passage[40:103])

@@ -66,3 +66,10 @@ def test_the_profile_prints_the_copy_ceiling():
                                    "copy": 1.41, "context": 300, "types": {},
                                    "machine": "x86_64"})
     assert f"an answer of {profile.COPY_TOKENS} tokens copied" in text and "1.41x" in text
+
+
+def test_a_copys_last_block_may_be_a_cheaper_larger_one():
+    """Where a block of 4 costs less than one of 3 (a CPU's steps), the last 3 tokens of a
+    copy are drafted in a block of 4 (what runs past the end is not committed)."""
+    curve = {1: 1.0, 3: 2.5, 4: 2.0}
+    assert profile.copy_speedup(curve, 7, lead=0) == pytest.approx(7 / 4.0)

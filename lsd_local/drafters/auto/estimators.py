@@ -228,6 +228,17 @@ def best_k(expected: np.ndarray, round_seconds: np.ndarray) -> tuple[int, float]
     return k, float(rates[k])
 
 
+def allowed_blocks(k_max: int, dense: int, long_blocks: np.ndarray, others: int = 0
+                   ) -> np.ndarray:
+    """bool[k_max + 1], index K: whether a draft of K tokens may be chosen: blocks (K + 1) of
+    any size up to `dense`, past it only those whose decode, with `others` tokens of other
+    requests or a grammar's in it, is one of `long_blocks` (int64[m]). A CPU's t(n) has steps
+    (at multiples of 16 on the VMs measured), and a size between the measured ones is dearer
+    than a line through them prices it: auto drafts past `dense` only in measured sizes."""
+    ks = np.arange(k_max + 1)
+    return (ks < dense) | np.isin(ks + 1 + others, long_blocks)
+
+
 def expected_tokens(acceptance: float, k: int) -> float:
     """Tokens a round drafting k commits when each draft token is accepted with probability
     `acceptance`, left to right: 1 + S(k) = (1 - a^(k+1)) / (1 - a)."""

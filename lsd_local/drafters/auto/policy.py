@@ -14,7 +14,7 @@ from ...config import LONG_BLOCKS, LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter, DraftSteps, run_steps
 from ..lookup import LookupDrafter
 from . import calibration
-from .estimators import AcceptanceModel, CostModel, best_k
+from .estimators import AcceptanceModel, CostModel, allowed_blocks, best_k
 from .lookup_acceptance import RunAcceptanceModel, score_shadow
 
 # Prompt lookup proposes after a 6..12-gram match. A match of the longest n-gram means a
@@ -82,11 +82,9 @@ class AutoDrafter(Drafter):
                  long_blocks: tuple[int, ...] = LONG_BLOCKS,
                  dense_blocks: int = LOOKUP_CAP + 1) -> None:
         self.clock = clock  # times the draft model (injectable for simulations)
-        # the lookup draft lengths auto may choose: blocks of any size up to dense_blocks,
-        # past it only long_blocks (bool[lookup_cap + 1], index K)
+        # the lookup draft lengths auto may choose (estimators.allowed_blocks)
         self.lookup_cap = max((dense_blocks, *long_blocks)) - 1
-        ks = np.arange(self.lookup_cap + 1)
-        self._lookup_k_ok = (ks < dense_blocks) | np.isin(ks + 1, long_blocks)
+        self._blocks = (dense_blocks, np.asarray(long_blocks, np.int64))
         self.lookup = lookup
         self.model = model
         self.fixed_k = fixed_k
@@ -222,7 +220,8 @@ class AutoDrafter(Drafter):
             k_max = min(n_lookup, k, self.lookup_cap)
             expected = self.acceptance[lookup_model].expected_accepted(run, k_max)
             options.append(self._option("lookup", expected, t, 0.0,
-                                        allowed=self._lookup_k_ok[:k_max + 1]))
+                                        allowed=allowed_blocks(k_max, *self._blocks,
+                                                               self.batch_tokens)))
         model_ok = self._model_paid = self.model_can_pay(t)
         self._model_priced = self.rounds
         if model_ok:
@@ -308,8 +307,9 @@ class AutoDrafter(Drafter):
         commit (batch_yield) beside this request's 1 + S(k)."""
         k_max = len(expected) - 1
         expected = expected + self.batch_yield
-        if self.fixed_k is not None:
+        if self.fixed_k is not None:  # (the longest allowed K up to it)
             k = min(k_max, self.fixed_k)
+            k = k if allowed is None else int(np.flatnonzero(allowed[:k + 1])[-1])
             cost = t[k] + draft_s * (k + 1) + catch_up
             return _Choice(source, k, (1 + expected[k]) / max(cost, 1e-9))
         cost = t[:k_max + 1]
