@@ -151,15 +151,15 @@ def interleaved(records: list[rp.Recorded], sets: list[str]) -> list[rp.Recorded
 
 
 def speedups_per_set(records, curves, config: str, sets: list[str], mixed: bool,
-                     growth_s: float = 0.0, end: rp.AnswerEnd | None = None
+                     growth_s: float = 0.0, end: rp.AnswerEnd | None = None, vocab=None
                      ) -> dict[str, list[float]]:
     """Per set, each answer's replayed speedup over plain under `config`; a `remember`
-    config keeps one memory per set, or one for all (mixed); `end`: rp.replay's."""
+    config keeps one memory per set, or one for all (mixed); `end`, `vocab`: rp.replay's."""
     cost = lambda r: rp.nearest_curve(curves, len(r.prompt))  # noqa: E731
     if mixed and config.startswith("remember:"):
         order = interleaved(records, sets)
         speedups = rp.replay_set(order, make_factory(config, curves)(), cost,
-                                 growth_s_per_row=growth_s, end=end)
+                                 growth_s_per_row=growth_s, end=end, vocab=vocab)
         out: dict[str, list[float]] = {s: [] for s in sets}
         for rec, speedup in zip(order, speedups, strict=True):
             out[rec.key.split("/")[0]].append(speedup)
@@ -171,7 +171,7 @@ def speedups_per_set(records, curves, config: str, sets: list[str], mixed: bool,
             factory = factory()  # one memory per set, starting empty
         chosen = [r for r in records if r.key.split("/")[0] == set_name]
         out[set_name] = rp.replay_set(chosen, factory, cost, growth_s_per_row=growth_s,
-                                      end=end)
+                                      end=end, vocab=vocab)
     return out
 
 
@@ -184,14 +184,24 @@ def run(args) -> None:
         end = rp.AnswerEnd(end.eog_token, args.max_tokens)
     add_families(records)
     sets = list(dict.fromkeys(r.key.split("/")[0] for r in records))  # (recorded order)
+    target = load_target(args.text_lookup) if args.text_lookup else None
+    vocab = target.vocab if target is not None else None
     print(f"{'config':44s} " + "".join(f"{s:>20s}" for s in sets))
     for config in args.configs.split(","):
         results = speedups_per_set(records, curves, config, sets, args.mixed,
-                                   args.growth_ms_per_row / 1000, end)
+                                   args.growth_ms_per_row / 1000, end, vocab)
         cells = [f"{np.median(v):.3f}x ({np.mean(v):.3f})" for v in results.values()]
         print(f"{config:44s} " + "".join(f"{c:>20s}" for c in cells))
     print("median (mean) speedup over plain per prompt set; replayed, not timed"
           + ("; remember: one memory for all sets, interleaved" if args.mixed else ""))
+
+
+def load_target(path: str):
+    """The recording's target, for its vocabulary (a Vocab lives no longer than its Model;
+    the weights are mapped, not read)."""
+    from lsd_local.backend import LoadOptions, Model
+
+    return Model.load(path, LoadOptions(n_ctx=256))
 
 
 def main(argv=None) -> None:
@@ -216,6 +226,9 @@ def main(argv=None) -> None:
                           "then run past an answer's end, as in the engine")
     rep.add_argument("--max-tokens", type=int, default=None,
                      help="the recording's max_tokens (with --eog-token; default 192)")
+    rep.add_argument("--text-lookup", metavar="MODEL", default=None,
+                     help="model text lookup (as the engine's lookup does where no token "
+                          "n-gram matches) with the vocabulary of MODEL, the recording's target")
     rep.add_argument("--growth-ms-per-row", type=float, default=0.0,
                      help="one-time cost per logit row a batch adds beyond any before it in "
                           "the process (llama.cpp's growing logits buffer; 2.7 measured for "

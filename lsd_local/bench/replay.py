@@ -13,7 +13,9 @@ without a draft model), per-round Python overhead, and numerical differences bet
 and single-token evaluation (strict runs agree with plain on 75-100 % of answers). What it
 can add: `growth_s_per_row`, the one-time cost of a batch with more logit rows than any
 before it in the process (llama.cpp grows and clears its logits buffer: ~2.7 ms per added
-row of Qwen2.5's 151k logits on the 2-core VM), off by default.
+row of Qwen2.5's 151k logits on the 2-core VM), off by default; and, given the target's
+vocabulary (`vocab`), text lookup (drafters/textlookup.py), which the engine's lookup runs
+where no token n-gram matches: its tokens are spelled by the real ids behind the dense ones.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from ..drafters.auto.calibration import (
 )
 from ..drafters.auto.estimators import CostCurve, measure_decode_times
 from ..drafters.base import Drafter
+from ..drafters.crossvocab import TextCodec
 from ..drafters.lookup import LookupDrafter
+from ..drafters.textlookup import TextLookup
 from ..loop import LoopSettings, RoundState, TokenBuffer, draft_limit, step
 from ..verify.verifier import Verifier
 
@@ -164,17 +168,51 @@ def dense_sequence(prompt: list[int], answer: list[int]) -> tuple[np.ndarray, in
     return dense.astype(np.int32), len(ids)
 
 
+OTHER_IDS = 4096  # dense ids for tokens a text draft spells that the recording never holds
+
+
+class DenseVocab:
+    """A backend Vocab seen through a replay's dense ids (`real`: int64[distinct], the real
+    id of each dense one): what text lookup's codec asks of a vocabulary. Real ids the
+    recording lacks get dense ids from len(real) on (the last one shared once OTHER_IDS
+    are taken), which no recorded token equals."""
+
+    def __init__(self, vocab, real: np.ndarray) -> None:
+        self.vocab, self.real = vocab, real
+        self.dense = {int(r): d for d, r in enumerate(real.tolist())}
+        self.others: list[int] = []
+
+    def token_bytes_special(self, token: int) -> bytes:
+        other = token - len(self.real)
+        return self.vocab.token_bytes_special(
+            int(self.real[token]) if other < 0 else self.others[other])
+
+    def tokenize_bytes(self, data: bytes, add_special: bool, parse_special: bool) -> list[int]:
+        return [self._dense(t) for t in self.vocab.tokenize_bytes(data, add_special,
+                                                                  parse_special)]
+
+    def _dense(self, token: int) -> int:
+        dense = self.dense.get(token)
+        if dense is None and len(self.others) < OTHER_IDS:
+            dense = self.dense[token] = len(self.real) + len(self.others)
+            self.others.append(token)
+        return len(self.real) + OTHER_IDS - 1 if dense is None else dense
+
+
 def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
            cost: Callable[[int], float], k_cap: int = 64,
            family: str | None = None, growth_s_per_row: float = 0.0, *,
-           end: AnswerEnd | None = None) -> ReplayResult:
+           end: AnswerEnd | None = None, vocab=None) -> ReplayResult:
     """Run `drafter` (None: plain steps) over `answer` under the strict rule, through the
     real round (`loop.step`) and K limit (`loop.draft_limit`), with ReplayTarget as target;
     the drafter begins a request of `family` as the engine would tell it; growth_s_per_row:
     see the module docstring. `end`: how the recording ended its answers; an answer that
     ends with its end-of-generation token was asked for up to end.max_tokens, so drafts may
-    run past it, as in the engine (without `end`, drafts stop at the answer's last token)."""
+    run past it, as in the engine (without `end`, drafts stop at the answer's last token).
+    `vocab` (the target's backend Vocab): the drafter's lookup does text lookup too."""
     dense, n_vocab = dense_sequence(prompt, answer)
+    if vocab is not None and _give_text(drafter, vocab, prompt, answer):
+        n_vocab += OTHER_IDS
     ended = end is not None and len(answer) > 0 and answer[-1] == end.eog_token
     target = ReplayTarget(dense, n_vocab, cost, growth_s_per_row, int(dense[-1]) if ended else -1)
     history = TokenBuffer(len(dense) + 1)
@@ -202,20 +240,38 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
 def _hear_end(drafter, is_eog) -> None:
     """Tell a replayed drafter's prompt lookup which token ends the answer, as the engine
     tells its own (drafters/factory.py: the target vocabulary's is_eog)."""
-    lookup = drafter if isinstance(drafter, LookupDrafter) else getattr(drafter, "lookup", None)
-    if isinstance(lookup, LookupDrafter):
+    lookup = _lookup_of(drafter)
+    if lookup is not None:
         lookup.is_stop = is_eog
+
+
+def _give_text(drafter, vocab, prompt: list[int], answer: list[int]) -> bool:
+    """Give a replayed drafter's prompt lookup text lookup over this answer's dense ids, as
+    the engine's factory gives its own; whether it has a lookup to give it to."""
+    lookup = _lookup_of(drafter)
+    if lookup is None:
+        return False
+    real = np.unique(np.array(list(prompt) + list(answer), np.int64))
+    lookup.text = TextLookup(TextCodec(DenseVocab(vocab, real)))
+    return True
+
+
+def _lookup_of(drafter) -> LookupDrafter | None:
+    """The LookupDrafter a replayed drafter proposes with (itself, auto's, FixedLookup's)."""
+    lookup = drafter if isinstance(drafter, LookupDrafter) else getattr(drafter, "lookup", None)
+    return lookup if isinstance(lookup, LookupDrafter) else None
 
 
 def replay_set(records: list[Recorded], make_drafter: Callable[[], object],
                costs: Callable[[Recorded], CostCurve], k_cap: int = 64,
-               growth_s_per_row: float = 0.0, end: AnswerEnd | None = None) -> list[float]:
+               growth_s_per_row: float = 0.0, end: AnswerEnd | None = None,
+               vocab=None) -> list[float]:
     """Per-record speedup over plain decoding, a fresh drafter for each (as `lsd run`)."""
     out = []
     for rec in records:
         curve = costs(rec)
         result = replay(rec.prompt, rec.answer, make_drafter(), curve, k_cap, rec.family,
-                        growth_s_per_row, end=end)
+                        growth_s_per_row, end=end, vocab=vocab)
         out.append(result.speedup(curve(1), len(rec.answer)))
     return out
 

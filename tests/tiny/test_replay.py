@@ -156,6 +156,26 @@ def test_replay_script_prints_a_table_per_set(tmp_path, capsys):
         script.main(["run", str(tmp_path / "rec.json"), "--configs", "magic"])
 
 
+def test_replay_script_models_text_lookup_with_the_targets_vocabulary(tmp_path, capsys,
+                                                                     tiny_pair):
+    """--text-lookup MODEL: the recording's tokens spelled by MODEL's vocabulary. An answer
+    that repeats the prompt's words under other tokens (the tiny vocabulary spells " a" after
+    a space as one token, "a" after "(" as another) is drafted sooner where text lookup runs."""
+    with Engine.load(tiny_pair[0], drafter="none", n_ctx=512) as eng:
+        vocab = eng.target.vocab
+        prompt = vocab.tokenize("say a word, a world, a wonder\n", add_special=False)
+        answer = vocab.tokenize("(a word, (a world, (a wonder", add_special=False)
+        assert vocab.tokenize(" a", add_special=False)[-1] not in answer
+    script = load_script()
+    records = [rp.Recorded("x/retokenized", prompt, answer, family="retokenized")]
+    plain_lookup = replay_table(script, tmp_path, capsys, records, "lookup:8")
+    script.main(["run", str(tmp_path / "rec.json"), "--configs", "lookup:8",
+                 "--text-lookup", str(tiny_pair[0])])
+    with_text = capsys.readouterr().out.splitlines()
+    without = float(plain_lookup[1].split()[1].rstrip("x"))
+    assert float(with_text[1].split()[1].rstrip("x")) > without
+
+
 def test_remembering_replay_starts_each_answer_from_the_previous_ones():
     """`remember:auto` replays as `lsd run` with what it learned: the second copied answer
     drafts from its first round (a fresh auto spends it measuring t(1)), and gains."""
