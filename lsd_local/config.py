@@ -107,7 +107,11 @@ SUFFIX_PROMPT_TAIL = 64
 TEXT_LOOKUP_MIN_CHARS = 5
 TEXT_LOOKUP_MAX_CHARS = 32
 TEXT_LOOKUP_MIN_ALNUM = 4
-TEXT_LOOKUP_MAX_TOKENS = 8  # a text match is weaker evidence than a token n-gram: short drafts
+# A text match is weaker evidence than a token n-gram: short drafts. Its first tokens bridge a
+# copy's other tokenization (token lookup takes over after); a match of a few characters in
+# new text is mostly wrong at once, and a longer draft only costs more then (replayed with
+# text lookup modelled: HumanEval +3.1 %, code edits +2.2 % against 8; docs/auto.md)
+TEXT_LOOKUP_MAX_TOKENS = 3
 
 
 class _Settings:

@@ -145,27 +145,32 @@ def same_answer(row: dict, base: dict) -> bool:
 
 def differing_answers(rows: Sequence[dict], baseline: str = "plain") -> list[str]:
     """One line per external command whose answers differ from lsd's plain decoding on some
-    prompts (their speed there compares different work), or whose answers were not read."""
+    prompts (their speed there compares different work), or whose answers were not read, or
+    that decoded past --max-tokens (its speed is then counted over the tokens asked)."""
     base = {(r["set"], r["id"], r["rep"]): r for r in rows if r["config"] == baseline}
     counts: dict[str, list[int]] = {}
     for row in rows:
         reference = base.get((row["set"], row["id"], 0))
         if not row.get("external") or row["rep"] != 0 or reference is None:
             continue
-        tally = counts.setdefault(row["config"], [0, 0, 0])
+        tally = counts.setdefault(row["config"], [0, 0, 0, 0])
+        tally[3] += "decoded" in row
         if "text" not in row:
             tally[2] += 1
         else:
             tally[0] += not same_answer(row, reference)
             tally[1] += 1
     out = []
-    for config, (differ, read, unread) in counts.items():
+    for config, (differ, read, unread, past) in counts.items():
         if differ:
             out.append(f"{config}: {differ} of {read} answers differ from lsd's plain "
                        "decoding: their speeds compare different answers")
         if unread:
             out.append(f"{config}: {unread} answers could not be read from its output: "
                        "their speeds are not checked against the same text")
+        if past:
+            out.append(f"{config}: {past} runs decoded past --max-tokens (a whole round "
+                       "past -n): their speeds count the tokens asked in the time taken")
     return out
 
 

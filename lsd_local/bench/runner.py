@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 import resource
-import shlex
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -20,6 +16,7 @@ from ..drafters.suffixstore import SuffixIndex
 from ..engine import Engine
 from ..errors import LsdError, ParameterError
 from ..kernels.warmup import load_kernels_now
+from .external import run_command
 from .prompts import PromptItem
 
 LSD_DRAFTERS = tuple(d for d in DRAFTERS if d != "none")
@@ -242,89 +239,18 @@ def run_peer(models: BenchModels, config: BenchConfig, item: PromptItem,
             "tps": (n - 1) / decode_s if decode_s > 0 and n > 1 else 0.0}
 
 
-SPEED_PATTERNS = (  # llama.cpp's examples, then anything that prints "<number> tok/s"
-    (re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds"), "count_seconds"),
-    (re.compile(r"eval time =\s+([\d.]+) ms /\s+(\d+) (?:runs|tokens)"), "ms_count"),
-    (re.compile(r"([\d.]+)\s*(?:tok/s|tokens/s|tokens per second|t/s)"), "rate"),
-)
-
-
-def parse_speed(log: str) -> float | None:
-    """Decode tokens/s from an external command's output, or None."""
-    for pattern, form in SPEED_PATTERNS:
-        matches = pattern.findall(log)
-        if not matches:
-            continue
-        # llama-completion prints "prompt eval time" before "eval time": take the last match
-        m = matches[-1]
-        if form == "count_seconds":
-            return int(m[0]) / float(m[1])
-        if form == "ms_count":
-            return int(m[1]) / float(m[0]) * 1000
-        return float(m)
-    return None
-
-
-# What llama.cpp's tools print on stdout around the answer: whether the prompt comes first
-# (after two newlines and maybe a BOS piece), what follows the answer, and the marker that
-# follows it (then newlines: two or three, by version) when it ended with an
-# end-of-generation token
-TOOL_OUTPUT = {
-    "llama-completion": (False, "\n\n", " [end of text]"),
-    "llama-speculative-simple": (True, "\n\n\n\n", None),
-}
-
-
-def answer_text(command: list[str], stdout: str, prompt: str) -> str | None:
-    """The answer a known llama.cpp tool printed (None for other commands, or when its
-    output has not the expected shape)."""
-    shape = TOOL_OUTPUT.get(Path(command[0]).name) if command else None
-    if shape is None:
-        return None
-    echoes_prompt, after, eog_marker = shape
-    text = stdout
-    if echoes_prompt:
-        at = stdout.find(prompt)
-        if not stdout.startswith("\n\n") or at < 0:
-            return None
-        text = stdout[at + len(prompt):]
-    if eog_marker is not None and text.rstrip("\n").endswith(eog_marker):
-        return text.rstrip("\n")[:-len(eog_marker)]
-    return text[:len(text) - len(after)] if text.endswith(after) else None
-
-
 def run_external(models: BenchModels, config: BenchConfig, item: PromptItem,
                  max_tokens: int) -> dict:
-    """Run the command on the prompt lsd evaluates; parse tok/s and, for llama.cpp's tools,
-    the answer. The file holds the prompt text plus one newline: llama.cpp's -f drops one
-    trailing newline (common/arg.cpp), and a chat prompt ends in one."""
+    """Run the external command on the prompt lsd evaluates (external.run_command): its
+    speed and, for llama.cpp's tools, its answer and that answer's tokens."""
     engine = models.engine(False)
-    text = engine.prompt_text(list(item.messages))
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False,
-                                     encoding="utf-8", newline="") as f:
-        f.write(text + "\n")
-    try:
-        values = {"prompt_file": f.name, "max_tokens": max_tokens, "target": models.target,
-                  "draft": models.draft or "", "threads": models.n_threads or os.cpu_count(),
-                  "ctx": models.n_ctx}
-        cmd = [part.format(**values) for part in shlex.split(config.command)]
-        out = subprocess.run(cmd, capture_output=True, timeout=900)
-    except (OSError, KeyError, subprocess.TimeoutExpired) as exc:
-        raise LsdError(f"external {config.name!r} failed: {exc}") from None
-    finally:
-        os.unlink(f.name)
-    stdout = out.stdout.decode("utf-8", "replace")
-    log = stdout + out.stderr.decode("utf-8", "replace")
-    tps = parse_speed(log)
-    if tps is None:
-        raise LsdError(f"external {config.name!r}: no tokens/s in its output (exit "
-                       f"{out.returncode}):\n{log[-800:]}")
-    answer = answer_text(cmd, stdout, text)
-    if answer is None:
-        return {"tps": tps, "external": True}
-    # llama-speculative-simple may commit a round past -n: compare the common part
-    return {"tps": tps, "external": True, "text": answer, "may_run_past": True,
-            "tokens": engine.target.vocab.tokenize(answer, add_special=False)}
+    values = {"max_tokens": max_tokens, "target": models.target, "draft": models.draft or "",
+              "threads": models.n_threads or os.cpu_count(), "ctx": models.n_ctx}
+    row = run_command(config.name, config.command, engine.prompt_text(list(item.messages)),
+                      values, max_tokens)
+    if "text" in row:
+        row["tokens"] = engine.target.vocab.tokenize(row["text"], add_special=False)
+    return row
 
 
 @dataclass(frozen=True)

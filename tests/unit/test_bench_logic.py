@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from lsd_local.bench import cost, tune
+from lsd_local.bench.external import parse_speed
 from lsd_local.bench.prompts import BUILTIN_SETS, load_set, parse_jsonl
 from lsd_local.bench.report import first_divergence, format_table, score_answers, summarize
-from lsd_local.bench.runner import parse_config, parse_external, parse_speed
+from lsd_local.bench.runner import parse_config, parse_external
 from lsd_local.errors import LsdError, ParameterError
 
 # --- prompt sets ---------------------------------------------------------------------------
@@ -283,7 +284,7 @@ PROMPT = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     ("my-script", "Hello!\n\n", None),
 ])
 def test_the_answer_is_read_from_what_llama_cpps_tools_print(tool, stdout, expected):
-    from lsd_local.bench.runner import answer_text
+    from lsd_local.bench.external import answer_text
 
     assert answer_text([f"/opt/llama/bin/{tool}", "-f", "p.txt"], stdout, PROMPT) == expected
 
@@ -308,6 +309,29 @@ def test_an_answer_that_ran_past_the_limit_matches_the_cut_baseline():
                      "cpp: 1 answers could not be read from its output: their speeds are "
                      "not checked against the same text"]
     assert differing_answers(rows[:4]) == []
+
+
+def test_a_tool_that_decoded_past_the_limit_is_timed_over_the_tokens_asked():
+    """llama-speculative-simple commits a whole round past -n and reports its speed over
+    every token it decoded, the extra ones nearly free: the bench counts the tokens asked in
+    the time it took to reach them, as lsd's columns are counted, and says so."""
+    import shlex
+    import sys
+
+    from lsd_local.bench.external import run_command
+    from lsd_local.bench.report import differing_answers
+
+    def say(text: str) -> str:
+        return shlex.join([sys.executable, "-c", f"print({text!r})"])
+
+    past = run_command("cpp", say("decoded  227 tokens in   10.000 seconds, speed: 22.7 t/s"),
+                       "prompt", {}, 192)
+    assert past["tps"] == pytest.approx(19.2) and past["decoded"] == 227
+    within = run_command("cpp", say("decoded  150 tokens in   10.000 seconds"), "p", {}, 192)
+    assert within["tps"] == pytest.approx(15.0) and "decoded" not in within
+    rows = [row("plain", "a", 10.0, [1]), {**row("cpp", "a", 19.2, [1], external=True),
+                                           "decoded": 227}]
+    assert differing_answers(rows)[-1].startswith("cpp: 1 runs decoded past --max-tokens")
 
 
 # --- what each configuration may draft from --------------------------------------------------

@@ -28,7 +28,8 @@ def test_the_same_text_as_other_tokens_is_found():
     # in the prompt " get_weather" is "get" + "_weather" after a space; in the answer "\"get"
     history = tokens(vocab, 'call get_weather now.\n{"name": "get_w')
     found, size = lookup.find(history, 20)
-    assert text_of(vocab, found) == "eather n" and size == 5  # ('"get_w' is not there)
+    assert text_of(vocab, found) == "eather n"[:TEXT_LOOKUP_MAX_TOKENS] and size == 5
+    # ('"get_w' is not there)
 
 
 def test_what_follows_is_cut_mid_word_and_limited():
@@ -53,16 +54,17 @@ def test_blanks_and_punctuation_alone_never_match():
 def test_the_held_text_follows_the_context():
     vocab = ByteVocab()
     lookup = TextLookup(TextCodec(vocab))
+    n = min(4, TEXT_LOOKUP_MAX_TOKENS)  # (a byte a token)
     first = tokens(vocab, "alpha beta gamma. alpha")
-    assert text_of(vocab, lookup.find(first, 4)[0]) == " bet"
+    assert text_of(vocab, lookup.find(first, 4)[0]) == " bet"[:n]
     other = tokens(vocab, "delta epsilon. delta")  # another request: rebuilt
-    assert text_of(vocab, lookup.find(other, 4)[0]) == " eps"
+    assert text_of(vocab, lookup.find(other, 4)[0]) == " eps"[:n]
     grown = np.concatenate([other, tokens(vocab, " epsi")])
-    assert text_of(vocab, lookup.find(grown, 4)[0]) == "lon."
-    assert text_of(vocab, lookup.find(other, 4)[0]) == " eps"  # a rewind: rebuilt
+    assert text_of(vocab, lookup.find(grown, 4)[0]) == "lon."[:n]
+    assert text_of(vocab, lookup.find(other, 4)[0]) == " eps"[:n]  # a rewind: rebuilt
     # another request with the same first and last tokens, the middle changed: rebuilt
     same_ends = tokens(vocab, "delta upsilon. delta")
-    assert text_of(vocab, lookup.find(same_ends, 4)[0]) == " ups"
+    assert text_of(vocab, lookup.find(same_ends, 4)[0]) == " ups"[:n]
 
 
 def test_lookup_tries_the_text_only_where_no_token_ngram_matches():
@@ -72,7 +74,8 @@ def test_lookup_tries_the_text_only_where_no_token_ngram_matches():
     assert drafter.propose(same_tokens, 4).source == ""  # a token match
     other_tokens = tokens(vocab, 'say get_weather.\n{"get_w')  # '{"' merged: no token match
     draft = drafter.propose(other_tokens, 4)
-    assert draft.source == "text" and text_of(vocab, draft.tokens) == "eath"
+    assert draft.source == "text" and \
+        text_of(vocab, draft.tokens) == "eath"[:TEXT_LOOKUP_MAX_TOKENS]
     assert LookupDrafter(8, 2).propose(other_tokens, 4).source == ""  # (without: nothing)
 
 
