@@ -19,9 +19,9 @@ times when a draft model is loaded (the pair as `lsd pull` gives it; `auto` alon
 knowing nothing, as with `--draft none`). `cut:K` is a bound, not a policy: lookup's
 proposal (at most K) cut exactly where the recorded answer parts from it, so no token is
 drafted in vain and no round that could draft steps plainly: about the most any choice of
-K per round could make of lsd's token lookup proposals (not the suffix index or text
-lookup). See lsd_local/bench/replay.py for what a replay
-models and what it leaves out.
+K per round could make of lsd's lookup proposals (not the suffix index; text lookup only
+with --text-lookup MODEL, the recording's target, whose vocabulary spells its tokens). See
+lsd_local/bench/replay.py for what a replay models and what it leaves out.
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def run(args) -> None:
         end = rp.AnswerEnd(end.eog_token, args.max_tokens)
     add_families(records)
     sets = list(dict.fromkeys(r.key.split("/")[0] for r in records))  # (recorded order)
-    target = load_target(args.text_lookup) if args.text_lookup else None
+    target = load_target(args.text_lookup, records) if args.text_lookup else None
     vocab = target.vocab if target is not None else None
     print(f"{'config':44s} " + "".join(f"{s:>20s}" for s in sets))
     for config in args.configs.split(","):
@@ -196,12 +196,20 @@ def run(args) -> None:
           + ("; remember: one memory for all sets, interleaved" if args.mixed else ""))
 
 
-def load_target(path: str):
+def load_target(path: str, records: list[rp.Recorded]):
     """The recording's target, for its vocabulary (a Vocab lives no longer than its Model;
-    the weights are mapped, not read)."""
+    on the CPU, not repacked: its weights are mapped, not read). A model whose vocabulary
+    lacks the recording's ids is refused: spelling them would abort llama.cpp."""
     from lsd_local.backend import LoadOptions, Model
 
-    return Model.load(path, LoadOptions(n_ctx=256))
+    target = Model.load(path, LoadOptions(n_ctx=256, n_gpu_layers=0, no_repack=True))
+    highest = max((max(r.prompt + r.answer) for r in records if r.prompt or r.answer),
+                  default=-1)
+    if highest >= target.vocab.n_tokens:
+        target.close()
+        raise SystemExit(f"--text-lookup {path}: its vocabulary has {target.vocab.n_tokens} "
+                         f"tokens, the recording uses id {highest}: not its target")
+    return target
 
 
 def main(argv=None) -> None:

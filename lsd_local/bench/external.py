@@ -70,13 +70,20 @@ def decoded_count(log: str) -> int | None:
     return int(found[-1][0]) if found else None
 
 
+# Tools that decode until they hold more than -n tokens, a whole round at a time, and say
+# how many they decoded: run with -n max_tokens - 1 ({n_predict}), every round they run is
+# one they need to reach the tokens asked, and the time they print is that time.
+RUNS_PAST_N = ("llama-speculative-simple",)
+
+
 def run_command(name: str, command: str, prompt: str, values: dict, max_tokens: int) -> dict:
     """Run `command` (placeholders filled from `values` and {prompt_file}) on a file holding
     `prompt` plus one newline: llama.cpp's -f drops one trailing newline (common/arg.cpp), and
     a chat prompt ends in one. Returns {"tps", "external"} and, for llama.cpp's tools, the
-    answer ("text"). llama-speculative-simple commits a whole round past -n: where it decoded
-    more than max_tokens, its speed is counted over the tokens asked, in the time it took to
-    reach them ("decoded" keeps its own count), as every other column is."""
+    answer ("text"). A RUNS_PAST_N tool that decoded more than max_tokens (its last round
+    runs past them) is timed over the tokens asked, as lsd's columns are ("decoded" keeps its
+    own count): the tokens asked in the time it printed, which is the time it took to reach
+    them when it ran with -n max_tokens - 1."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False,
                                      encoding="utf-8", newline="") as f:
         f.write(prompt + "\n")
@@ -94,8 +101,8 @@ def run_command(name: str, command: str, prompt: str, values: dict, max_tokens: 
         raise LsdError(f"external {name!r}: no tokens/s in its output (exit "
                        f"{out.returncode}):\n{log[-800:]}")
     row = {"tps": tps, "external": True}
-    decoded = decoded_count(log)
-    if decoded is not None and decoded > max_tokens:
+    decoded = decoded_count(out.stderr.decode("utf-8", "replace"))  # (not the answer's text)
+    if Path(cmd[0]).name in RUNS_PAST_N and decoded is not None and decoded > max_tokens:
         row.update(tps=tps * max_tokens / decoded, decoded=decoded)
     answer = answer_text(cmd, stdout, prompt)
     if answer is not None:  # (compared over the common part: it may run past -n)

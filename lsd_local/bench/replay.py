@@ -91,9 +91,10 @@ class CutLookup(FixedLookup):
     """Prompt lookup's proposal cut where it parts from the recorded answer: the replay
     hands it the answer (`know`), so no round drafts a token that fails and no round that
     could have drafted steps plainly. About the most any choice of K per round could make of
-    this lookup's proposals (one per round, token n-grams of the context: not the suffix
-    index, text lookup or other occurrences; stopping a block short of a costlier size could
-    gain a little more), to compare a policy with: it knows the future."""
+    this lookup's proposals (one per round, token n-grams of the context, and text lookup
+    when the replay is given the vocabulary: not the suffix index or other occurrences;
+    stopping a block short of a costlier size could gain a little more), to compare a policy
+    with: it knows the future."""
 
     name = "lookup"
 
@@ -174,8 +175,8 @@ OTHER_IDS = 4096  # dense ids for tokens a text draft spells that the recording 
 class DenseVocab:
     """A backend Vocab seen through a replay's dense ids (`real`: int64[distinct], the real
     id of each dense one): what text lookup's codec asks of a vocabulary. Real ids the
-    recording lacks get dense ids from len(real) on (the last one shared once OTHER_IDS
-    are taken), which no recorded token equals."""
+    recording lacks get dense ids from len(real) on, which no recorded token equals (a text
+    draft reads a few dozen bytes: OTHER_IDS of them per answer is far more than needed)."""
 
     def __init__(self, vocab, real: np.ndarray) -> None:
         self.vocab, self.real = vocab, real
@@ -193,10 +194,12 @@ class DenseVocab:
 
     def _dense(self, token: int) -> int:
         dense = self.dense.get(token)
-        if dense is None and len(self.others) < OTHER_IDS:
+        if dense is None:
+            if len(self.others) == OTHER_IDS:
+                raise ValueError(f"more than {OTHER_IDS} tokens outside the recording")
             dense = self.dense[token] = len(self.real) + len(self.others)
             self.others.append(token)
-        return len(self.real) + OTHER_IDS - 1 if dense is None else dense
+        return dense
 
 
 def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,

@@ -244,7 +244,8 @@ def run_external(models: BenchModels, config: BenchConfig, item: PromptItem,
     """Run the external command on the prompt lsd evaluates (external.run_command): its
     speed and, for llama.cpp's tools, its answer and that answer's tokens."""
     engine = models.engine(False)
-    values = {"max_tokens": max_tokens, "target": models.target, "draft": models.draft or "",
+    values = {"max_tokens": max_tokens, "n_predict": max(max_tokens - 1, 1),
+              "target": models.target, "draft": models.draft or "",
               "threads": models.n_threads or os.cpu_count(), "ctx": models.n_ctx}
     row = run_command(config.name, config.command, engine.prompt_text(list(item.messages)),
                       values, max_tokens)

@@ -16,13 +16,15 @@ from .options import complete_model, notify
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
                        " -t {{threads}} --temp 0 -c {{ctx}} -no-cnv --no-display-prompt",
+    # (llama-speculative-simple decodes until it holds more than -n tokens: {n_predict} is
+    # max_tokens - 1, so that every round it runs is one it needs for the tokens asked)
     **{f"llama.cpp:{kind}": "{bin}/llama-speculative-simple -m {{target}} -f {{prompt_file}} "
-                            "-n {{max_tokens}} -t {{threads}} --temp 0 -c {{ctx}} "
+                            "-n {{n_predict}} -t {{threads}} --temp 0 -c {{ctx}} "
                             f"--spec-type {kind}"
        for kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                     "ngram-cache")},
     "llama.cpp:draft": "{bin}/llama-speculative-simple -m {{target}} -md {{draft}} "
-                       "-f {{prompt_file}} -n {{max_tokens}} -t {{threads}} --temp 0 -c {{ctx}} "
+                       "-f {{prompt_file}} -n {{n_predict}} -t {{threads}} --temp 0 -c {{ctx}} "
                        "--spec-type draft-simple --spec-draft-n-max 4",
 }
 

@@ -99,15 +99,17 @@ def test_auto_replay_drafts_a_copied_answer_and_skips_a_new_one():
 
 
 def test_replay_makes_the_rounds_the_real_loop_makes(tiny_pair):
-    """Strict lookup on real llama.cpp: the replay over the plain answer drafts the same
-    lengths in the same number of rounds (strict commits exactly the greedy answer)."""
+    """Strict lookup on real llama.cpp (token and text lookup): the replay over the plain
+    answer, given the vocabulary, drafts the same lengths in the same number of rounds
+    (strict commits exactly the greedy answer)."""
     prompt = "the cat is on the mat and the dog is in the house " * 4
     with Engine.load(tiny_pair[0], drafter="none", n_ctx=1024) as plain:
         answer = plain.generate(prompt, max_tokens=100).run().tokens
         prompt_ids = plain.prompt_tokens(prompt)
     with Engine.load(tiny_pair[0], drafter="lookup", k=8, n_ctx=1024) as eng:
         stats = eng.generate(prompt, max_tokens=100).run().stats
-    result = rp.replay(prompt_ids, answer, rp.FixedLookup(8), linear)
+        result = rp.replay(prompt_ids, answer, rp.FixedLookup(8), linear,
+                           vocab=eng.target.vocab)
     assert stats.rounds == result.rounds
     assert dict(stats.draft_lengths) == dict(Counter(result.draft_lengths))
     assert stats.drafted > 0

@@ -44,9 +44,9 @@ def test_text_lookup_through_dense_ids_proposes_the_same_tokens(words, split, k)
 
 
 def test_a_replay_drafts_what_text_lookup_finds():
-    """The prompt spells get_weather as "get" "_weather" after a space, the answer after
-    '{"': no token 6-gram matches there, the text does, and what followed it in the prompt
-    is what the answer goes on with."""
+    """In the prompt get_weather follows a space, in the answer '{"' (one token): no token
+    6-gram matches there, the text does, and what followed it in the prompt is what the
+    answer goes on with."""
     vocab = ByteVocab()
     prompt = vocab.tokenize("say get_weather now. and more words here\n")
     answer = vocab.tokenize('{"get_weather now. and more words here')
@@ -55,5 +55,5 @@ def test_a_replay_drafts_what_text_lookup_finds():
     assert with_text.rounds < without.rounds
     first = with_text.draft_lengths.index(next(n for n in with_text.draft_lengths if n))
     assert first < without.draft_lengths.index(next(n for n in without.draft_lengths if n))
-    plain = rp.replay(prompt, answer, None, linear, vocab=vocab)
-    assert plain.rounds == len(answer)  # (no drafter: nothing to give text lookup to)
+    # (no drafter: nothing to give text lookup to, and nothing fails for it)
+    assert rp.replay(prompt, answer, None, linear, vocab=vocab).rounds == len(answer)
