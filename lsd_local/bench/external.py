@@ -94,14 +94,14 @@ def run_command(name: str, command: str, prompt: str, values: dict, max_tokens: 
         raise LsdError(f"external {name!r} failed: {exc}") from None
     finally:
         os.unlink(f.name)
-    stdout = out.stdout.decode("utf-8", "replace")
-    log = stdout + out.stderr.decode("utf-8", "replace")
+    stdout, stderr = (stream.decode("utf-8", "replace") for stream in (out.stdout, out.stderr))
+    log = stdout + stderr
     tps = parse_speed(log)
     if tps is None:
         raise LsdError(f"external {name!r}: no tokens/s in its output (exit "
                        f"{out.returncode}):\n{log[-800:]}")
     row = {"tps": tps, "external": True}
-    decoded = decoded_count(out.stderr.decode("utf-8", "replace"))  # (not the answer's text)
+    decoded = decoded_count(stderr)  # (what it says, not what its answer says)
     if Path(cmd[0]).name in RUNS_PAST_N and decoded is not None and decoded > max_tokens:
         row.update(tps=tps * max_tokens / decoded, decoded=decoded)
     answer = answer_text(cmd, stdout, prompt)
