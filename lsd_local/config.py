@@ -35,7 +35,9 @@ def lsd_cache_dir() -> Path:
 
 
 # --- conversations kept in RAM (statecache.py; `lsd serve --state-cache`) ------------------
-STATE_CACHE = 4  # saved conversations
+# saved conversations: side by side they also hold those parked from idle sequences (4 of
+# them at --parallel 4), which stayed in the KV buffer before, so 8 keep as many warm
+STATE_CACHE = 8
 STATE_CACHE_MAX_BYTES = 4 << 30  # at most this much RAM for them in all
 STATE_CACHE_MIN_TOKENS = 16  # a shorter history is cheaper to evaluate again than to copy
 

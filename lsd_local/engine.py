@@ -44,7 +44,7 @@ from .loop import LoopSettings, RoundState
 from .models.loading import load_for_engine, load_notices
 from .request import Request, as_request
 from .sidebyside import SideBySide, SlotClaim
-from .statecache import StateCache, common_prefix
+from .statecache import StateCache, common_prefix, park_others
 from .text import TextAssembler
 from .verify.constrain import grammar_top
 from .verify.penalties import logit_bias_pairs
@@ -220,13 +220,16 @@ class Engine:
                                          (dcfg, rcfg)),
             lambda seq: self._fit(seq, prompt_ids))
 
-    def _fit(self, seq: int, prompt_ids: list[int]) -> int:
+    def _fit(self, seq: int, prompt_ids: list[int]) -> tuple[int, int]:
         """How well a free sequence suits a prompt: the cached tokens it reuses minus those
-        it throws away (a conversation comes back to its own sequence, a new one goes to an
-        empty sequence rather than over another conversation's cache)."""
+        it throws away, then how recently it was used. With a state cache nothing is thrown
+        away (it is saved, or parked when another sequence starts): only reuse counts, and a
+        client's next request goes back to the sequence, and drafter, of its last one."""
         cached = self.target.slots[seq].cached_tokens
         shared = common_prefix(cached, np.asarray(prompt_ids[:-1], np.int32))
-        return shared - (len(cached) - shared)
+        lost = 0 if self.state_cache is not None else len(cached) - shared
+        recent = list(self._used_seqs)
+        return shared - lost, recent.index(seq) + 1 if seq in recent else 0
 
     def _generation(self, seq: int, request: Request, prompt_ids: list[int],
                     settings: LoopSettings, plan, parser, speculation: tuple) -> Generation:
@@ -260,7 +263,8 @@ class Engine:
             drafter = Forced(drafter, ForcedDraft(compiled.text, compiled.triggers,
                                                   self.target.vocab), len(prompt_ids))
         parts = EngineParts(target, draft, drafter, self.state_cache, self._check_open,
-                            self._claim.give_back, evaluated)
+                            self._claim.give_back, evaluated,
+                            functools.partial(self._park_idle, seq) if self._runner else None)
         state = RoundState(np.random.default_rng(check_seed(request.seed)), compiled)
         shown = self.target.vocab.showing(parser.markers if parser else ())
         gen = Generation(parts, prompt_ids, settings, state, Verifier(rcfg, settings.sampler),
@@ -270,6 +274,14 @@ class Engine:
         if self._runner is not None:
             self._runner.join(gen)
         return gen
+
+    def _park_idle(self, seq: int) -> None:
+        """Before sequence `seq` prefills, the others no unfinished generation holds give
+        their cells back (statecache.park_others)."""
+        if self.state_cache is not None:
+            with self._claim.lock:  # (no generation takes a sequence meanwhile)
+                park_others(self.state_cache, self._claim.free(), seq, self.target,
+                            self.draft_model)
 
     def calibrate(self) -> bool:
         """Measure now, on filler tokens, what auto measures before it first tries the draft

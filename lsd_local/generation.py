@@ -55,6 +55,9 @@ class EngineParts:
     # prompt tokens this request evaluated before its prefill (auto's calibration left them
     # cached), and the seconds that took: its own work, not a cache hit
     evaluated: tuple[int, float] = (0, 0.0)
+    # side by side: set the caches of sequences no request holds aside before the prefill
+    # (Engine._park_idle), so that they do not make every decode dearer
+    park_idle: Callable[[], None] | None = None
 
 
 class Generation:
@@ -253,6 +256,8 @@ class Generation:
             drafter.begin(self._family)
             self._drafter_began = True
         self._prefill_started = perf_counter()
+        if parts.park_idle is not None:  # (before the prefill takes cells: it may reuse theirs)
+            parts.park_idle()
         if parts.state_cache is not None:  # another conversation's cache may serve it better
             parts.state_cache.switch_to(parts.target, parts.draft_model, prompt)
         self.prefill_at = parts.target.reuse_prefix(prompt, len(prompt) - 1)

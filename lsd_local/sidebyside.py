@@ -57,12 +57,22 @@ class SlotClaim:
         """The unfinished generations."""
         return [gen for seq in range(len(self._held)) if (gen := self._holder(seq))]
 
-    def take(self, make: Callable[[int], object], prefer: Callable[[int], int]):
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while a sequence is taken (under the steps' lock, never before it)."""
+        return self._lock
+
+    def free(self) -> list[int]:
+        """The sequences no unfinished generation holds."""
+        with self._lock:
+            return [seq for seq in range(len(self._held)) if self._holder(seq) is None]
+
+    def take(self, make: Callable[[int], object], prefer: Callable[[int], tuple]):
         """make(seq) the next generation on a free sequence (the one `prefer` scores highest:
         the longest cached prefix of its prompt), under the lock; EngineBusyError when every
         sequence is held."""
         with self._lock:
-            free = [seq for seq in range(len(self._held)) if self._holder(seq) is None]
+            free = self.free()
             if not free:
                 n = len(self._held)
                 raise EngineBusyError(

@@ -8,6 +8,12 @@ prefix is gone. This cache saves the live cache of both models (llama.cpp's sequ
 just before a request with another history overwrites it, and restores the saved state whose
 tokens share the longest prefix with a new prompt, when that beats what the live cache holds.
 Saving happens only on a switch, so one client talking alone never pays for a copy.
+
+Side by side (several sequences in one KV buffer), a sequence no request holds is parked here
+when another request starts (`park`): llama.cpp's attention runs over every cell in use up
+to the highest one, masked or not, so idle conversations left in the buffer made every
+step of the others dearer (measured: t(1) +16 %, a block of 64 +8 % with three idle
+900-token conversations beside a 900-token one, docs/serving.md).
 """
 
 from __future__ import annotations
@@ -80,9 +86,13 @@ class StateCache:
             if shared > best:
                 best_key, best = key, shared
         restore = best_key is not None and best - live >= self.min_tokens
-        # taken out before the live cache is saved, whose room may evict it; it becomes the
-        # live cache and is saved again on the next switch
-        snap = self._saved.pop(best_key) if restore else None
+        snap = self._saved[best_key] if restore else None
+        if restore and best == len(snap.tokens):
+            # the prompt continues it whole: it becomes the live cache, saved again on the
+            # next switch (taken out first: saving the live one may need its room)
+            del self._saved[best_key]
+        elif restore:  # only a shared head (a system prompt) is used: the rest stays saved
+            self._saved.move_to_end(best_key)
         if target.n_cached - live >= self.min_tokens:
             self._save(target, draft)  # another conversation's history: keep it
         if snap is None:
@@ -101,10 +111,22 @@ class StateCache:
         self.restored += 1
         return best - live
 
-    def _save(self, target, draft) -> None:
+    def park(self, target, draft) -> bool:
+        """Set an idle sequence's cache aside (target/draft: its backend slots; draft may be
+        None) and empty it; a history shorter than min_tokens is dropped, cheaper to
+        evaluate again. Returns False, leaving the cache in place, when it cannot be kept
+        (no room: capacity 0, or larger than the whole budget)."""
+        if target.n_cached >= self.min_tokens and not self._save(target, draft):
+            return False
+        target.truncate(0)
+        if draft is not None:
+            draft.truncate(0)
+        return True
+
+    def _save(self, target, draft) -> bool:
         size = target.state_nbytes() + (draft.state_nbytes() if draft is not None else 0)
         if self.capacity == 0 or size > self.max_bytes:
-            return  # (one state larger than the whole budget would only evict the others)
+            return False  # (one state larger than the whole budget would only evict the others)
         snap = Snapshot(target.save_state(), draft.save_state() if draft is not None else None)
         tokens = snap.tokens
         for key in [key for key, old in self._saved.items()  # older states of the same
@@ -115,3 +137,18 @@ class StateCache:
         while self._saved and (len(self._saved) > self.capacity
                                or self.nbytes > self.max_bytes):
             self._saved.popitem(last=False)
+        return True
+
+
+def park_others(cache: StateCache, idle: list[int], keep: int, target, draft) -> None:
+    """Park (StateCache.park) the caches of the sequences `idle` (no request holds them)
+    other than `keep`, of the backend Models target and draft (None: no draft model): one
+    KV buffer serves every sequence, and llama.cpp scores each decode against all of its
+    cells in use, so an idle conversation left there slows every other request. One that
+    cannot be kept stays."""
+    for seq in idle:
+        target_slot = target.slots[seq]
+        draft_slot = draft.slots[seq] if draft is not None else None
+        if seq != keep and (target_slot.n_cached or (
+                draft_slot is not None and draft_slot.n_cached)):
+            cache.park(target_slot, draft_slot)

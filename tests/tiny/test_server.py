@@ -246,11 +246,11 @@ def test_timeout_ends_the_answer_with_length(server):
 
 def test_alternating_conversations_keep_their_cache(tiny_pair):
     """Two clients take turns: each turn after the first reuses at least its conversation's
-    previous prompt from the cache, whether saved states bring it back (one sequence) or
-    each conversation keeps its own sequence (--parallel 2), and the answers equal those of
-    a server that keeps nothing."""
+    previous prompt from the cache, whether saved states bring it back (one sequence, or
+    idle sequences parked), or each conversation keeps its own sequence (--parallel 2 with no
+    state cache), and the answers equal those of a server that keeps nothing."""
     answers = {}
-    for cache, parallel in (("4", "1"), ("0", "2"), ("0", "1")):
+    for cache, parallel in (("4", "1"), ("0", "2"), ("4", "3"), ("0", "1")):
         with serving.Server(tiny_pair[0], "--draft", str(tiny_pair[1]), "--ctx", CTX,
                             "--state-cache", cache, "--parallel", parallel) as srv:
             client = srv.client()
@@ -267,8 +267,8 @@ def test_alternating_conversations_keep_their_cache(tiny_pair):
                     cached.append((answer.usage.prompt_tokens,
                                    answer.usage.prompt_tokens_details.cached_tokens))
             answers[cache + parallel] = (talks, cached)
-    assert answers["41"][0] == answers["02"][0] == answers["01"][0]
-    for kept in ("41", "02"):
+    assert answers["41"][0] == answers["02"][0] == answers["43"][0] == answers["01"][0]
+    for kept in ("41", "02", "43"):  # (43: idle sequences parked in the state cache)
         turns = answers[kept][1]
         # each turn reuses at least its conversation's previous prompt (the tiny model's
         # byte soup answers tokenize differently when sent back, so not always the answer)

@@ -522,3 +522,45 @@ def test_a_generation_collected_while_another_is_made_gives_its_sequence_back(
         pytest.fail("making a generation hung while another was collected")
     eng.close()
     assert made and made[0]
+
+
+def _cached(eng) -> list[int]:
+    return [slot.n_cached for slot in eng.target.slots]
+
+
+def test_idle_conversations_are_parked_in_the_state_cache(tiny_pair, plain):
+    """Side by side with a state cache, a request that starts empties the sequences no
+    request holds (llama.cpp scores every decode against every cell in use): one
+    conversation's cells at a time, and a conversation comes back from RAM whole."""
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=3, draft=tiny_pair[1]) as eng:
+        eng.keep_conversations(4)
+        first = eng.generate(PROMPTS[3], max_tokens=12).run()
+        seq = first._parts.target.seq_id
+        other = eng.generate(PROMPTS[0], max_tokens=12).run()
+        assert other._parts.target.seq_id == seq  # a lone client stays on its sequence
+        assert sum(n > 0 for n in _cached(eng)) == 1
+        follow = PROMPTS[3] + first.text
+        again = eng.generate(follow, max_tokens=8).run()
+        assert again.stats.cached_prompt_tokens >= first.stats.prompt_tokens - 1
+        assert again.tokens == alone(plain, follow, 8)
+        assert eng.state_cache.restored >= 1
+
+
+def test_a_running_generation_is_never_parked(tiny_pair, plain):
+    with load_tiny(tiny_pair, "lookup", k=4, parallel=3) as eng:
+        eng.keep_conversations(4)
+        running = eng.generate(PROMPTS[0], max_tokens=40)
+        rounds = iter(running)
+        head = list(next(rounds).tokens)
+        done = [eng.generate(p, max_tokens=6) for p in PROMPTS[1:3]]
+        interleaved(done)  # two sequences idle now, their conversations cached
+        held = running._parts.target.seq_id
+        before = _cached(eng)[held]
+        assert sum(n > 0 for n in _cached(eng)) == 3
+        short = eng.generate(PROMPTS[3], max_tokens=10)  # starts while the first runs
+        interleaved([short])
+        cached = _cached(eng)
+        assert cached[held] >= before and cached[short._parts.target.seq_id] > 0
+        assert sum(n > 0 for n in cached) == 2  # the other idle sequence was parked
+        assert head + [t for e in rounds for t in e.tokens] == alone(plain, PROMPTS[0], 40)
+        assert short.tokens == alone(plain, PROMPTS[3], 10)

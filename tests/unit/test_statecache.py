@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lsd_local.statecache import StateCache, common_prefix
+from lsd_local.statecache import StateCache, common_prefix, park_others
 
 
 @dataclass(frozen=True)
@@ -156,3 +156,59 @@ def test_a_refused_restore_falls_back_to_a_full_prefill():
     target.refuse = True
     assert cache.switch_to(target, draft, np.array(ann + [3], np.int32)) == 0
     assert target.n_cached == 0 and draft.n_cached == 0 and cache.restored == 0
+
+
+def test_a_shared_head_brings_a_state_back_and_keeps_it_saved():
+    """A new conversation that shares only a system prompt with a saved one restores it for
+    that head, and the saved conversation stays: its client comes back to all of it."""
+    system = conversation(70, 24)
+    ann, bob = system + conversation(71, 300), system + [t + 5000 for t in conversation(72, 40)]
+    target, cache = FakeModel(), StateCache(4, min_tokens=16)
+    target.hold(ann)
+    cache.switch_to(target, None, np.array(conversation(73, 30), np.int32))  # ann set aside
+    target.hold(conversation(73, 30))
+    assert cache.switch_to(target, None, np.array(bob, np.int32)) == 24
+    assert [len(s.tokens) for s in cache._saved.values()] == [324, 30]
+    target.hold(bob)  # bob's prefill kept the head and went on
+    assert cache.switch_to(target, None, np.array(ann + [5], np.int32)) == 300
+    assert list(target.cached_tokens) == ann
+
+
+def test_park_sets_an_idle_sequence_aside_and_empties_it():
+    target, draft, cache = FakeModel(), FakeModel(), StateCache(4, min_tokens=16)
+    ann = conversation(80, 100)
+    target.hold(ann)
+    draft.hold(ann[:70])
+    assert cache.park(target, draft)
+    assert target.n_cached == 0 and draft.n_cached == 0 and len(cache) == 1
+    gained = cache.switch_to(target, draft, np.array(ann + [1], np.int32))
+    assert gained == 100 and list(draft.cached_tokens) == ann[:70]
+
+
+def test_park_drops_a_short_history_and_keeps_what_it_cannot_save():
+    target, cache = FakeModel(), StateCache(4, min_tokens=16)
+    target.hold(conversation(81, 10))  # cheaper to evaluate again than to copy
+    assert cache.park(target, None) and target.n_cached == 0 and len(cache) == 0
+    for full in (StateCache(0), StateCache(4, max_bytes=1000, min_tokens=16)):
+        target.hold(conversation(82, 100))  # no room: 10,000 bytes
+        assert not full.park(target, None)
+        assert target.n_cached == 100 and len(full) == 0
+
+
+class FakeSlots:
+    def __init__(self, n: int) -> None:
+        self.slots = [FakeModel() for _ in range(n)]
+
+
+def test_park_others_parks_every_idle_sequence_but_the_one_starting():
+    target, draft, cache = FakeSlots(4), FakeSlots(4), StateCache(8, min_tokens=16)
+    for seq in range(4):
+        target.slots[seq].hold(conversation(90 + seq, 50))
+        draft.slots[seq].hold(conversation(90 + seq, 20))
+    park_others(cache, [0, 2, 3], 2, target, draft)  # 1 is held: a generation runs there
+    assert [s.n_cached for s in target.slots] == [0, 50, 50, 0]
+    assert [s.n_cached for s in draft.slots] == [0, 20, 20, 0]
+    assert sorted(s.tokens[0] for s in cache._saved.values()) == sorted(
+        [conversation(90, 1)[0], conversation(93, 1)[0]])
+    park_others(cache, [0, 1, 3], 0, FakeSlots(4), None)  # no draft model, nothing cached
+    assert len(cache) == 2
