@@ -192,6 +192,14 @@ class DenseVocab:
         return [self._dense(t) for t in self.vocab.tokenize_bytes(data, add_special,
                                                                   parse_special)]
 
+    def is_eog(self, token: int) -> bool:
+        """Whether a dense id's real token ends a generation (the engine's lookup stops its
+        drafts at every such token, not only at the answer's own end)."""
+        other = token - len(self.real)
+        if other >= len(self.others):
+            return False
+        return self.vocab.is_eog(int(self.real[token]) if other < 0 else self.others[other])
+
     def _dense(self, token: int) -> int:
         dense = self.dense.get(token)
         if dense is None:
@@ -214,7 +222,8 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
     run past it, as in the engine (without `end`, drafts stop at the answer's last token).
     `vocab` (the target's backend Vocab): the drafter's lookup does text lookup too."""
     dense, n_vocab = dense_sequence(prompt, answer)
-    if vocab is not None and _give_text(drafter, vocab, prompt, answer):
+    spelled = None if vocab is None else _give_text(drafter, vocab, prompt, answer)
+    if spelled is not None:
         n_vocab += OTHER_IDS
     ended = end is not None and len(answer) > 0 and answer[-1] == end.eog_token
     target = ReplayTarget(dense, n_vocab, cost, growth_s_per_row, int(dense[-1]) if ended else -1)
@@ -222,7 +231,7 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
     history.set(target.sequence[:len(prompt)])
     max_tokens = max(len(answer), end.max_tokens) if ended else len(answer)
     request = LoopSettings(max_tokens, k_cap, None)
-    _hear_end(drafter, target.is_eog)
+    _hear_end(drafter, spelled.is_eog if spelled is not None else target.is_eog)
     state = RoundState(np.random.default_rng(0))
     verifier = Verifier(RuleConfig(), None)
     if isinstance(drafter, CutLookup):
@@ -241,22 +250,24 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
 
 
 def _hear_end(drafter, is_eog) -> None:
-    """Tell a replayed drafter's prompt lookup which token ends the answer, as the engine
-    tells its own (drafters/factory.py: the target vocabulary's is_eog)."""
+    """Tell a replayed drafter's prompt lookup which tokens end a generation, as the engine
+    tells its own (drafters/factory.py: the target vocabulary's is_eog); without the
+    vocabulary only the answer's own end is known."""
     lookup = _lookup_of(drafter)
     if lookup is not None:
         lookup.is_stop = is_eog
 
 
-def _give_text(drafter, vocab, prompt: list[int], answer: list[int]) -> bool:
+def _give_text(drafter, vocab, prompt: list[int], answer: list[int]) -> DenseVocab | None:
     """Give a replayed drafter's prompt lookup text lookup over this answer's dense ids, as
-    the engine's factory gives its own; whether it has a lookup to give it to."""
+    the engine's factory gives its own; the vocabulary it spells them with (None: the
+    drafter has no lookup to give it to)."""
     lookup = _lookup_of(drafter)
     if lookup is None:
-        return False
-    real = np.unique(np.array(list(prompt) + list(answer), np.int64))
-    lookup.text = TextLookup(TextCodec(DenseVocab(vocab, real)))
-    return True
+        return None
+    spelled = DenseVocab(vocab, np.unique(np.array(list(prompt) + list(answer), np.int64)))
+    lookup.text = TextLookup(TextCodec(spelled))
+    return spelled
 
 
 def _lookup_of(drafter) -> LookupDrafter | None:

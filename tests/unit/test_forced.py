@@ -52,6 +52,9 @@ class ByteVocab:
     def is_added(self, token: int) -> bool:
         return token in self.ADDED.values()
 
+    def is_eog(self, token: int) -> bool:  # (no token ends a generation here)
+        return False
+
 
 def text_of(vocab: ByteVocab, tokens) -> str:
     return b"".join(vocab.token_bytes(int(t)) for t in tokens).decode()

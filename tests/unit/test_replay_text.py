@@ -57,3 +57,28 @@ def test_a_replay_drafts_what_text_lookup_finds():
     assert first < without.draft_lengths.index(next(n for n in without.draft_lengths if n))
     # (no drafter: nothing to give text lookup to, and nothing fails for it)
     assert rp.replay(prompt, answer, None, linear, vocab=vocab).rounds == len(answer)
+
+
+class StopVocab(ByteVocab):
+    """ByteVocab whose `stop` token ends a generation (None: none does)."""
+
+    def __init__(self, stop_text: str | None) -> None:
+        super().__init__()
+        self.stop = None if stop_text is None else self.tokenize(stop_text)[0]
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.stop
+
+
+def test_a_replay_with_the_vocabulary_stops_drafts_at_every_end_token():
+    """As in the engine, a lookup draft stops at an end-of-generation token met in the prompt
+    (a chat template's end of turn), not only at the answer's own end."""
+    plain, stopping = StopVocab(None), StopVocab("\n")
+    prompt = plain.tokenize("say get_weather now. and\nmore words here and there")
+    answer = plain.tokenize("get_weather now. and so on and on and on")
+    runs = {name: rp.replay(prompt, answer, rp.FixedLookup(16), linear, vocab=vocab)
+            for name, vocab in (("plain", plain), ("stopping", stopping))}
+    assert max(runs["stopping"].draft_lengths) < max(runs["plain"].draft_lengths)
+    assert sum(runs["stopping"].draft_lengths) < sum(runs["plain"].draft_lengths)
+    through = rp.DenseVocab(stopping, np.unique(np.array(prompt + answer, np.int64)))
+    assert [through.is_eog(d) for d in range(len(through.real) + 1)].count(True) == 1
