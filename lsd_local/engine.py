@@ -12,8 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from .backend import Grammar, Model
-from .chat.harmony import final_grammar
-from .chat.harmonyoutput import HarmonyParser, output_parser
+from .chat.harmonyoutput import output_parser
 from .chat.templates import prompt_and_tokens, prompt_text, prompt_tokens, tool_use_template
 from .chat.tools import banned_opener, tool_plan
 from .config import (
@@ -26,8 +25,7 @@ from .config import (
     engine_settings,
 )
 from .drafters.auto.calibration import (
-    CALIBRATION_CONTEXT,
-    filler,
+    before_first_try,
     filler_arrays,
     measure_missing,
     needs_measuring,
@@ -38,7 +36,7 @@ from .drafters.forced import Forced, ForcedDraft
 from .drafters.pool import DrafterPool
 from .errors import ParameterError, check
 from .generation import EngineParts, Generation
-from .grammars import compile_constraint, compile_tool_grammar
+from .grammars import compile_constraint, request_grammar
 from .limits import check_seed
 from .loop import LoopSettings, RoundState
 from .models.loading import load_for_engine, load_notices
@@ -222,12 +220,16 @@ class Engine:
 
     def _fit(self, seq: int, prompt_ids: list[int]) -> tuple[int, int]:
         """How well a free sequence suits a prompt: the cached tokens it reuses minus those
-        it throws away, then how recently it was used. With a state cache nothing is thrown
-        away (it is saved, or parked when another sequence starts): only reuse counts, and a
-        client's next request goes back to the sequence, and drafter, of its last one."""
-        cached = self.target.slots[seq].cached_tokens
+        it throws away, then how recently it was used. What the state cache can keep is not
+        thrown away (it is saved, or parked when another sequence starts): then only reuse
+        counts, and a client's next request goes back to the sequence, and drafter, of its
+        last one."""
+        slot = self.target.slots[seq]
+        cached = slot.cached_tokens
         shared = common_prefix(cached, np.asarray(prompt_ids[:-1], np.int32))
-        lost = 0 if self.state_cache is not None else len(cached) - shared
+        kept = self.state_cache is not None and self.state_cache.keeps(
+            slot, self.draft_model.slots[seq] if self.draft_model is not None else None)
+        lost = 0 if kept else len(cached) - shared
         recent = list(self._used_seqs)
         return shared - lost, recent.index(seq) + 1 if seq in recent else 0
 
@@ -235,28 +237,10 @@ class Engine:
                     settings: LoopSettings, plan, parser, speculation: tuple) -> Generation:
         dcfg, rcfg = speculation
         drafter = self._pools[seq].get(dcfg, rcfg.rule)
-        self._used_seqs.pop(seq, None)
-        self._used_seqs[seq] = None
         target = self.target.slots[seq]
         draft = self.draft_model.slots[seq] if self.draft_model is not None else None
         evaluated = self._calibrate(drafter, target, draft, prompt_ids)
-        if plan is not None and plan.mode != "none" and (request.grammar or request.json_schema):
-            raise ParameterError("invalid grammar: give tools or a grammar, not both",
-                                 param="tools")
-        harmony = parser if isinstance(parser, HarmonyParser) else None
-        if harmony is not None and plan is not None:
-            plan = replace(plan, opened=harmony.opened_analysis)
-        elif plan is not None and parser is not None and parser.opened:
-            plan = replace(plan, after=parser.think.close, ends=parser.think.ends)
-        compiled = (compile_tool_grammar(self.target, plan) if plan is not None and
-                    plan.mode != "none" else
-                    compile_constraint(self.target, request.grammar, request.json_schema,
-                                       None if harmony is None else functools.partial(
-                                           final_grammar, opened=harmony.opened_analysis)))
-        if compiled is not None and parser is not None and harmony is None:
-            compiled.reasoning_markers(parser.think.open, parser.think.close, parser.think.ends)
-            if parser.opened:  # (the prompt opened <think>: no call in there)
-                compiled.begin_in_reasoning()
+        compiled = request_grammar(self.target, request, plan, parser)
         if compiled is not None and settings.logprobs is not None:
             settings = replace(settings, grammar_top=0)  # exact log-probabilities: full masks
         if compiled is not None and dcfg.forced:  # the grammar's forced tokens, drafted free
@@ -271,16 +255,18 @@ class Engine:
                          TextAssembler(shown, (*request.stop, *getattr(parser, "stops", ()))),
                          request_family(request.prompt), parser, request.budget,
                          self._runner)
+        self._used_seqs.pop(seq, None)  # (by last use: a request that failed to start is none)
+        self._used_seqs[seq] = None
         if self._runner is not None:
             self._runner.join(gen)
         return gen
 
-    def _park_idle(self, seq: int) -> None:
-        """Before sequence `seq` prefills, the others no unfinished generation holds give
-        their cells back (statecache.park_others)."""
+    def _park_idle(self, seq: int, prompt: np.ndarray) -> None:
+        """Before sequence `seq` prefills `prompt` (int32[n]), the others no unfinished
+        generation holds give their cells back (statecache.park_others)."""
         if self.state_cache is not None:
             with self._claim.lock:  # (no generation takes a sequence meanwhile)
-                park_others(self.state_cache, self._claim.free(), seq, self.target,
+                park_others(self.state_cache, self._claim.free(), seq, prompt, self.target,
                             self.draft_model)
 
     def calibrate(self) -> bool:
@@ -312,27 +298,14 @@ class Engine:
         return known != (drafter.draft_token_s, drafter.cost.per_query_context_s)
 
     def _calibrate(self, drafter, target, draft, prompt_ids: list[int]) -> tuple[int, float]:
-        """Before auto first tries the draft model (nothing learned yet, no `calibrate`),
-        measure what it and the target cost here, and at the first prompt long enough how
-        t(n) grows with the context: a draft model that cannot pay is then never tried (once
-        per process and model pair, then kept with what auto learned). `target`, `draft`:
-        the generation's sequences. Returns (prompt tokens left cached, seconds their
-        evaluation took)."""
+        """calibration.before_first_try for a generation's drafter and slots (nothing
+        without a draft model or once measured); returns (prompt tokens left cached,
+        seconds their evaluation took) by this request's measurement."""
         if draft is None or not needs_measuring(drafter):
             return 0, 0.0
-        if self._calibration is not None:  # (measured for another sequence's drafter)
-            drafter.use_calibration(self._calibration, timings=drafter.needs_calibration)
-        if target.n_cached or not needs_measuring(drafter):
-            return 0, 0.0  # (never at the cost of a conversation's cache)
-        n = min(len(prompt_ids), CALIBRATION_CONTEXT, target.n_ctx // 2, draft.n_ctx - 2)
-        if n < 1:  # (a context too small to measure in: auto tries the model to learn)
-            return 0, 0.0
-        prompt = np.asarray(prompt_ids, np.int32)
-        prefix = prompt[:min(len(prompt) - 1, target.n_ctx - 1)]  # (the prefill reuses it)
-        # (the draft model's own token ids: it may have another vocabulary)
-        self._calibration = measure_missing(drafter, target, draft, prompt[:n],
-                                            filler(draft.vocab, n), prefix, self._calibration)
-        return self._calibration.evaluated
+        known = self._calibration
+        self._calibration = before_first_try(drafter, target, draft, prompt_ids, known)
+        return (0, 0.0) if self._calibration is known else self._calibration.evaluated
 
     def compile_grammar(self, grammar: str | os.PathLike | None = None,
                         json_schema: dict | str | os.PathLike | None = None) -> Grammar | None:

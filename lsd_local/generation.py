@@ -34,10 +34,10 @@ from .loop import (
     draft_limit,
     finish_round,
     plan_round_steps,
+    write_tokens,
 )
-from .stats import GenerationStats, Origin, RoundEvent
+from .stats import GenerationStats, RoundEvent
 from .text import TextAssembler
-from .verify.constrain import allowed_prefix
 from .verify.verifier import Verifier
 
 
@@ -57,7 +57,7 @@ class EngineParts:
     evaluated: tuple[int, float] = (0, 0.0)
     # side by side: set the caches of sequences no request holds aside before the prefill
     # (Engine._park_idle), so that they do not make every decode dearer
-    park_idle: Callable[[], None] | None = None
+    park_idle: Callable[[np.ndarray], None] | None = None  # (the prompt, int32[n])
 
 
 class Generation:
@@ -257,7 +257,7 @@ class Generation:
             self._drafter_began = True
         self._prefill_started = perf_counter()
         if parts.park_idle is not None:  # (before the prefill takes cells: it may reuse theirs)
-            parts.park_idle()
+            parts.park_idle(prompt)
         if parts.state_cache is not None:  # another conversation's cache may serve it better
             parts.state_cache.switch_to(parts.target, parts.draft_model, prompt)
         self.prefill_at = parts.target.reuse_prefix(prompt, len(prompt) - 1)
@@ -301,21 +301,11 @@ class Generation:
         own end."""
         tokens = marked_tokens(self._parts.target.vocab, self._parser.reasoning_close,
                                self._parser.markers)
-        history, target, settings = self._history, self._parts.target, self._settings
-        grammar = self._state.grammar
-        takes = grammar is None or allowed_prefix(grammar, np.asarray(tokens)) == len(tokens)
-        if history.n + len(tokens) + 1 > target.n_ctx or not takes or \
-                self.stats.generated_tokens + len(tokens) >= settings.max_tokens:
+        event = write_tokens(self._parts.target, self._history, self._state.grammar, tokens,
+                             self._settings.max_tokens - self.stats.generated_tokens)
+        if event is None:
             self._reasoning_budget = None
-            return None
-        target.decode(np.array([history.data[history.n - 1], *tokens[:-1]], np.int32),
-                      history.n - 1, 0)
-        history.extend(tokens)
-        if grammar is not None:  # (checked above)
-            for token in tokens:
-                grammar.accept(token, checked=True)
-        return RoundEvent(tuple(tokens), (Origin.TARGET,) * len(tokens), "", (), 0, 0, 0,
-                          0.0, 0.0, 0.0)
+        return event
 
     def _round(self, event: RoundEvent, forced: bool = False) -> RoundEvent:
         """A round's event with its text, and the finish reason when it is the last;

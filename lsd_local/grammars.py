@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from .errors import GrammarError, ParameterError
@@ -93,6 +95,34 @@ def compile_constraint(model, grammar: str | os.PathLike | None = None,
         text, label = grammar_text(grammar)
         return Grammar.compile(model, text, source=label)
     return None
+
+
+def request_grammar(model, request, plan, parser):
+    """The grammar state a request (request.Request) decodes under on `model` (a backend
+    Model; None: free text): its tools' calls (chat/tools.ToolPlan `plan`), else its grammar
+    or JSON schema (harmony: the schema's JSON in the final channel), after the reasoning
+    block the prompt opened, and told the reasoning markers of the answer's OutputParser
+    `parser` (None: no template) so that no call is read inside a block."""
+    from .chat.harmony import final_grammar
+    from .chat.harmonyoutput import HarmonyParser
+
+    tools = plan is not None and plan.mode != "none"
+    if tools and (request.grammar or request.json_schema):
+        raise ParameterError("invalid grammar: give tools or a grammar, not both",
+                             param="tools")
+    harmony = parser if isinstance(parser, HarmonyParser) else None
+    if harmony is not None and plan is not None:
+        plan = replace(plan, opened=harmony.opened_analysis)
+    elif plan is not None and parser is not None and parser.opened:
+        plan = replace(plan, after=parser.think.close, ends=parser.think.ends)
+    compiled = compile_tool_grammar(model, plan) if tools else compile_constraint(
+        model, request.grammar, request.json_schema,
+        None if harmony is None else partial(final_grammar, opened=harmony.opened_analysis))
+    if compiled is not None and parser is not None and harmony is None:
+        compiled.reasoning_markers(parser.think.open, parser.think.close, parser.think.ends)
+        if parser.opened:  # (the prompt opened <think>: no call in there)
+            compiled.begin_in_reasoning()
+    return compiled
 
 
 def compile_tool_grammar(model, plan):

@@ -21,7 +21,7 @@ from .config import PenaltySettings, SamplerSettings
 from .drafters.base import EMPTY_DRAFT, DecodeCall, Draft, Drafter, run_steps
 from .stats import Origin, RoundEvent
 from .verify import Verdict
-from .verify.constrain import prepare_block
+from .verify.constrain import allowed_prefix, prepare_block
 from .verify.logprobs import token_logprobs
 from .verify.penalties import penalize_block
 from .verify.verifier import Verifier
@@ -202,3 +202,23 @@ def _commit(verdict: Verdict, draft: Draft, is_eog) -> tuple[list[int], list[Ori
         if is_eog(token):
             return tokens[:i + 1], origins[:i + 1], True
     return tokens, origins, False
+
+
+def write_tokens(target, history: TokenBuffer, grammar, tokens: list[int],
+                 room: int) -> RoundEvent | None:
+    """Commit tokens lsd writes for the model (a reasoning block's close) as if it had
+    generated them: through the grammar (a backend Grammar or None), into the history, and
+    into the target's cache (a backend Slot) up to the new pending token. None, changing
+    nothing, where they cannot be written: `room` tokens or fewer left before max_tokens,
+    past the context, or where the grammar forbids them."""
+    takes = grammar is None or allowed_prefix(grammar, np.asarray(tokens)) == len(tokens)
+    if history.n + len(tokens) + 1 > target.n_ctx or not takes or len(tokens) >= room:
+        return None
+    target.decode(np.array([history.data[history.n - 1], *tokens[:-1]], np.int32),
+                  history.n - 1, 0)
+    history.extend(tokens)
+    if grammar is not None:  # (checked above)
+        for token in tokens:
+            grammar.accept(token, checked=True)
+    return RoundEvent(tuple(tokens), (Origin.TARGET,) * len(tokens), "", (), 0, 0, 0,
+                      0.0, 0.0, 0.0)

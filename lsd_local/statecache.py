@@ -13,7 +13,7 @@ Side by side (several sequences in one KV buffer), a sequence no request holds i
 when another request starts (`park`): llama.cpp's attention runs over every cell in use up
 to the highest one, masked or not, so idle conversations left in the buffer made every
 step of the others dearer (measured: t(1) +16 %, a block of 64 +8 % with three idle
-900-token conversations beside a 900-token one, docs/serving.md).
+900-token conversations beside a 900-token one: docs/server.md, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -77,24 +77,20 @@ class StateCache:
         """Before a prompt (int32[n]) is prefilled: set the live cache aside when the prompt
         would throw most of it away, and bring back the saved one that shares the longest
         prefix with the prompt when it beats the live one. Returns the prompt tokens the
-        restore saved (0 when nothing was restored). `target`/`draft`: backend Models."""
-        limit = len(prompt) - 1  # the last prompt token is always evaluated (it is pending)
-        live = common_prefix(target.cached_tokens, prompt[:limit])
-        best_key, best = None, live
-        for key, snap in self._saved.items():
-            shared = common_prefix(snap.tokens, prompt[:limit])
-            if shared > best:
-                best_key, best = key, shared
+        restore saved (0 when nothing was restored). `target`/`draft`: backend Slots."""
+        live = common_prefix(target.cached_tokens, prompt[:len(prompt) - 1])
+        best_key, best = self._best(prompt, live)
         restore = best_key is not None and best - live >= self.min_tokens
         snap = self._saved[best_key] if restore else None
-        if restore and best == len(snap.tokens):
+        whole = restore and best == len(snap.tokens)
+        if whole:
             # the prompt continues it whole: it becomes the live cache, saved again on the
             # next switch (taken out first: saving the live one may need its room)
             del self._saved[best_key]
         elif restore:  # only a shared head (a system prompt) is used: the rest stays saved
             self._saved.move_to_end(best_key)
         if target.n_cached - live >= self.min_tokens:
-            self._save(target, draft)  # another conversation's history: keep it
+            self._save(target, draft, best_key)  # another conversation's history: keep it
         if snap is None:
             return 0
         try:
@@ -103,27 +99,57 @@ class StateCache:
                 draft.restore_state(snap.draft)
             elif draft is not None:
                 draft.truncate(0)
-        except RuntimeError:  # llama.cpp refused the bytes: evaluate the prompt instead
+        except RuntimeError:  # llama.cpp refused (no room for its cells): evaluate instead
             target.truncate(0)
             if draft is not None:
                 draft.truncate(0)
+            if whole:  # (kept for a later request)
+                self._saved[best_key] = snap
+                self._evict(best_key)
             return 0
         self.restored += 1
         return best - live
 
-    def park(self, target, draft) -> bool:
+    def best_key(self, prompt: np.ndarray) -> int | None:
+        """The saved conversation `switch_to` would restore for this prompt (int32[n]) into
+        an empty sequence (None: none shares a token with it)."""
+        return self._best(prompt, 0)[0]
+
+    def _best(self, prompt: np.ndarray, live: int) -> tuple[int | None, int]:
+        """(key, shared prefix) of the saved state sharing the longest prefix with the
+        prompt, longer than `live`; of equals, the smallest (less to copy back)."""
+        head = prompt[:len(prompt) - 1]  # (the last prompt token is always evaluated)
+        best_key, best, size = None, live, 0
+        for key, snap in self._saved.items():
+            shared = common_prefix(snap.tokens, head)
+            if shared > best or (shared == best and best_key is not None
+                                 and len(snap.tokens) < size):
+                best_key, best, size = key, shared, len(snap.tokens)
+        return best_key, best
+
+    def keeps(self, target, draft) -> bool:
+        """Whether a sequence's cache (target/draft: its backend slots; draft may be None)
+        would be kept here if it were set aside now, rather than thrown away: room for it."""
+        if target.n_cached < self.min_tokens:
+            return True  # (too short to keep: cheaper to evaluate again, nothing lost)
+        size = target.state_nbytes() + (draft.state_nbytes() if draft is not None else 0)
+        return self.capacity > 0 and size <= self.max_bytes
+
+    def park(self, target, draft, pinned: int | None = None) -> bool:
         """Set an idle sequence's cache aside (target/draft: its backend slots; draft may be
         None) and empty it; a history shorter than min_tokens is dropped, cheaper to
         evaluate again. Returns False, leaving the cache in place, when it cannot be kept
-        (no room: capacity 0, or larger than the whole budget)."""
-        if target.n_cached >= self.min_tokens and not self._save(target, draft):
+        (no room: capacity 0, or larger than the whole budget). The saved state `pinned`
+        (best_key: the one a starting request is about to restore) is not evicted for it."""
+        if target.n_cached >= self.min_tokens and not self._save(target, draft, pinned):
             return False
         target.truncate(0)
         if draft is not None:
             draft.truncate(0)
         return True
 
-    def _save(self, target, draft) -> bool:
+    def _save(self, target, draft, pinned: int | None = None) -> bool:
+        """Save a sequence's cache; whether it is kept (not evicted at once for room)."""
         size = target.state_nbytes() + (draft.state_nbytes() if draft is not None else 0)
         if self.capacity == 0 or size > self.max_bytes:
             return False  # (one state larger than the whole budget would only evict the others)
@@ -132,23 +158,36 @@ class StateCache:
         for key in [key for key, old in self._saved.items()  # older states of the same
                     if common_prefix(old.tokens, tokens) == len(old.tokens)]:  # conversation
             del self._saved[key]
-        self._saved[self._next_key] = snap
+        key = self._next_key
+        self._saved[key] = snap
         self._next_key += 1
+        self._evict(pinned)
+        return key in self._saved
+
+    def _evict(self, pinned: int | None) -> None:
+        """Drop the least recently used states, never `pinned` while another is left, until
+        the count and the bytes fit."""
         while self._saved and (len(self._saved) > self.capacity
                                or self.nbytes > self.max_bytes):
-            self._saved.popitem(last=False)
-        return True
+            oldest = next((key for key in self._saved if key != pinned), pinned)
+            del self._saved[oldest]
 
 
-def park_others(cache: StateCache, idle: list[int], keep: int, target, draft) -> None:
+def park_others(cache: StateCache, idle: list[int], keep: int, prompt: np.ndarray, target,
+                draft) -> None:
     """Park (StateCache.park) the caches of the sequences `idle` (no request holds them)
     other than `keep`, of the backend Models target and draft (None: no draft model): one
     KV buffer serves every sequence, and llama.cpp scores each decode against all of its
-    cells in use, so an idle conversation left there slows every other request. One that
-    cannot be kept stays."""
+    cells in use, so an idle conversation left there slows every other request. The saved
+    state that sequence `keep`'s prompt (int32[n]) is about to restore is not evicted for
+    them; one that cannot be kept, or whose copy fails, stays."""
+    pinned = cache.best_key(prompt)
     for seq in idle:
         target_slot = target.slots[seq]
         draft_slot = draft.slots[seq] if draft is not None else None
         if seq != keep and (target_slot.n_cached or (
                 draft_slot is not None and draft_slot.n_cached)):
-            cache.park(target_slot, draft_slot)
+            try:
+                cache.park(target_slot, draft_slot, pinned)
+            except (RuntimeError, MemoryError):  # (a failed copy: the cache stays in place)
+                continue

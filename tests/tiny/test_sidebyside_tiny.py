@@ -564,3 +564,28 @@ def test_a_running_generation_is_never_parked(tiny_pair, plain):
         assert sum(n > 0 for n in cached) == 2  # the other idle sequence was parked
         assert head + [t for e in rounds for t in e.tokens] == alone(plain, PROMPTS[0], 40)
         assert short.tokens == alone(plain, PROMPTS[3], 10)
+
+
+def test_a_conversation_parked_beside_another_comes_back_whole(tiny_pair, plain):
+    """Two clients side by side with a draft model: when one client's next request starts,
+    the other's idle sequence gives its cells back (target and draft), and that other
+    client's next request is prefilled from the parked state, answering as alone."""
+    with load_tiny(tiny_pair, "model", k=3, parallel=2) as eng:
+        eng.keep_conversations(4)
+        first = [eng.generate(p, max_tokens=12) for p in PROMPTS[:2]]
+        interleaved(first)
+        seqs = [gen._parts.target.seq_id for gen in first]
+        assert seqs[0] != seqs[1]
+        follow = [p + gen.text for p, gen in zip(PROMPTS[:2], first, strict=True)]
+        again = eng.generate(follow[0], max_tokens=8)
+        rounds = iter(again)
+        next(rounds)  # (its prefill has run)
+        assert again._parts.target.seq_id == seqs[0]
+        assert eng.target.slots[seqs[1]].n_cached == 0
+        assert eng.draft_model.slots[seqs[1]].n_cached == 0
+        assert len(eng.state_cache) == 1
+        list(rounds)
+        back = eng.generate(follow[1], max_tokens=8).run()
+        assert back.stats.cached_prompt_tokens >= first[1].stats.prompt_tokens - 1
+        assert back.tokens == alone(plain, follow[1], 8)
+        assert again.tokens == alone(plain, follow[0], 8)

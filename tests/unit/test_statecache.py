@@ -205,10 +205,96 @@ def test_park_others_parks_every_idle_sequence_but_the_one_starting():
     for seq in range(4):
         target.slots[seq].hold(conversation(90 + seq, 50))
         draft.slots[seq].hold(conversation(90 + seq, 20))
-    park_others(cache, [0, 2, 3], 2, target, draft)  # 1 is held: a generation runs there
+    prompt = np.array(conversation(99, 30), np.int32)
+    park_others(cache, [0, 2, 3], 2, prompt, target, draft)  # 1 is held: a generation runs there
     assert [s.n_cached for s in target.slots] == [0, 50, 50, 0]
     assert [s.n_cached for s in draft.slots] == [0, 20, 20, 0]
     assert sorted(s.tokens[0] for s in cache._saved.values()) == sorted(
         [conversation(90, 1)[0], conversation(93, 1)[0]])
-    park_others(cache, [0, 1, 3], 0, FakeSlots(4), None)  # no draft model, nothing cached
-    assert len(cache) == 2
+    empty = FakeSlots(4)
+    park_others(cache, [0, 1, 3], 0, prompt, empty, None)  # no draft model, nothing cached
+    assert len(cache) == 2 and all(s.restores == 0 for s in empty.slots)
+
+
+def test_parking_never_evicts_the_state_the_starting_request_restores():
+    """Idle sequences parked just before a request's prefill must not push out of a full
+    cache the conversation that request is about to continue (review of 974b8c3)."""
+    ann = conversation(100, 200)
+    cache, target = StateCache(2, min_tokens=16), FakeSlots(3)
+    target.slots[0].hold(ann)
+    assert cache.park(target.slots[0], None)  # ann's client left; its state is the oldest
+    for seq in (1, 2):
+        target.slots[seq].hold(conversation(100 + seq, 50))
+    prompt = np.array(ann + [5], np.int32)
+    park_others(cache, [0, 1, 2], 0, prompt, target, None)
+    assert [s.n_cached for s in target.slots] == [0, 0, 0] and len(cache) == 2
+    assert cache.switch_to(target.slots[0], None, prompt) == 200
+
+
+def test_a_failed_copy_leaves_that_cache_in_place_and_parks_the_others():
+    class Failing(FakeModel):
+        def save_state(self):
+            raise MemoryError
+
+    target, cache = FakeSlots(3), StateCache(4, min_tokens=16)
+    target.slots[1] = Failing()
+    for seq in range(3):
+        target.slots[seq].hold(conversation(110 + seq, 40))
+    park_others(cache, [1, 2], 0, np.array([1, 2], np.int32), target, None)
+    assert [s.n_cached for s in target.slots] == [40, 40, 0] and len(cache) == 1
+
+
+def test_a_state_evicted_by_its_own_save_is_not_parked():
+    """A state that fits the byte budget alone but not with its tokens' bytes counted is
+    evicted as it is saved: parking it would throw the conversation away."""
+    target = FakeModel()
+    target.hold(conversation(120, 100))
+    cache = StateCache(4, max_bytes=100 * 100, min_tokens=16)  # exactly the KV bytes
+
+    class Counted(StateCache):  # a snapshot also holds its tokens
+        @property
+        def nbytes(self) -> int:
+            return sum(s.nbytes + 4 * len(s.tokens) for s in self._saved.values())
+
+    counted = Counted(4, max_bytes=100 * 100, min_tokens=16)
+    assert cache.park(target, None) and len(cache) == 1
+    target.hold(conversation(120, 100))
+    assert not counted.park(target, None) and target.n_cached == 100 and len(counted) == 0
+
+
+def test_keeps_says_whether_a_cache_would_be_saved_or_lost():
+    target, draft = FakeModel(), FakeModel()
+    target.hold(conversation(130, 100))
+    draft.hold(conversation(130, 100))
+    assert StateCache(4, min_tokens=16).keeps(target, draft)
+    assert not StateCache(0).keeps(target, draft)
+    assert not StateCache(4, max_bytes=15_000, min_tokens=16).keeps(target, draft)  # 20,000
+    assert StateCache(4, max_bytes=15_000, min_tokens=16).keeps(target, None)
+    target.hold(conversation(131, 10))  # too short to keep: nothing of worth is lost
+    assert StateCache(0, min_tokens=16).keeps(target, None)
+
+
+def test_a_refused_restore_keeps_the_saved_conversation():
+    """A restore llama.cpp refuses (no contiguous cells for it beside others' requests)
+    falls back to evaluating the prompt, and the conversation stays saved for later."""
+    ann = conversation(140, 120)
+    target, cache = FakeModel(), StateCache(4, min_tokens=16)
+    target.hold(ann)
+    assert cache.park(target, None)
+    target.refuse = True
+    prompt = np.array(ann + [9], np.int32)
+    assert cache.switch_to(target, None, prompt) == 0 and target.n_cached == 0
+    target.refuse = False
+    assert cache.switch_to(target, None, prompt) == 120
+
+
+def test_of_equal_heads_the_smallest_state_is_restored():
+    system = conversation(150, 30)
+    long, short = system + conversation(151, 2000), system + [t + 5000 for t in
+                                                               conversation(152, 40)]
+    target, cache = FakeModel(), StateCache(4, min_tokens=16)
+    for talk in (long, short):
+        target.hold(talk)
+        assert cache.park(target, None)
+    assert cache.switch_to(target, None, np.array(system + [7, 7, 7], np.int32)) == 30
+    assert target.n_cached == len(short)  # (the head's copy came from the small one)

@@ -115,6 +115,29 @@ def measure_missing(drafter, target, draft, context: np.ndarray, draft_context: 
                                    known or Calibration((), drafter.draft_token_s, None))
 
 
+def before_first_try(drafter, target, draft, prompt_ids: list[int],
+                     known: Calibration | None) -> Calibration | None:
+    """Before auto first tries the draft model (nothing learned yet, no Engine.calibrate),
+    measure what it and the target cost here after the first prompt tokens, and at the first
+    prompt long enough how t(n) grows with the context, so that a draft model that cannot
+    pay is never tried. `target`, `draft`: the generation's slots; `known`: what another
+    sequence's drafter measured (it is taught to this one first). Returns what is known
+    now (its `evaluated`: the prompt tokens left cached and the seconds they took), or
+    `known` when nothing was measured: never at the cost of a conversation's cache."""
+    if known is not None:  # (measured for another sequence's drafter)
+        drafter.use_calibration(known, timings=drafter.needs_calibration)
+    if target.n_cached or not needs_measuring(drafter):
+        return known
+    n = min(len(prompt_ids), CALIBRATION_CONTEXT, target.n_ctx // 2, draft.n_ctx - 2)
+    if n < 1:  # (a context too small to measure in: auto tries the model to learn)
+        return known
+    prompt = np.asarray(prompt_ids, np.int32)
+    prefix = prompt[:min(len(prompt) - 1, target.n_ctx - 1)]  # (the prefill reuses it)
+    # (the draft model's own token ids: it may have another vocabulary)
+    return measure_missing(drafter, target, draft, prompt[:n], filler(draft.vocab, n), prefix,
+                           known)
+
+
 def filler_arrays(target, draft) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """(context, draft_context, prefix) for `measure` before any prompt: filler tokens
     (int32, each model's own BOS, else EOS) as many as a prompt would give, the prefix as
