@@ -99,7 +99,8 @@ def profile(target, draft, context, repeats: int = 5) -> dict:
     out = {"target_s": costs["target_s"], "draft_token_s": costs["draft_token_s"],
            "context": len(context), "free_drafts": free, "best_free": best(free),
            "copy": copy_speedup(costs["target_s"]),
-           "types": tensor_types(target.path), "machine": platform.machine()}
+           "types": tensor_types(target.path), "machine": platform.machine(),
+           "placement": target.placement}
     if costs["draft_token_s"] is not None:  # (auto drafts at most MODEL_CAP with it)
         with_model = {k: gain for k, gain in perfect_speedups(
             costs["target_s"], costs["draft_token_s"]).items() if k <= MODEL_CAP}
@@ -142,7 +143,9 @@ def format_profile(result: dict) -> str:
         lines.append(f"draft model: {1000 * result['draft_token_s']:.1f} ms per token "
                      f"({result['draft_token_s'] / t[1]:.0%} of a target step); best case "
                      + (f"{gain:.2f}x at K = {k}" if k else "never beats plain decoding here"))
-    lines += _types_lines(result["types"], result["machine"])
+    placement = result.get("placement", "CPU")
+    on_cpu = placement == "CPU" or "on the CPU" in placement  # (Model.placement's words)
+    lines += _types_lines(result["types"], result["machine"] if on_cpu else placement)
     return "\n".join(lines)
 
 
@@ -159,6 +162,9 @@ def _gain_text(best_case: tuple[int, float]) -> str:
 
 
 def _types_lines(types: dict[str, dict[str, int]], machine: str) -> list[str]:
+    """The file's weight types, and for an x86 CPU the ones without a batched kernel there;
+    `machine`: the CPU's architecture, or where every layer went when none is on the CPU
+    (the CPU's kernels then do not apply)."""
     if not types:
         return ["tensor types: unknown (the gguf package is not installed)"]
     total = sum(entry["bytes"] for entry in types.values())
@@ -172,4 +178,6 @@ def _types_lines(types: dict[str, dict[str, int]], machine: str) -> list[str]:
                      "cheaper (docs/devices.md)")
     elif machine in ("x86_64", "AMD64", "i686"):
         lines.append("every weight type here has a batched kernel on this x86 CPU")
+    elif " layers on " in machine:
+        lines.append(f"{machine}: the CPU's batched kernels do not apply")
     return lines

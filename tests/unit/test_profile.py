@@ -38,6 +38,18 @@ def test_weight_types_without_a_batched_kernel_on_x86():
                                    profile.perfect_speedups(CURVE), "best_free": (31, 1.73),
                                    "context": 300, "types": types, "machine": "x86_64"})
     assert "no batched kernel on this x86 CPU for: Q6_K" in text and "K = 31" in text
+    offloaded = profile.format_profile({"target_s": CURVE, "free_drafts":
+                                        profile.perfect_speedups(CURVE), "best_free": (31, 1.73),
+                                        "context": 300, "types": types, "machine": "x86_64",
+                                        "placement": "29/29 layers on CUDA0"})
+    # (seen on an H200: the note about the CPU's kernels was printed for a file on the GPU)
+    assert "x86" not in offloaded and "29/29 layers on CUDA0: the CPU's" in offloaded
+    partly = profile.format_profile({"target_s": CURVE, "free_drafts":
+                                     profile.perfect_speedups(CURVE), "best_free": (31, 1.73),
+                                     "context": 300, "types": types, "machine": "x86_64",
+                                     "placement": "10/29 layers on CUDA0 (the other 19 on the "
+                                                  "CPU)"})
+    assert "no batched kernel on this x86 CPU for: Q6_K" in partly
 
 
 def test_the_types_of_a_real_gguf_file(tiny_pair):
