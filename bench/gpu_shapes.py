@@ -2,11 +2,13 @@
 verification cost t(K) of each on whatever device llama.cpp puts them (all layers offloaded
 when a GPU is there): what `--k auto` trades off, where real files cannot be carried.
 
-    python bench/gpu_shapes.py [--dir DIR] [--max-k 33] [--cpu-too]
+    python bench/gpu_shapes.py [--dir DIR] [--max-k 33] [--cpu-too] [--types f16,q4_k_m]
 
 F16 weights (the `gguf` package writes them; speed does not depend on the values) with the
 qwen2 architecture (attention biases, GQA, tied embeddings) and a 151,936-token
-SentencePiece-style vocabulary. Run by bench/gpu_check.sh on a GPU machine.
+SentencePiece-style vocabulary, and a Q4_K_M copy made by llama.cpp's own quantizer: the
+weight types of the files `lsd pull` gives (Q6_K for the tied output head, attention V and
+half the FFN down projections, Q4_K elsewhere). Run by bench/gpu_check.sh on a GPU machine.
 """
 
 from __future__ import annotations
@@ -92,9 +94,28 @@ def write_model(path: Path, shape: Shape, seed: int = 0) -> Path:
     return path
 
 
-def verification_costs(path: Path, max_k: int, n_gpu_layers) -> tuple[str, list[float]]:
-    """(placement, seconds to score K tokens with K logit rows for K = 1..max_k) after a
-    512-token context, medians of 5 interleaved repeats (estimators.measure_decode_times)."""
+def quantized(f16: Path, name: str = "q4_k_m") -> Path:
+    """A copy of an F16 file in llama.cpp's Q4_K_M mix (its quantizer, all cores)."""
+    import os
+
+    import llama_cpp
+
+    out = f16.with_name(f16.name.replace("-f16.gguf", f"-{name}.gguf"))
+    if out.exists():
+        return out
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+    params.nthread = os.cpu_count() or 1
+    if llama_cpp.llama_model_quantize(str(f16).encode(), str(out).encode(), params) != 0:
+        raise SystemExit(f"llama.cpp could not quantize {f16}")
+    return out
+
+
+def verification_costs(path: Path, max_k: int, n_gpu_layers
+                       ) -> tuple[str, list[float], tuple[float, float]]:
+    """(placement, seconds to score K tokens with K logit rows for K = 1..max_k, batch drift)
+    after a 512-token context, medians of 5 interleaved repeats
+    (estimators.measure_decode_times)."""
     from lsd_local.backend import LoadOptions, Model
     from lsd_local.drafters.auto.estimators import measure_decode_times
 
@@ -102,9 +123,23 @@ def verification_costs(path: Path, max_k: int, n_gpu_layers) -> tuple[str, list[
     try:
         context = np.random.default_rng(1).integers(300, N_VOCAB, 512).astype(np.int32)
         curve = measure_decode_times(model, context, list(range(1, max_k + 1)), repeats=5)
-        return model.placement, [float(t) for t in curve.seconds]
+        return model.placement, [float(t) for t in curve.seconds], batch_drift(model, context)
     finally:
         model.close()
+
+
+def batch_drift(model, context: np.ndarray, n: int = 16) -> tuple[float, float]:
+    """How far the logits of a token scored as the first of a block of n differ from the
+    same token scored alone (int32 context cached before it): (the largest difference,
+    the logit spread of the alone row), the numerics that can make strict speculation part
+    from plain greedy decoding where the top two logits nearly tie."""
+    model.truncate(0)
+    model.decode(context[:-1], 0, 0)
+    alone = model.decode(context[-1:], len(context) - 1, 1)[0].copy()
+    model.truncate(len(context) - 1)
+    block = model.decode(np.resize(context[-1:], n), len(context) - 1, n)[0].copy()
+    model.truncate(0)
+    return float(np.abs(alone - block).max()), float(alone.max() - alone.min())
 
 
 def main() -> None:
@@ -112,16 +147,23 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path("/tmp/gpu-models"))
     parser.add_argument("--max-k", type=int, default=33)
     parser.add_argument("--cpu-too", action="store_true", help="also measure with 0 layers")
+    parser.add_argument("--types", default="f16,q4_k_m",
+                        help="weight types to measure, comma separated: f16, q4_k_m")
     args = parser.parse_args()
     args.dir.mkdir(parents=True, exist_ok=True)
-    print("weights: F16, random (qwen2 architecture, Qwen2.5-Coder shapes)")
+    types = args.types.split(",")
+    print("weights: random (qwen2 architecture, Qwen2.5-Coder shapes):", ", ".join(types))
     for shape in SHAPES:
-        path = write_model(args.dir / f"{shape.name}-f16.gguf", shape)
-        for layers in ("auto", 0) if args.cpu_too else ("auto",):
-            where, times = verification_costs(path, args.max_k, layers)
-            print(f"\n{shape.name} ({where}): t(K) in ms, K = 1..{args.max_k}")
-            for k, t in enumerate(times, start=1):
-                print(f"  K={k:2d}  {t * 1000:8.2f} ms   t(K)/t(1) = {t / times[0]:5.2f}")
+        f16 = write_model(args.dir / f"{shape.name}-f16.gguf", shape)
+        paths = {"f16": f16, **({"q4_k_m": quantized(f16)} if "q4_k_m" in types else {})}
+        for kind in types:
+            for layers in ("auto", 0) if args.cpu_too else ("auto",):
+                where, times, drift = verification_costs(paths[kind], args.max_k, layers)
+                print(f"\n{shape.name} {kind} ({where}): t(K) in ms, K = 1..{args.max_k}; "
+                      f"a row scored in a block of 16 differs from it alone by up to "
+                      f"{drift[0]:.2e} (the row's logits span {drift[1]:.2f})")
+                for k, t in enumerate(times, start=1):
+                    print(f"  K={k:2d}  {t * 1000:8.2f} ms   t(K)/t(1) = {t / times[0]:5.2f}")
 
 
 if __name__ == "__main__":
