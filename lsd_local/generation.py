@@ -253,7 +253,7 @@ class Generation:
         kept (`prefill_at`: where evaluation starts)."""
         drafter, prompt, parts = self._parts.drafter, self._prompt, self._parts
         if drafter is not None:
-            drafter.begin(self._family)
+            drafter.begin(self._family, len(prompt))
             self._drafter_began = True
         self._prefill_started = perf_counter()
         if parts.park_idle is not None:  # (before the prefill takes cells: it may reuse theirs)

@@ -237,7 +237,7 @@ def replay(prompt: list[int], answer: list[int], drafter: Drafter | None,
     if isinstance(drafter, CutLookup):
         drafter.know(target.sequence)
     if drafter is not None:
-        drafter.begin(family)
+        drafter.begin(family, len(prompt))
     lengths = []
     while history.n < len(dense):
         k = draft_limit(request, history.n - len(prompt), history.n,
@@ -259,14 +259,18 @@ def _hear_end(drafter, is_eog) -> None:
 
 
 def _give_text(drafter, vocab, prompt: list[int], answer: list[int]) -> DenseVocab | None:
-    """Give a replayed drafter's prompt lookup text lookup over this answer's dense ids, as
-    the engine's factory gives its own; the vocabulary it spells them with (None: the
-    drafter has no lookup to give it to)."""
+    """Give a replayed drafter's prompt lookup text lookup over this answer's dense ids, and
+    an auto drafter the text of its answer (code or prose: drafters/auto/context.py), as the
+    engine's factory gives its own; the vocabulary it spells them with (None: the drafter
+    has no lookup to give it to)."""
     lookup = _lookup_of(drafter)
     if lookup is None:
         return None
     spelled = DenseVocab(vocab, np.unique(np.array(list(prompt) + list(answer), np.int64)))
     lookup.text = TextLookup(TextCodec(spelled))
+    context = getattr(drafter, "context", None)
+    if context is not None:
+        context.token_bytes = spelled.token_bytes_special
     return spelled
 
 

@@ -34,6 +34,10 @@ class Draft:
     # forced_tail are the grammar's, the rest the drafter's (the statistics count them apart)
     forced_head: int = 0
     forced_tail: int = 0
+    # prompt lookup: where in the history the proposed tokens were found (their first one's
+    # position), so that a match in the answer being written is told from one in the prompt;
+    # -1 for other sources (the suffix index of past requests, text lookup, models)
+    origin: int = -1
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -91,10 +95,12 @@ class Drafter(ABC):
     batch_yield = 0.0
     batch_free = 0
 
-    def begin(self, family: str | None = None) -> None:  # noqa: B027 - a no-op by default
+    def begin(self, family: str | None = None,  # noqa: B027 - a no-op by default
+              n_prompt: int | None = None) -> None:
         """A request starts: drop what belonged to the previous one (not what was learned).
         family: a name for the kind of request (drafters.auto.learned.request_family) for
-        drafters that learn per kind; None when unnamed."""
+        drafters that learn per kind; None when unnamed. n_prompt: the prompt's tokens (the
+        answer starts after them; None: not known)."""
 
     @abstractmethod
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,

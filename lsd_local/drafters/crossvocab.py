@@ -106,8 +106,9 @@ class CrossVocabDrafter(Drafter):
     def n_evaluated(self) -> int:
         return self.inner.n_evaluated
 
-    def begin(self, family: str | None = None) -> None:
-        self.inner.begin(family)  # (its end() is not told: its tokens are another vocabulary's)
+    def begin(self, family: str | None = None, n_prompt: int | None = None) -> None:
+        # (nor its prompt's length, nor its end(): its tokens are another vocabulary's)
+        self.inner.begin(family)
 
     def reset(self) -> None:
         """Forget the alignment and the draft cache."""

@@ -17,12 +17,14 @@ def make_drafter(cfg, draft, cross_vocab_target=None, index=None, target_vocab=N
     `cross_vocab_target` (the target Model, when the draft's vocabulary differs), the draft
     model drafts through text (CrossVocabDrafter). `index`: the suffix index over past
     requests that prompt lookup also searches (suffixstore.SuffixIndex or None);
-    `target_vocab`: the target's vocabulary, for text lookup and for where lookup stops (its
-    end-of-generation tokens; None: token lookup only, no stop)."""
+    `target_vocab`: the target's vocabulary, for text lookup, for where lookup stops (its
+    end-of-generation tokens) and for auto to read the answer (code or prose; None: token
+    lookup only, no stop, every proposal priced as code)."""
     text = TextLookup(TextCodec(target_vocab)) if target_vocab is not None and \
         cfg.text_lookup else None
     is_stop = target_vocab.is_eog if target_vocab is not None else None
-    drafter = auto_drafter(cfg, draft, cross_vocab_target, text, is_stop) \
+    token_bytes = target_vocab.token_bytes if target_vocab is not None else None
+    drafter = auto_drafter(cfg, draft, cross_vocab_target, text, is_stop, token_bytes) \
         if cfg.drafter == "auto" or cfg.adaptive_k else \
         fixed_drafter(cfg, draft, cross_vocab_target, text, is_stop)
     if drafter is not None:
@@ -30,10 +32,11 @@ def make_drafter(cfg, draft, cross_vocab_target=None, index=None, target_vocab=N
     return drafter
 
 
-def auto_drafter(cfg, draft, cross_vocab_target=None, text=None,
-                 is_stop=None) -> AutoDrafter | None:
+def auto_drafter(cfg, draft, cross_vocab_target=None, text=None, is_stop=None,
+                 token_bytes=None) -> AutoDrafter | None:
     """The cost-aware controller over the drafters the configuration allows; `is_stop`: the
-    target's end-of-generation test (lookup drafts no further than such a token)."""
+    target's end-of-generation test (lookup drafts no further than such a token);
+    `token_bytes`: the target's token id -> text, so that auto tells code from prose."""
     if cfg.drafter == "none":
         return None
     lookup = LookupDrafter(cfg.max_ngram, cfg.min_ngram, text=text, is_stop=is_stop) \
@@ -42,7 +45,8 @@ def auto_drafter(cfg, draft, cross_vocab_target=None, text=None,
     if draft is not None and cfg.drafter in ("auto", "model", "multilevel"):
         model = fixed_drafter(replace(cfg, drafter="model" if cfg.drafter == "auto"
                                       else cfg.drafter), draft, cross_vocab_target)
-    return AutoDrafter(lookup, model, fixed_k=None if cfg.adaptive_k else cfg.k_value)
+    return AutoDrafter(lookup, model, fixed_k=None if cfg.adaptive_k else cfg.k_value,
+                       token_bytes=token_bytes)
 
 
 def fixed_drafter(cfg, draft, cross_vocab_target=None, text=None, is_stop=None):

@@ -177,9 +177,9 @@ class Forced(Drafter):
         # tokens are what it follows: it starts after the prompt)
         self._split = (0, 0)  # the last draft's forced head and tail
 
-    def begin(self, family: str | None = None) -> None:
+    def begin(self, family: str | None = None, n_prompt: int | None = None) -> None:
         if self.inner is not None:
-            self.inner.begin(family)
+            self.inner.begin(family, n_prompt)
 
     def propose(self, history: np.ndarray, k: int, sampler=None, rng=None,
                 grammar=None) -> Draft:

@@ -38,21 +38,21 @@ class LookupDrafter(Drafter):
             return EMPTY_DRAFT
         if len(self._out) < k:
             self._out = np.zeros(k, np.int32)
-        m, _, run = lookup_any(history, self.max_ngram, self.min_ngram, k, self._out)
+        m, _, run, origin = lookup_any(history, self.max_ngram, self.min_ngram, k, self._out)
         tokens, source = self._out[:m], ""
         if self.index is not None:  # past requests: taken when their match runs longer
             found, found_run = self.index.find(history, k, self.min_ngram)
             if len(found) and found_run > run:
-                tokens, run, source = found, found_run, "suffix"
+                tokens, run, source, origin = found, found_run, "suffix", -1
         if not len(tokens) and self.text is not None:  # the same text as other tokens?
             tokens, size = self.text.find(history, k)
-            run, source = size // TEXT_BYTES_PER_RUN, "text"
+            run, source, origin = size // TEXT_BYTES_PER_RUN, "text", -1
         m = len(tokens)
         if self.is_stop is not None and m:  # (what follows an end is never committed)
             m = through_stop(tokens, self.is_stop)
         if grammar is not None and m:  # a shorter block costs less to verify
             m = allowed_prefix(grammar, tokens[:m])
-        return Draft(tokens[:m].copy(), run=run, source=source)
+        return Draft(tokens[:m].copy(), run=run, source=source, origin=origin)
 
     def end(self, history: np.ndarray, n_prompt: int | None = None) -> None:
         """Keep the request's answer (with its prompt's end) in the suffix index."""

@@ -100,14 +100,19 @@ def test_lookup_acceptance_is_remembered_per_request_family(tiny_pair, cache_dir
     """The engine names each request's family (its instruction): the learned file holds what
     lookup learned for it, and the next process restores it for the same instruction."""
     copy = "Repeat this passage.\n" + "the cat is on the mat and the dog is in the house. " * 6
+    family = learned.request_family(copy)
     with tinymodels.load_tiny(tiny_pair, "auto", remember=True) as engine:
         engine.generate(copy, max_tokens=40).run()
-        assert engine.drafter.acceptance["lookup"].family == learned.request_family(copy)
+        runs = engine.drafter.runs  # (which one priced a proposal: drafters/auto/context.py)
+        assert {model.family for model in runs.values()} == {family}
+        tried = {name: model.families[family][1].sum() for name, model in runs.items()}
+    assert sum(tried.values()) > 0
     saved = json.loads((cache_dir / "learned.json").read_text())
     (entry,) = saved["acceptance"].values()
-    family = learned.request_family(copy)
-    assert list(entry["lookup"]["families"]) == [family]
-    assert sum(entry["lookup"]["families"][family]["tried"]) > 0
+    for name in runs:
+        assert list(entry[name]["families"]) == [family]
+        assert sum(entry[name]["families"][family]["tried"]) == pytest.approx(tried[name])
     with tinymodels.load_tiny(tiny_pair, "auto", remember=True) as engine:
-        model = engine.drafter.acceptance["lookup"]
-        assert list(model.families) == [family] and model.families[family][1].sum() > 0
+        for name, model in engine.drafter.runs.items():
+            assert list(model.families) == [family]
+            assert (model.families[family][1].sum() > 0) == (tried[name] > 0)

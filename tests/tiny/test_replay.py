@@ -214,13 +214,13 @@ def test_mixed_replay_keeps_one_memory_for_all_sets_and_families_name_requests(c
     begun = []
 
     class Spy(AutoDrafter):
-        def begin(self, family=None):
-            begun.append(family)
-            super().begin(family)
+        def begin(self, family=None, n_prompt=None):
+            begun.append((family, n_prompt))
+            super().begin(family, n_prompt)
 
     remembering = script.Remembering(lambda: Spy(LookupDrafter()))
     speedups = rp.replay_set(order, remembering, lambda r: linear)
-    assert begun == [r.family for r in order]
+    assert begun == [(r.family, len(r.prompt)) for r in order]
     separate = script.speedups_per_set(records, {300: CostCurve([1, 33], [linear(1), linear(33)])},
                                        "remember:auto", ["humaneval", "chat"], mixed=False)
     assert len(speedups) == 4 and speedups[2] > 1.5  # the second copied answer, remembered

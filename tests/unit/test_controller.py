@@ -289,17 +289,24 @@ def test_falls_back_to_plain_steps_when_drafts_are_never_accepted():
 
 
 def test_switches_when_the_costs_change():
-    world = World(*CPU, p_lookup=0.9, seed=5)
-    drafter = AutoDrafter(FakeLookup(world))
-    log_cpu, _, history = simulate(drafter, world, 800)
-    world.a, world.b = GPU
-    # sizes measured on the "CPU" are forgotten after ~600 rounds, then longer drafts get tried
-    _, _, history = simulate(drafter, world, 1200, history=history)
-    log_gpu, rate, _ = simulate(drafter, world, 600, history=history)
-    mean_cpu = np.mean([k for k, _ in log_cpu[-300:]])
-    mean_gpu = np.mean([k for k, _ in log_gpu[-300:]])
-    assert mean_gpu > 3 * max(mean_cpu, 1.0)
-    assert rate >= 0.9 * best_fixed_rate(world, "lookup")[0]
+    """Sizes measured on the "CPU" are forgotten after ~600 rounds unused, then longer drafts
+    get tried. Not on every random path: a size the CPU rounds timed often (K = 2 here)
+    keeps its CPU cost for ~1,600 rounds, and where the largest size explored on the CPU is
+    long enough, no longer block is priced cheap enough to be tried before that; 2 of 12
+    seeds, before and after runs were priced by the answer's context (docs/auto.md)."""
+    switched = 0
+    for seed in range(10):
+        world = World(*CPU, p_lookup=0.9, seed=seed)
+        drafter = AutoDrafter(FakeLookup(world))
+        log_cpu, _, history = simulate(drafter, world, 800)
+        world.a, world.b = GPU
+        _, _, history = simulate(drafter, world, 1200, history=history)
+        log_gpu, rate, _ = simulate(drafter, world, 600, history=history)
+        mean_cpu = np.mean([k for k, _ in log_cpu[-300:]])
+        mean_gpu = np.mean([k for k, _ in log_gpu[-300:]])
+        switched += mean_gpu > 3 * max(mean_cpu, 1.0) and \
+            rate >= 0.9 * best_fixed_rate(world, "lookup")[0]
+    assert switched >= 8
 
 
 @pytest.mark.parametrize("costs, draft_s, wanted", [(CPU, 0.022, {"lookup", "none"}),

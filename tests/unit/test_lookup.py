@@ -14,11 +14,12 @@ from lsd_local.errors import ParameterError
 
 
 def lookup_obvious(tokens: list[int], max_ngram: int, min_ngram: int, k: int,
-                   run_cap: int = RUN_CAP) -> tuple[list[int], int, int]:
+                   run_cap: int = RUN_CAP) -> tuple[list[int], int, int, int]:
     """The definition in plain Python: for n from max_ngram down, the earlier occurrences of
     the last n tokens; each one's run is how many tokens before its end equal the tokens
     before the end of the text (at most max(n, run_cap)); the longest run wins, the latest
-    occurrence among equals. What follows it, up to k tokens; its n; its run."""
+    occurrence among equals. What follows it, up to k tokens; its n; its run; where what
+    follows it starts (-1: no match)."""
     n = len(tokens)
 
     def run(end: int, size: int) -> int:
@@ -31,8 +32,8 @@ def lookup_obvious(tokens: list[int], max_ngram: int, min_ngram: int, k: int,
         ends = [s + size for s in range(n - size) if tokens[s:s + size] == tokens[n - size:]]
         if ends:
             best = max(ends, key=lambda end: (run(end, size), end))  # noqa: B023 - used here
-            return tokens[best:best + k], size, run(best, size)
-    return [], 0, 0
+            return tokens[best:best + k], size, run(best, size), best
+    return [], 0, 0, -1
 
 
 def run_kernel(tokens, max_ngram, min_ngram, k, run_cap=RUN_CAP):
@@ -71,19 +72,19 @@ def test_the_occurrence_whose_copy_has_run_longest_wins():
     copy = [1, 2, 3, 4, 5, 6, 7, 8, 9]
     tokens = copy + [0, 5, 6, 7, 30, 31] + [0] + copy[:7]
     out = np.zeros(4, np.int32)
-    m, size, run = lookup_match(np.asarray(tokens, np.int32), 3, 1, 4, RUN_CAP, out)
-    assert (out[:m].tolist(), size, run) == ([8, 9, 0, 5], 3, 7)
-    found, size, run = lookup_reference(np.asarray(tokens, np.int32), 3, 1, 4)
-    assert (found.tolist(), size, run) == ([8, 9, 0, 5], 3, 7)
+    m, size, run, origin = lookup_match(np.asarray(tokens, np.int32), 3, 1, 4, RUN_CAP, out)
+    assert (out[:m].tolist(), size, run, origin) == ([8, 9, 0, 5], 3, 7, 7)
+    found, size, run, origin = lookup_reference(np.asarray(tokens, np.int32), 3, 1, 4)
+    assert (found.tolist(), size, run, origin) == ([8, 9, 0, 5], 3, 7, 7)
 
 
 def test_the_run_is_capped_and_never_shorter_than_the_match():
     tokens = np.asarray(list(range(40)) + list(range(40)), np.int32)  # a 40-token copy
     out = np.zeros(4, np.int32)
-    assert lookup_match(tokens, 3, 1, 4, 256, out)[1:] == (3, 40)
-    assert lookup_match(tokens, 3, 1, 4, 10, out)[1:] == (3, 10)
-    assert lookup_match(tokens, 3, 1, 4, 2, out)[1:] == (3, 3)  # the n-gram itself
-    assert lookup_reference(tokens, 3, 1, 4, 10)[1:] == (3, 10)
+    assert lookup_match(tokens, 3, 1, 4, 256, out)[1:3] == (3, 40)
+    assert lookup_match(tokens, 3, 1, 4, 10, out)[1:3] == (3, 10)
+    assert lookup_match(tokens, 3, 1, 4, 2, out)[1:3] == (3, 3)  # the n-gram itself
+    assert lookup_reference(tokens, 3, 1, 4, 10)[1:3] == (3, 10)
 
 
 @settings(max_examples=600, deadline=None)
@@ -93,17 +94,19 @@ def test_the_run_is_capped_and_never_shorter_than_the_match():
 def test_kernel_matches_reference(tokens, max_ngram, k, run_cap, data):
     min_ngram = data.draw(st.integers(1, max_ngram))
     arr = np.array(tokens, np.int32)
-    expected, expected_n, expected_run = lookup_reference(arr, max_ngram, min_ngram, k, run_cap)
-    assert (expected.tolist(), expected_n, expected_run) == \
+    expected, expected_n, expected_run, origin = lookup_reference(arr, max_ngram, min_ngram, k,
+                                                                  run_cap)
+    assert (expected.tolist(), expected_n, expected_run, origin) == \
         lookup_obvious(tokens, max_ngram, min_ngram, k, run_cap)
-    got = run_kernel(arr, max_ngram, min_ngram, k, run_cap)
-    assert got == expected.tolist()
-    assert len(got) <= k
     out = np.zeros(max(k, 1), np.int32)
-    m, n, run = lookup_match(arr, max_ngram, min_ngram, k, run_cap, out)
-    assert (out[:m].tolist(), n, run) == (expected.tolist(), expected_n, expected_run)
-    assert (n == 0) == (m == 0)  # a match always has a continuation
-    assert n == run == 0 or n <= run <= max(n, run_cap)
+    m, size, run, kernel_origin = lookup_match(arr, max_ngram, min_ngram, k, run_cap, out)
+    assert (out[:m].tolist(), size, run, kernel_origin) == \
+        (expected.tolist(), expected_n, expected_run, origin)
+    assert run_kernel(arr, max_ngram, min_ngram, k, run_cap) == expected.tolist()
+    assert m <= k
+    assert (size == 0) == (m == 0) == (origin == -1)  # a match always has a continuation
+    assert size == run == 0 or size <= run <= max(size, run_cap)
+    assert origin == -1 or arr[origin:origin + m].tolist() == out[:m].tolist()
 
 
 def test_drafter_returns_draft_and_validates():

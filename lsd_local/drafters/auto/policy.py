@@ -14,6 +14,7 @@ from ...config import LONG_BLOCKS, LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter, DraftSteps, run_steps
 from ..lookup import LookupDrafter
 from . import calibration
+from .context import AnswerContext, context_models
 from .estimators import AcceptanceModel, CostModel, allowed_blocks, best_k
 from .lookup_acceptance import RunAcceptanceModel, score_shadow
 
@@ -26,9 +27,12 @@ from .lookup_acceptance import RunAcceptanceModel, score_shadow
 # replaying recorded answers (bench/replay_auto.py) on the dev and test splits; their scoring
 # is free, so a wrong belief is corrected within a few proposals.
 LOOKUP_PRIOR = 0.5
-LONG_LOOKUP_PRIOR = 0.98
+LONG_LOOKUP_PRIOR = 0.99
 LONG_MATCH = 12  # run length from which a match counts as a copy (with any max_ngram)
-RUN_EDGES = (0, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192)  # run buckets (lower edges)
+# run buckets (lower edges): one for every run from 48 on, where copies of code break about
+# as rarely at any run (where an edit is), so that a few breaks at the long runs a copy has
+# reached do not make the next runs look unsafe (docs/auto.md, "Where a match comes from")
+RUN_EDGES = (0, 4, 8, 12, 16, 24, 32, 48)
 # A match in past requests (the suffix index) is priced apart: a long one is often an answer
 # asked for again, but near-duplicate requests share long runs and then part ways (measured:
 # docs/drafting.md), so a long suffix match starts less trusted than a copy within the context.
@@ -80,7 +84,7 @@ class AutoDrafter(Drafter):
                  lookup_prior: float = LOOKUP_PRIOR,
                  long_lookup_prior: float = LONG_LOOKUP_PRIOR,
                  long_blocks: tuple[int, ...] = LONG_BLOCKS,
-                 dense_blocks: int = LOOKUP_CAP + 1) -> None:
+                 dense_blocks: int = LOOKUP_CAP + 1, token_bytes=None) -> None:
         self.clock = clock  # times the draft model (injectable for simulations)
         # the lookup draft lengths auto may choose (estimators.allowed_blocks)
         self.lookup_cap = max((dense_blocks, *long_blocks)) - 1
@@ -90,15 +94,20 @@ class AutoDrafter(Drafter):
         self.fixed_k = fixed_k
         self.explore_every = explore_every
         self.cost = CostModel()
-        self.acceptance = {"lookup": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, lookup_prior,
-                                                        long_lookup_prior),
-                           "suffix": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, SUFFIX_PRIOR,
-                                                        LONG_SUFFIX_PRIOR),
-                           "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
+        # the answer where each proposal is made: which of the run models prices it
+        # (token_bytes: the target vocabulary's token id -> text, None: not known)
+        self.context = AnswerContext(token_bytes)
+        self.runs = {"lookup": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, lookup_prior,
+                                                  long_lookup_prior),
+                     "suffix": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, SUFFIX_PRIOR,
+                                                  LONG_SUFFIX_PRIOR),
+                     **context_models(RUN_EDGES, LONG_MATCH, lookup_prior)}
+        self.acceptance = {**self.runs, "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
-        # "short"/"copy" -> [start, proposal int32[m], positions scored, run]: one pending lookup
-        # proposal per kind, so that a copy met while a chance match is scored is learned too
+        # (run model, "short"/"copy") -> [start, proposal int32[m], positions scored, run,
+        # context]: one pending lookup proposal per kind, so that a copy met while a chance
+        # match is scored is learned too
         self._shadows: dict[str, list] = {}
         self._last_tried, self.rounds = {"lookup": 0, "model": 0}, 0
         self._context: int | None = None  # tokens cached before this round's block
@@ -121,16 +130,17 @@ class AutoDrafter(Drafter):
         proposal = (EMPTY_DRAFT if self.lookup is None
                     else self.lookup.propose(history, min(k, self.lookup_cap), grammar=grammar))
         run = proposal.run
-        kind = "suffix" if proposal.source == "suffix" else \
-            "copy" if run >= LONG_MATCH else "short"
-        choice = self._choose(history, len(proposal), k, run, _model_of(kind))
+        self.context.observe(history)
+        priced_by = self.context.model_for(proposal.source, proposal.origin)
+        kind = (priced_by, "copy" if run >= LONG_MATCH else "short")
+        choice = self._choose(history, len(proposal), k, run, priced_by)
         if len(proposal) and kind not in self._shadows:
             # Lookup acceptance is learned from whole proposals against what gets committed
             # (verified or not, cut or not): every position is scored at no target cost.
             # A short match still pending when a copy is found is that copy's beginning:
             # scoring both would count the same tokens twice.
-            if kind == "copy":
-                self._shadows.pop("short", None)
+            if kind[1] == "copy":
+                self._shadows.pop((priced_by, "short"), None)
             self._shadows[kind] = [len(history), proposal.tokens.copy(), 0, run,
                                    history[-SHADOW_CONTEXT:].copy()]
         if choice.source == "lookup":
@@ -156,8 +166,7 @@ class AutoDrafter(Drafter):
     def learned_acceptance(self) -> dict:
         """What the acceptance models hold (JSON-able), per kind of proposal."""
         model = self.acceptance["model"]
-        return {"lookup": self.acceptance["lookup"].counts(),
-                "suffix": self.acceptance["suffix"].counts(),
+        return {**{name: runs.counts() for name, runs in self.runs.items()},
                 "model": {"accepted": model.accepted.tolist(), "tried": model.tried.tolist()}}
 
     def restore(self, costs: object, acceptance: object) -> None:
@@ -168,8 +177,8 @@ class AutoDrafter(Drafter):
             self._restore_costs(costs)
         if not isinstance(acceptance, dict):
             return
-        self.acceptance["lookup"].restore(acceptance.get("lookup"), RESTORED_LOOKUP_TRIES)
-        self.acceptance["suffix"].restore(acceptance.get("suffix"), RESTORED_LOOKUP_TRIES)
+        for name, runs in self.runs.items():
+            runs.restore(acceptance.get(name), RESTORED_LOOKUP_TRIES)
         self.acceptance["model"].restore(acceptance.get("model"), RESTORED_TRIES)
 
     def _restore_costs(self, costs: dict) -> None:
@@ -204,7 +213,7 @@ class AutoDrafter(Drafter):
     def _choose(self, history: np.ndarray, n_lookup: int, k: int, run: int,
                 lookup_model: str = "lookup") -> _Choice:
         """The best option this round; run: the lookup proposal's copy run, priced by the
-        acceptance model `lookup_model` ("suffix" for a match in past requests)."""
+        run model `lookup_model` (context.AnswerContext.model_for)."""
         # nothing to draft with (a draft model that cannot pay is neither chosen nor explored)
         no_model = self.model is None or (
             not self._model_paid and self.rounds < self._model_priced + MODEL_RECHECK)
@@ -351,19 +360,20 @@ class AutoDrafter(Drafter):
                 DRAFT_COST_DECAY * self.draft_token_s + (1 - DRAFT_COST_DECAY) * per_forward)
         return replace(draft, source=draft.source or "model")
 
-    def _resolve_shadow(self, kind: str, history: np.ndarray) -> None:
+    def _resolve_shadow(self, kind: tuple[str, str], history: np.ndarray) -> None:
         """Score the pending lookup proposal of kind `kind` (lookup_acceptance.score_shadow);
         it stays pending until a mismatch or its whole length has been committed."""
-        if score_shadow(self.acceptance[_model_of(kind)], self._shadows[kind], history):
+        if score_shadow(self.runs[kind[0]], self._shadows[kind], history):
             del self._shadows[kind]
 
-    def begin(self, family: str | None = None) -> None:
+    def begin(self, family: str | None = None, n_prompt: int | None = None) -> None:
         """A new generation starts: a pending lookup proposal belongs to the old one.
         family: what kind of request it is (learned.request_family), so that lookup
-        acceptance is also learned per kind."""
+        acceptance is also learned per kind; n_prompt: where its answer starts."""
         self._shadows.clear()
-        self.acceptance["lookup"].begin(family)
-        self.acceptance["suffix"].begin(family)
+        self.context.begin(n_prompt)
+        for runs in self.runs.values():
+            runs.begin(family)
         for drafter in (self.lookup, self.model):
             if drafter is not None:
                 drafter.begin()
@@ -384,7 +394,3 @@ class AutoDrafter(Drafter):
         if self.model is not None:
             self.model.reset()
 
-
-def _model_of(kind: str) -> str:
-    """The acceptance model a lookup proposal of this kind is learned and priced by."""
-    return "suffix" if kind == "suffix" else "lookup"

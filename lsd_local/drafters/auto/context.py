@@ -1,0 +1,103 @@
+"""Which acceptance model prices a prompt-lookup proposal: what the answer being written looks
+like where the proposal is made (lsd_local.drafters.auto.policy).
+
+Measured on recorded answers of Qwen2.5-Coder 1.5B (docs/auto.md, "Where a match comes
+from"), two things tell lookup proposals apart before any of their tokens is scored:
+
+- **Where the match was found.** A match in the answer being written (the model repeating
+  a pattern it wrote itself: `(inventory: dict, ` of the function it typed a moment ago)
+  was right at its first token 0-67 % of the time and ran 8 tokens in 0-33 %, in every set;
+  a match in the prompt (the code being edited, the docstring being copied) 84-100 % and
+  68-100 % in code. So matches in the answer are learned apart ("self").
+- **Code or prose.** Inside a fenced code block, a copied passage goes on (code is
+  re-emitted verbatim); in prose, a quoted phrase is paraphrased after a few tokens
+  (summaries: runs of 12-23 tokens held 57-66 % per token, code 95-100 %). So proposals
+  outside a code block are learned apart ("prose"), starting from less trust in long runs.
+
+Each model still learns per run, request family and generation (lookup_acceptance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .lookup_acceptance import RunAcceptanceModel
+
+FENCE = b"```"
+# Beliefs before any evidence (then learned as lookup's are): outside a code block a long
+# match is a quoted phrase, paraphrased after a few tokens more often than copied on; a match
+# in the answer being written is mostly the model repeating its own pattern.
+PROSE_LONG_PRIOR = 0.8
+SELF_PRIOR = 0.5
+SELF_LONG_PRIOR = 0.9
+
+
+def context_models(edges: Sequence[int], long_match: int, prose_prior: float
+                   ) -> dict[str, RunAcceptanceModel]:
+    """The run models of the proposals AnswerContext tells apart from code copies: "prose"
+    (short matches start from `prose_prior`, as in code) and "self"."""
+    return {"prose": RunAcceptanceModel(edges, long_match, prose_prior, PROSE_LONG_PRIOR),
+            "self": RunAcceptanceModel(edges, long_match, SELF_PRIOR, SELF_LONG_PRIOR)}
+
+
+class AnswerContext:
+    """The answer as the auto drafter sees it, round after round: where it starts in the
+    history (a generation's first proposal is asked after the prompt) and whether it is
+    inside a fenced code block. `token_bytes` (token id -> its text as bytes: the target
+    vocabulary's) is None where the text is not known: every proposal is then priced as
+    code, as before the split."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes] | None = None) -> None:
+        self.token_bytes = token_bytes
+        self.start: int | None = None  # the history's length at the answer's first proposal
+        self._scanned = 0  # history tokens whose text has been read for fences
+        self._fences = 0
+        self._tail = b""  # the last bytes read that may begin a fence
+
+    def begin(self, start: int | None = None) -> None:
+        """A new answer, starting after `start` history tokens (the prompt's; None: at the
+        history of its first proposal)."""
+        self.start = start
+        self._scanned = self._fences = 0
+        self._tail = b""
+
+    def observe(self, history: np.ndarray) -> None:
+        """Read the tokens committed since the last call (history: int32[n], every
+        committed token; where begin was not told the start, the first call marks it)."""
+        n = len(history)
+        if self.start is None:
+            self.start = n
+        self._scanned = max(self._scanned, self.start)
+        if self.token_bytes is None:
+            return
+        if n < self._scanned:  # fewer than read (a grammar's forced tokens were not kept)
+            self._scanned, self._fences, self._tail = self.start, 0, b""
+        for token in history[self._scanned:].tolist():
+            self._read(token)
+        self._scanned = n
+
+    def _read(self, token: int) -> None:
+        text = self._tail + self.token_bytes(token)  # (a fence may be split over tokens)
+        at = text.find(FENCE)
+        while at >= 0:  # fences read left to right, as a Markdown reader does
+            self._fences += 1
+            text = text[at + len(FENCE):]
+            at = text.find(FENCE)
+        self._tail = text[-(len(FENCE) - 1):]
+
+    @property
+    def in_code(self) -> bool:
+        """Inside a fenced code block (True where the text is not known)."""
+        return self.token_bytes is None or self._fences % 2 == 1
+
+    def model_for(self, source: str, origin: int) -> str:
+        """The acceptance model ("lookup", "self", "prose" or "suffix") that prices a
+        proposal of `source` (Draft.source: "" token lookup, "text", "suffix") found at
+        `origin` (Draft.origin: its position in the history, -1 = not in the history)."""
+        if source == "suffix":
+            return "suffix"
+        if self.start is not None and origin >= self.start:
+            return "self"
+        return "lookup" if self.in_code else "prose"

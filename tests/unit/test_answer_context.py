@@ -1,0 +1,161 @@
+"""Which run model prices a lookup proposal (drafters/auto/context.py): code or prose by the
+answer's fenced blocks, a match in the answer itself apart from one in the prompt; and what
+the split does to the auto drafter's choice (no llama.cpp: a byte vocabulary, scripted
+proposals)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lsd_local.drafters.auto.context import AnswerContext
+from lsd_local.drafters.auto.policy import AutoDrafter
+from lsd_local.drafters.base import Draft, Drafter
+
+PIECES = [b"```", b"``", b"`", b"python\n", b"x = 1\n", b"Some prose. ", b"````", b"a`"]
+
+
+def byte_text(token: int) -> bytes:
+    return PIECES[token]
+
+
+def encode(pieces: list[bytes]) -> np.ndarray:
+    return np.array([PIECES.index(p) for p in pieces], np.int32)
+
+
+def fences_in(text: bytes) -> int:
+    """The definition: fences of three backticks read left to right (str.count)."""
+    return text.count(b"```")
+
+
+def test_a_fence_split_over_tokens_opens_and_closes_a_block():
+    context = AnswerContext(byte_text)
+    prompt = encode([b"Some prose. ", b"```", b"x = 1\n", b"```"])  # a closed block
+    context.begin()
+    context.observe(prompt)
+    assert context.start == len(prompt) and not context.in_code  # the prompt is not read
+    answer = [b"``", b"`", b"python\n", b"x = 1\n"]  # "```python": opened over two tokens
+    history = np.concatenate([prompt, encode(answer)])
+    context.observe(history)
+    assert context.in_code
+    history = np.concatenate([history, encode([b"`", b"``", b"Some prose. "])])  # closed
+    context.observe(history)
+    assert not context.in_code
+
+
+def test_four_backticks_are_one_fence_and_the_tail_is_not_read_twice():
+    context = AnswerContext(byte_text)
+    context.begin()
+    context.observe(np.zeros(0, np.int32))
+    context.observe(encode([b"````", b"``"]))  # "``````": a fence, then "```" -> two
+    assert not context.in_code
+    context = AnswerContext(byte_text)
+    context.begin()
+    context.observe(np.zeros(0, np.int32))
+    context.observe(encode([b"```", b"`"]))  # "````": one fence, the last "`" left over
+    assert context.in_code
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, len(PIECES) - 1), max_size=40), st.data())
+def test_fences_read_token_by_token_equal_the_whole_text(tokens, data):
+    """However the answer arrives (in rounds of any size), the block state is the parity of
+    the fences in its whole text."""
+    context = AnswerContext(byte_text)
+    context.begin()
+    context.observe(np.zeros(0, np.int32))
+    history = np.array(tokens, np.int32)
+    at = 0
+    while at < len(history):
+        at += data.draw(st.integers(1, 5))
+        context.observe(history[:at])
+    text = b"".join(PIECES[t] for t in tokens)
+    assert context.in_code == (fences_in(text) % 2 == 1)
+
+
+def test_fewer_tokens_than_read_are_read_again():
+    """A grammar's forced tokens proposed after may not be kept: a shorter history is read
+    again from the answer's start."""
+    context = AnswerContext(byte_text)
+    context.begin()
+    context.observe(encode([b"Some prose. "]))
+    context.observe(encode([b"Some prose. ", b"```", b"x = 1\n"]))
+    assert context.in_code
+    context.observe(encode([b"Some prose. ", b"x = 1\n"]))
+    assert not context.in_code
+
+
+def test_which_model_prices_a_proposal():
+    context = AnswerContext(byte_text)
+    prompt = encode([b"Some prose. "] * 5)
+    context.begin(len(prompt))
+    assert context.model_for("", 2) == "prose"  # found in the prompt, outside a block
+    assert context.model_for("", 5) == "self"  # found in the answer being written
+    assert context.model_for("text", -1) == "prose"
+    assert context.model_for("suffix", 3) == "suffix"  # past requests: their own model
+    context.observe(np.concatenate([prompt, encode([b"```", b"python\n"])]))
+    assert context.model_for("", 2) == "lookup" and context.model_for("", 6) == "self"
+    late = AnswerContext(byte_text)  # first asked three tokens into the answer: the start
+    late.begin(len(prompt))  # is the prompt's end all the same, the fence before is read
+    late.observe(np.concatenate([prompt, encode([b"```", b"python\n", b"x = 1\n"])]))
+    assert late.in_code and late.model_for("", 6) == "self"
+    unknown = AnswerContext(None)  # no vocabulary: every proposal priced as code was
+    unknown.begin()
+    unknown.observe(prompt)
+    assert unknown.in_code and unknown.model_for("", 2) == "lookup"
+
+
+class SourcedLookup(Drafter):
+    """Proposes `tokens` (what the answer will hold) with a given run and origin."""
+
+    def __init__(self, run: int, origin: int) -> None:
+        self.run, self.origin = run, origin
+
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        return Draft(np.arange(k, dtype=np.int32) % len(PIECES), run=self.run,
+                     origin=self.origin)
+
+
+def steep_cpu(drafter: AutoDrafter) -> None:
+    """A 2-core CPU's t(n) (as multiples of a 33 ms step, measured on this project's VMs):
+    a block of 32 costs 14.4 steps, of 64 24.5."""
+    for n, steps in ((1, 1.0), (2, 1.81), (4, 3.11), (8, 6.99), (16, 8.54), (32, 14.38),
+                     (48, 20.39), (64, 24.49)):
+        drafter.cost.observe(n, 0.033 * steps, context=64)
+
+
+@pytest.mark.parametrize("prompt_piece", [b"```", b"Some prose. "])
+def test_a_fresh_drafter_trusts_a_copy_in_code_and_not_a_phrase_in_prose(prompt_piece):
+    """Nothing learned yet, a 12-token match found in the prompt: inside a code block it is
+    a copy (drafted long), in prose a quoted phrase (summaries paraphrase it within a few
+    tokens), which a steep CPU curve does not let auto bet a long block on."""
+    drafter = AutoDrafter(SourcedLookup(run=12, origin=1), token_bytes=byte_text)
+    steep_cpu(drafter)
+    prompt = encode([b"Some prose. "] * 20)
+    drafter.begin(n_prompt=len(prompt))
+    answer = encode([b"```", b"python\n", b"x = 1\n"] if prompt_piece == b"```"
+                    else [b"Some prose. "] * 3)
+    draft = drafter.propose(np.concatenate([prompt, answer]), 63)
+    if prompt_piece == b"```":
+        assert len(draft) >= 31
+    else:
+        assert len(draft) <= 3
+
+
+def test_a_match_in_the_answer_is_learned_apart_from_the_prompts():
+    """Shadow scoring (free) puts a proposal's outcome into the model that priced it: a
+    match in the answer being written teaches "self", not what prompt copies are priced by."""
+    truth = np.array([5] * 10 + [4, 3, 4, 3, 4, 3, 4, 3], np.int32)  # the answer: 4 3 4 3 ...
+    drafter = AutoDrafter(SourcedLookup(run=6, origin=12), token_bytes=byte_text)
+    drafter.cost.observe(1, 0.04)
+    for _ in range(3):  # claim huge verification costs: plain steps only, shadows scored
+        drafter.cost.observe(33, 100.0)
+    drafter.begin(n_prompt=10)
+    for n in range(10, 16):
+        drafter.propose(truth[:n], 8)
+        drafter.accept(0, 0, 0.04)
+    assert drafter.runs["self"].request_tried.sum() > 0
+    assert drafter.runs["lookup"].request_tried.sum() == 0
+    assert drafter.runs["prose"].request_tried.sum() == 0
