@@ -203,15 +203,15 @@ def test_blocks_of_several_sequences_in_one_decode_match_each_alone(tiny_pair):
 def test_auto_calibrates_once_for_every_sequence(tiny_pair, monkeypatch):
     """Each sequence has its own auto drafter; the machine is the same, so the draft
     model's cost is measured once and every drafter starts from that measurement."""
-    from lsd_local.drafters.auto.policy import AutoDrafter
+    from lsd_local.drafters.auto import calibration
 
     measured = []
-    original = AutoDrafter.calibrate
+    original = calibration.measure
 
-    def counting(self, *args):
-        measured.append(self)
-        return original(self, *args)
-    monkeypatch.setattr(AutoDrafter, "calibrate", counting)
+    def counting(*args):
+        measured.append(args)
+        return original(*args)
+    monkeypatch.setattr(calibration, "measure", counting)
     with load_tiny(tiny_pair, "auto", draft=tiny_pair[1], parallel=3) as eng:
         gens = [eng.generate(p, max_tokens=6) for p in PROMPTS[:3]]
         drafters = [gen._parts.drafter for gen in gens]

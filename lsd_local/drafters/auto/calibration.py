@@ -107,12 +107,21 @@ def needs_measuring(drafter) -> bool:
 
 def measure_missing(drafter, target, draft, context: np.ndarray, draft_context: np.ndarray,
                     prefix: np.ndarray, known: Calibration | None) -> Calibration:
-    """What the AutoDrafter `drafter` still needs measured (everything, through its
-    `calibrate`, or the slope alone after `known`), taught to it; the arrays are `measure`'s."""
+    """What the AutoDrafter `drafter` still needs measured (everything: the draft model's
+    best case is then known before it is ever tried, and its drafter is told its cache was
+    emptied; or the context slope alone after `known`), taught to it; the arrays are
+    `measure`'s, `target` and `draft` backend Models. Returns what was measured, for
+    `use_calibration` of other drafters of the same models."""
     if drafter.needs_calibration:
-        return drafter.calibrate(target, draft, context, draft_context, prefix)
-    return drafter.calibrate_slope(target, context, prefix,
-                                   known or Calibration((), drafter.draft_token_s, None))
+        measured = measure(target, draft, context, draft_context, prefix)
+        drafter.model.reset()
+        drafter.use_calibration(measured)
+        return measured
+    known = known or Calibration((), drafter.draft_token_s, None)
+    measured = measure_slope(target, context, prefix, known)
+    apply(drafter.cost, measured._replace(timings=measured.timings[
+        len(known.timings):]))  # (the rest this drafter has)
+    return measured
 
 
 def before_first_try(drafter, target, draft, prompt_ids: list[int],

@@ -272,7 +272,7 @@ class AutoDrafter(Drafter):
 
     @property
     def needs_calibration(self) -> bool:
-        """A draft model whose cost nothing has measured yet (see calibrate)."""
+        """A draft model whose cost nothing has measured yet (calibration.measure_missing)."""
         return self.model is not None and self.draft_token_s is None
 
     @property
@@ -280,29 +280,10 @@ class AutoDrafter(Drafter):
         """Calibrated, but not how t(n) grows with the context (the prompts were short)."""
         return self.model is not None and self.cost.per_query_context_s is None
 
-    def calibrate_slope(self, target, context: np.ndarray, prefix: np.ndarray,
-                        known: calibration.Calibration) -> calibration.Calibration:
-        """`known` with the context slope timed after `prefix` (calibration.measure_slope)."""
-        measured = calibration.measure_slope(target, context, prefix, known)
-        calibration.apply(self.cost, measured._replace(timings=measured.timings[
-            len(known.timings):]))  # (the rest this drafter has)
-        return measured
-
-    def calibrate(self, target, draft_model, context: np.ndarray, draft_context: np.ndarray,
-                  prefix: np.ndarray | None = None) -> calibration.Calibration:
-        """Measure what costs what on this machine (calibration.measure: the arrays are its;
-        both backend Models handed in): the draft model's best case is then known before it
-        is ever tried. The draft model's drafter is told its cache was emptied. Returns what
-        it measured, for `use_calibration` of other drafters of the same models."""
-        measured = calibration.measure(target, draft_model, context, draft_context, prefix)
-        self.model.reset()
-        self.use_calibration(measured)
-        return measured
-
     def use_calibration(self, measured: calibration.Calibration, timings: bool = True) -> None:
-        """Take what `calibrate` measured (on these models, maybe by another drafter: side
-        by side, each sequence has its own, and the machine is the same); `timings=False`:
-        its context slope only (this drafter has the rest)."""
+        """Take what calibration.measure_missing measured (on these models, maybe for
+        another drafter: side by side, each sequence has its own, and the machine is the
+        same); `timings=False`: its context slope only (this drafter has the rest)."""
         calibration.apply(self.cost, measured if timings else measured._replace(timings=()))
         if timings:
             self.draft_token_s = measured.draft_token_s
