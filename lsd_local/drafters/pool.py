@@ -18,13 +18,14 @@ class DrafterPool:
     None; `cross_vocab_target`: the target Model when the draft has another vocabulary;
     `learned`: an auto.learned.LearnedStore or None; `index`: the suffix index every
     drafter that looks up searches (suffixstore.SuffixIndex or None); `target_vocab`: the
-    target's vocabulary (backend.Vocab), for text lookup."""
+    target's vocabulary (backend.Vocab), for text lookup, where lookup stops, and for auto
+    to tell code from prose."""
 
     def __init__(self, draft_model=None, cross_vocab_target=None, learned=None,
                  index=None, target_vocab=None) -> None:
         self._draft_model = draft_model
         self._cross_vocab_target = cross_vocab_target
-        self._target_vocab = target_vocab  # (text lookup tokenizes with it)
+        self._target_vocab = target_vocab  # (text lookup tokenizes with it, auto reads it)
         self.learned = learned
         self.index = index
         self._built: OrderedDict[DrafterConfig, Drafter | None] = OrderedDict()

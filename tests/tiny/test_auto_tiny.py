@@ -203,3 +203,19 @@ def test_auto_on_an_engine_with_a_batch_smaller_than_its_longest_block(tiny_pair
             assert gen.tokens == plain.generate(prompt, max_tokens=40).run().tokens, prompt
         with pytest.raises(config.ParameterError, match="invalid k: .*n_batch"):
             eng.configure(k=40)
+
+
+def test_auto_learns_where_the_answer_starts_and_reads_it(tiny_pair):
+    """The engine tells auto the prompt's length (a match after it is the answer's own) and
+    gives it the target vocabulary's text, so that it can tell code from prose."""
+    with Engine.load(tiny_pair[0], drafter="auto", n_ctx=TINY_CTX) as eng:
+        prompt = "in the end it is the cat is on the mat"
+        told = []
+        begin = eng.drafter.begin
+        eng.drafter.begin = lambda family=None, n_prompt=None: (
+            told.append(n_prompt), begin(family, n_prompt))
+        eng.generate(prompt, max_tokens=8).run()
+        context = eng.drafter.context
+        assert told == [len(eng.prompt_tokens(prompt))] == [context.start]
+        assert context.token_bytes is not None
+        assert context.token_bytes(eng.target.vocab.tokenize("cat", add_special=False)[0])

@@ -35,7 +35,7 @@ def test_a_fence_split_over_tokens_opens_and_closes_a_block():
     prompt = encode([b"Some prose. ", b"```", b"x = 1\n", b"```"])  # a closed block
     context.begin()
     context.observe(prompt)
-    assert context.start == len(prompt) and not context.in_code  # the prompt is not read
+    assert context.start == len(prompt) and not context.in_code  # its block was closed
     answer = [b"``", b"`", b"python\n", b"x = 1\n"]  # "```python": opened over two tokens
     history = np.concatenate([prompt, encode(answer)])
     context.observe(history)
@@ -75,9 +75,10 @@ def test_fences_read_token_by_token_equal_the_whole_text(tokens, data):
     assert context.in_code == (fences_in(text) % 2 == 1)
 
 
-def test_fewer_tokens_than_read_are_read_again():
-    """A grammar's forced tokens proposed after may not be kept: a shorter history is read
-    again from the answer's start."""
+def test_tokens_read_but_not_kept_are_read_again():
+    """A grammar's forced tokens proposed after the committed ones may not be kept: a
+    shorter history, or one as long whose last token is the target's correction, is read
+    again."""
     context = AnswerContext(byte_text)
     context.begin()
     context.observe(encode([b"Some prose. "]))
@@ -85,6 +86,19 @@ def test_fewer_tokens_than_read_are_read_again():
     assert context.in_code
     context.observe(encode([b"Some prose. ", b"x = 1\n"]))
     assert not context.in_code
+    context.observe(encode([b"Some prose. ", b"x = 1\n", b"```"]))
+    assert context.in_code
+    context.observe(encode([b"Some prose. ", b"x = 1\n", b"a`"]))  # "```" not kept
+    assert not context.in_code
+
+
+def test_a_prompt_that_leaves_a_block_open_is_code():
+    """A raw completion's prompt may open a block the answer continues."""
+    context = AnswerContext(byte_text)
+    prompt = encode([b"Some prose. ", b"```", b"python\n"])
+    context.begin(len(prompt))
+    context.observe(prompt)
+    assert context.in_code and context.model_for("", 1) == "lookup"
 
 
 def test_which_model_prices_a_proposal():
@@ -159,3 +173,56 @@ def test_a_match_in_the_answer_is_learned_apart_from_the_prompts():
     assert drafter.runs["self"].request_tried.sum() > 0
     assert drafter.runs["lookup"].request_tried.sum() == 0
     assert drafter.runs["prose"].request_tried.sum() == 0
+
+
+class ScriptedSourced(Drafter):
+    """Returns scripted (tokens, run, origin) proposals in order, then nothing."""
+
+    def __init__(self, proposals) -> None:
+        self.proposals = list(proposals)
+
+    def propose(self, history, k, sampler=None, rng=None, grammar=None):
+        if not self.proposals:
+            return Draft(np.zeros(0, np.int32))
+        tokens, run, origin = self.proposals.pop(0)
+        return Draft(np.array(tokens[:k], np.int32), run=run, origin=origin)
+
+
+def test_a_copy_ends_a_pending_short_match_of_another_model():
+    """A short match in the answer (priced by "self") pending when a copy in the prompt is
+    found: as within one model, the short one ends there, so that no committed token is
+    scored twice (once into each model)."""
+    truth = list(range(100, 140))
+    prompt = 10
+    short_self = (truth[prompt + 1:prompt + 30], 6, prompt + 1)  # right all along
+    copy_wrong = ([7, 7, 7], 12, 2)  # found in the prompt, wrong at once
+    drafter = AutoDrafter(ScriptedSourced([short_self, copy_wrong]))
+    drafter.cost.observe(1, 0.04)
+    for _ in range(3):  # claim huge verification costs: plain steps only
+        drafter.cost.observe(33, 100.0)
+    drafter.begin(n_prompt=prompt)
+    for n in range(prompt + 1, prompt + 6):
+        drafter.propose(np.array(truth[:n], np.int32), 32)
+        drafter.accept(0, 0, 0.04)
+    assert drafter.runs["self"].request_tried.sum() == pytest.approx(1.0)  # its first token
+    assert drafter.runs["self"].request_accepted.sum() == pytest.approx(1.0)
+    assert drafter.runs["lookup"].request_tried.sum() == pytest.approx(1.0)  # the copy's miss
+    assert drafter.runs["lookup"].request_accepted.sum() == 0
+
+
+def test_lookup_evidence_saved_with_the_old_run_buckets_is_ignored():
+    """learned.json files written before the buckets ended at 48 hold 12 of them per level:
+    such a level is not the run models' and is left out (what was learned is relearned);
+    the new models restore what they saved themselves."""
+    old = {"accepted": [1.0] * 12, "tried": [2.0] * 12,
+           "families": {"f": {"accepted": [1.0] * 12, "tried": [2.0] * 12}}}
+    drafter = AutoDrafter(SourcedLookup(run=6, origin=1))
+    drafter.restore(None, {"lookup": old, "prose": old, "suffix": old})
+    for model in drafter.runs.values():
+        assert model.tried.sum() == 0 and not model.families
+    saved = AutoDrafter(SourcedLookup(run=6, origin=1))
+    saved.runs["prose"].update(12, 8, 5)
+    fresh = AutoDrafter(SourcedLookup(run=6, origin=1))
+    fresh.restore(None, saved.learned_acceptance())
+    assert fresh.runs["prose"].tried.sum() == pytest.approx(saved.runs["prose"].tried.sum())
+    assert fresh.runs["lookup"].tried.sum() == 0

@@ -290,10 +290,11 @@ def test_falls_back_to_plain_steps_when_drafts_are_never_accepted():
 
 def test_switches_when_the_costs_change():
     """Sizes measured on the "CPU" are forgotten after ~600 rounds unused, then longer drafts
-    get tried. Not on every random path: a size the CPU rounds timed often (K = 2 here)
-    keeps its CPU cost for ~1,600 rounds, and where the largest size explored on the CPU is
-    long enough, no longer block is priced cheap enough to be tried before that; 2 of 12
-    seeds, before and after runs were priced by the answer's context (docs/auto.md)."""
+    get tried. Every path switches to longer drafts, but not every one reaches 0.9 of the
+    best fixed K in the rounds given: a size the CPU rounds timed often (K = 2 here) keeps
+    its CPU cost for ~1,600 rounds, and some paths (2 of 12 seeds, before and after runs
+    were priced by the answer's context: docs/auto.md) read 0.54-0.57 of it in the last
+    600 rounds. A known weakness of forgetting by decay, bounded here, not hidden."""
     switched = 0
     for seed in range(10):
         world = World(*CPU, p_lookup=0.9, seed=seed)

@@ -115,10 +115,12 @@ def test_drafter_returns_draft_and_validates():
     assert draft.tokens.tolist() == [3, 1, 2]
     assert draft.probs is None
     assert draft.run == 2  # "1 2" matched (the 3-gram "3 1 2" did not), run back no further
+    assert draft.origin == 2  # where its continuation was found
     copy = drafter.propose(np.array([5, 1, 2, 3, 9, 5, 1, 2], np.int32), 4)
     assert copy.tokens.tolist() == [3, 9, 5, 1] and copy.run == 3  # "5 1 2" ran back to 5
+    assert copy.origin == 3
     none = drafter.propose(np.array([1, 2, 3, 4], np.int32), 2)
-    assert len(none) == 0 and none.run == 0
+    assert len(none) == 0 and none.run == 0 and none.origin == -1
     assert len(drafter.propose(np.array([1, 2], np.int32), 0)) == 0
     with pytest.raises(ParameterError, match="min_ngram"):
         LookupDrafter(max_ngram=2, min_ngram=3)
@@ -159,3 +161,24 @@ def test_the_end_of_generation_cut_holds_under_a_grammar():
     history = np.array(passage + [1, 2] + passage[:6], np.int32)
     drafter = LookupDrafter(max_ngram=6, min_ngram=6, is_stop=lambda t: t == 99)
     assert drafter.propose(history, 8, grammar=AllowsAll()).tokens.tolist() == [99]
+
+
+def test_matches_outside_the_history_have_no_origin():
+    """A proposal from past requests (the suffix index) or from text lookup was not found
+    at a position of the history: its origin is -1, whatever token lookup found."""
+
+    class Index:
+        def find(self, history, k, min_ngram):
+            return np.array([40, 41, 42], np.int32), 50  # runs longer than the context's
+
+    class Text:
+        def find(self, history, k):
+            return np.array([60, 61], np.int32), 12
+
+    history = np.array([5, 1, 2, 3, 9, 5, 1, 2], np.int32)
+    suffix = LookupDrafter(max_ngram=3, min_ngram=1, index=Index()).propose(history, 4)
+    assert suffix.source == "suffix" and suffix.tokens.tolist() == [40, 41, 42]
+    assert suffix.origin == -1
+    text = LookupDrafter(max_ngram=3, min_ngram=3, text=Text()).propose(
+        np.array([1, 2, 3, 4], np.int32), 4)
+    assert text.source == "text" and text.origin == -1

@@ -1,6 +1,6 @@
 """What auto measures once per machine and model pair before it first tries a draft model:
 the target's t(n) at the block sizes it may use, how t(n) grows with the cached context, and
-the draft model's step (AutoDrafter.calibrate; the engine keeps the result for the other
+the draft model's step (measure_missing; the engine keeps the result for the other
 sequences' drafters and learned.json keeps it between processes).
 
 - Sizes: a draft model whose best case (every token accepted) cannot beat plain decoding is

@@ -6,13 +6,16 @@ from"), two things tell lookup proposals apart before any of their tokens is sco
 
 - **Where the match was found.** A match in the answer being written (the model repeating
   a pattern it wrote itself: `(inventory: dict, ` of the function it typed a moment ago)
-  was right at its first token 0-67 % of the time and ran 8 tokens in 0-33 %, in every set;
+  was right at its first token 40-67 % of the time and ran 8 tokens in 0-33 %, in every set;
   a match in the prompt (the code being edited, the docstring being copied) 84-100 % and
   68-100 % in code. So matches in the answer are learned apart ("self").
 - **Code or prose.** Inside a fenced code block, a copied passage goes on (code is
   re-emitted verbatim); in prose, a quoted phrase is paraphrased after a few tokens
   (summaries: runs of 12-23 tokens held 57-66 % per token, code 95-100 %). So proposals
   outside a code block are learned apart ("prose"), starting from less trust in long runs.
+  An answer that writes code without a fence (a "code only" reply, a raw completion whose
+  prompt opened none) is priced as prose: its own evidence takes over within a few
+  proposals, at some speed, and it shares prose's long-term evidence.
 
 Each model still learns per run, request family and generation (lookup_acceptance).
 """
@@ -44,15 +47,16 @@ def context_models(edges: Sequence[int], long_match: int, prose_prior: float
 
 class AnswerContext:
     """The answer as the auto drafter sees it, round after round: where it starts in the
-    history (a generation's first proposal is asked after the prompt) and whether it is
-    inside a fenced code block. `token_bytes` (token id -> its text as bytes: the target
-    vocabulary's) is None where the text is not known: every proposal is then priced as
-    code, as before the split."""
+    history (the prompt's end) and whether it is inside a fenced code block, read over the
+    whole history, so that a prompt that leaves a block open (a raw completion of
+    "```python\ndef f(") is read as code. `token_bytes` (token id -> its text as bytes: the
+    target vocabulary's) is None where the text is not known: every proposal is then priced
+    as code, as before the split."""
 
     def __init__(self, token_bytes: Callable[[int], bytes] | None = None) -> None:
         self.token_bytes = token_bytes
-        self.start: int | None = None  # the history's length at the answer's first proposal
-        self._scanned = 0  # history tokens whose text has been read for fences
+        self.start: int | None = None  # the prompt's length: where the answer starts
+        self._read_ids = np.zeros(0, np.int32)  # the history whose text has been read
         self._fences = 0
         self._tail = b""  # the last bytes read that may begin a fence
 
@@ -60,26 +64,35 @@ class AnswerContext:
         """A new answer, starting after `start` history tokens (the prompt's; None: at the
         history of its first proposal)."""
         self.start = start
-        self._scanned = self._fences = 0
+        self._forget()
+
+    def _forget(self) -> None:
+        self._read_ids = self._read_ids[:0]
+        self._fences = 0
         self._tail = b""
 
     def observe(self, history: np.ndarray) -> None:
-        """Read the tokens committed since the last call (history: int32[n], every
-        committed token; where begin was not told the start, the first call marks it)."""
+        """Read what was committed since the last call (history: int32[n], every committed
+        token; where begin was not told the start, the first call marks it). A history that
+        is not the one read plus more (a grammar's forced tokens proposed after and then not
+        kept) is read again from its start."""
         n = len(history)
         if self.start is None:
             self.start = n
-        self._scanned = max(self._scanned, self.start)
         if self.token_bytes is None:
             return
-        if n < self._scanned:  # fewer than read (a grammar's forced tokens were not kept)
-            self._scanned, self._fences, self._tail = self.start, 0, b""
-        for token in history[self._scanned:].tolist():
-            self._read(token)
-        self._scanned = n
+        read = len(self._read_ids)
+        if n < read or not np.array_equal(history[:read], self._read_ids):
+            self._forget()
+            read = 0
+        if n > read:
+            self._read(history[read:].tolist())
+            self._read_ids = history.copy()
 
-    def _read(self, token: int) -> None:
-        text = self._tail + self.token_bytes(token)  # (a fence may be split over tokens)
+    def _read(self, tokens: list[int]) -> None:
+        # (one text for many tokens: a prompt is read at once; a fence may be split over
+        # tokens, so the last bytes read that may begin one are read again with the next)
+        text = self._tail + b"".join(map(self.token_bytes, tokens))
         at = text.find(FENCE)
         while at >= 0:  # fences read left to right, as a Markdown reader does
             self._fences += 1

@@ -105,10 +105,11 @@ class AutoDrafter(Drafter):
         self.acceptance = {**self.runs, "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
-        # (run model, "short"/"copy") -> [start, proposal int32[m], positions scored, run,
+        # "short"/"copy"/"suffix" -> [start, proposal int32[m], positions scored, run,
         # context]: one pending lookup proposal per kind, so that a copy met while a chance
-        # match is scored is learned too
+        # match is scored is learned too; and the run model each is learned by
         self._shadows: dict[str, list] = {}
+        self._shadow_models: dict[str, str] = {}
         self._last_tried, self.rounds = {"lookup": 0, "model": 0}, 0
         self._context: int | None = None  # tokens cached before this round's block
         self._model_paid, self._model_priced = True, 0  # model_can_pay last, in which round
@@ -132,17 +133,18 @@ class AutoDrafter(Drafter):
         run = proposal.run
         self.context.observe(history)
         priced_by = self.context.model_for(proposal.source, proposal.origin)
-        kind = (priced_by, "copy" if run >= LONG_MATCH else "short")
+        kind = "suffix" if priced_by == "suffix" else "copy" if run >= LONG_MATCH else "short"
         choice = self._choose(history, len(proposal), k, run, priced_by)
         if len(proposal) and kind not in self._shadows:
             # Lookup acceptance is learned from whole proposals against what gets committed
             # (verified or not, cut or not): every position is scored at no target cost.
             # A short match still pending when a copy is found is that copy's beginning:
             # scoring both would count the same tokens twice.
-            if kind[1] == "copy":
-                self._shadows.pop((priced_by, "short"), None)
+            if kind == "copy":
+                self._shadows.pop("short", None)
             self._shadows[kind] = [len(history), proposal.tokens.copy(), 0, run,
                                    history[-SHADOW_CONTEXT:].copy()]
+            self._shadow_models[kind] = priced_by
         if choice.source == "lookup":
             draft = replace(proposal, tokens=proposal.tokens[:choice.k],
                             source=proposal.source or "lookup")  # ("suffix": past requests)
@@ -341,10 +343,11 @@ class AutoDrafter(Drafter):
                 DRAFT_COST_DECAY * self.draft_token_s + (1 - DRAFT_COST_DECAY) * per_forward)
         return replace(draft, source=draft.source or "model")
 
-    def _resolve_shadow(self, kind: tuple[str, str], history: np.ndarray) -> None:
-        """Score the pending lookup proposal of kind `kind` (lookup_acceptance.score_shadow);
-        it stays pending until a mismatch or its whole length has been committed."""
-        if score_shadow(self.runs[kind[0]], self._shadows[kind], history):
+    def _resolve_shadow(self, kind: str, history: np.ndarray) -> None:
+        """Score the pending lookup proposal of kind `kind` (lookup_acceptance.score_shadow)
+        into the run model that priced it; it stays pending until a mismatch or its whole
+        length has been committed."""
+        if score_shadow(self.runs[self._shadow_models[kind]], self._shadows[kind], history):
             del self._shadows[kind]
 
     def begin(self, family: str | None = None, n_prompt: int | None = None) -> None:
