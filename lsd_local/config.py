@@ -91,6 +91,10 @@ LOOKUP_CAP = 31  # longest fixed lookup draft: a block of 32 (docs/auto.md, CPU 
 LONG_BLOCKS = (48, 64)
 AUTO_LOOKUP_CAP = max((LOOKUP_CAP + 1, *LONG_BLOCKS)) - 1  # longest lookup draft auto considers
 MODEL_CAP = 8  # longest draft-model draft auto considers
+# a lookup match whose copy has run this long (tokens, extended backwards) is a copy, not a
+# chance match: auto prices it as one, and lookup keeps one that the whole answer is part of
+# over a longer match in past requests (a re-emitted file: docs/drafting.md)
+COPY_RUN = 12
 AUTO_K_CAP = {"auto": max(AUTO_LOOKUP_CAP, MODEL_CAP), "model": MODEL_CAP,
               "multilevel": MODEL_CAP, "lookup": LOOKUP_CAP, "none": 0}  # K chosen per round
 P_MIN = 0.75  # draft model: stop greedy drafting under this top-1 probability (--p-min)

@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import MAX_NGRAM, MIN_NGRAM, SamplerSettings
+from ..config import COPY_RUN, MAX_NGRAM, MIN_NGRAM, SamplerSettings
 from ..errors import check
 from ..kernels.lookup import lookup_any
 from ..verify.constrain import allowed_prefix
 from .base import EMPTY_DRAFT, Draft, Drafter, through_stop
 
 TEXT_BYTES_PER_RUN = 4  # a text match's length in bytes -> a run in tokens, roughly
+
+
+def covers(own: np.ndarray, found: np.ndarray) -> bool:
+    """Whether the context's own proposal (int32[m]) says all that past requests' (int32[n])
+    does: at least as long and the same tokens. Then the context's is taken: the same copy
+    found in this conversation is priced as one (the auto drafter trusts a copy in the
+    context more than one in past requests) and its position is known
+    (drafters/auto/context.py)."""
+    return len(own) >= len(found) > 0 and np.array_equal(own[:len(found)], found)
 
 
 class LookupDrafter(Drafter):
@@ -30,6 +39,7 @@ class LookupDrafter(Drafter):
         self.text = text  # textlookup.TextLookup (where no token n-gram matches), or None
         # token id -> whether it ends the generation (the target vocabulary's is_eog), or None
         self.is_stop = is_stop
+        self.n_prompt: int | None = None  # the request's prompt length (begin), if told
         self._out = np.zeros(64, np.int32)
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -40,9 +50,10 @@ class LookupDrafter(Drafter):
             self._out = np.zeros(k, np.int32)
         m, _, run, origin = lookup_any(history, self.max_ngram, self.min_ngram, k, self._out)
         tokens, source = self._out[:m], ""
-        if self.index is not None:  # past requests: taken when their match runs longer
+        if self.index is not None and not self._copies_answer(len(history), run):
+            # past requests: taken when their match runs longer and says something else
             found, found_run = self.index.find(history, k, self.min_ngram)
-            if len(found) and found_run > run:
+            if len(found) and found_run > run and not covers(tokens, found):
                 tokens, run, source, origin = found, found_run, "suffix", -1
         if not len(tokens) and self.text is not None:  # the same text as other tokens?
             tokens, size = self.text.find(history, k)
@@ -53,6 +64,20 @@ class LookupDrafter(Drafter):
         if grammar is not None and m:  # a shorter block costs less to verify
             m = allowed_prefix(grammar, tokens[:m])
         return Draft(tokens[:m].copy(), run=run, source=source, origin=origin)
+
+    def begin(self, family: str | None = None, n_prompt: int | None = None) -> None:
+        self.n_prompt = n_prompt
+
+    def _copies_answer(self, n_history: int, run: int) -> bool:
+        """Whether the context's match is a copy that the whole answer so far is part of (a
+        file re-emitted from the prompt). Then it is kept over a longer match in past
+        requests: the answer that wrote the file's last version is in the index too, and its
+        match runs longer only because it takes in the chat template's header and that
+        prompt's end; it goes on with that version where the prompt's may have changed. (An
+        answer asked for again that quotes its prompt midway has a copy that started within
+        the answer: there the earlier answer knows better.)"""
+        return run >= COPY_RUN and self.n_prompt is not None and \
+            n_history - run <= self.n_prompt
 
     def end(self, history: np.ndarray, n_prompt: int | None = None) -> None:
         """Keep the request's answer (with its prompt's end) in the suffix index."""

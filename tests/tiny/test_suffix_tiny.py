@@ -42,7 +42,11 @@ def test_an_answer_asked_for_again_is_drafted_from_the_index(tiny_pair, plain, d
             eng.reset()  # (a new conversation: nothing of the first is in the context)
             again = eng.generate(prompt, max_tokens=60).run()
             assert first.tokens == again.tokens == greedy, prompt
-            assert again.stats.accepted_by_source.get("suffix", 0) >= 40, again.stats.mix()
+            # (an answer that copies its prompt whole is drafted from the context as well:
+            # lookup keeps a copy that the whole answer is part of)
+            by_source = again.stats.accepted_by_source
+            assert by_source.get("suffix", 0) > 0, again.stats.mix()
+            assert by_source.get("suffix", 0) + by_source.get("lookup", 0) >= 40
             assert again.stats.rounds < first.stats.rounds / 2
 
 

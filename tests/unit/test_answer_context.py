@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsd_local.drafters.auto.context import AnswerContext
+from lsd_local.drafters.auto.context import RESUME_SPAN, AnswerContext
 from lsd_local.drafters.auto.policy import AutoDrafter
 from lsd_local.drafters.base import Draft, Drafter
 
@@ -226,3 +226,56 @@ def test_lookup_evidence_saved_with_the_old_run_buckets_is_ignored():
     fresh.restore(None, saved.learned_acceptance())
     assert fresh.runs["prose"].tried.sum() == pytest.approx(saved.runs["prose"].tried.sum())
     assert fresh.runs["lookup"].tried.sum() == 0
+
+
+def test_a_match_behind_or_far_past_the_copy_being_read_is_a_jump():
+    """In code, once a copy of the prompt is being read, a match a little past it resumes
+    it (an edit deleted or replaced what lies between) and one behind it or far past it is
+    a jump (new code matching a phrase elsewhere in the file)."""
+    context = AnswerContext(None, long_match=12)
+    context.begin(2000)
+    assert context.model_for("", 40) == "lookup"  # no copy read yet: priced as a copy
+    context.follow(500, 6)  # a short match is no copy being read
+    assert context.copy_at is None
+    context.follow(500, 12)
+    assert context.copy_at == 500
+    assert context.model_for("", 500) == "lookup"  # the copy itself, going on
+    assert context.model_for("", 500 + RESUME_SPAN) == "lookup"  # resumed past an edit
+    assert context.model_for("", 499) == "jump"  # behind it
+    assert context.model_for("", 501 + RESUME_SPAN) == "jump"  # far past it
+    assert context.model_for("", 2100) == "self"  # the answer's own text: not a jump
+    assert context.model_for("text", -1) == "lookup"  # no position: not told apart
+    context.follow(2100, 40)  # a copy of the answer itself is not the prompt's copy
+    assert context.copy_at == 500
+    context.begin(2000)  # a new answer reads no copy yet
+    assert context.copy_at is None and context.model_for("", 10) == "lookup"
+
+
+def test_a_jump_outside_a_code_block_is_prose():
+    context = AnswerContext(byte_text, long_match=12)
+    prompt = encode([b"Some prose. "] * 5)
+    context.begin(len(prompt))
+    context.observe(prompt)
+    context.follow(3, 20)
+    assert context.model_for("", 0) == "prose"
+
+
+def test_resumed_copies_do_not_make_short_jumps_look_safe():
+    """An edited file resumes its copy after each edit with a short match that holds; a
+    short match elsewhere in the file (new code) mostly fails. Learned apart, a drafter that
+    saw many resumptions hold still drafts a jump short on a steep CPU, a resumption long."""
+    def drafter_after(origin: int) -> Draft:
+        drafter = AutoDrafter(ScriptedSourced([(list(range(63)), 30, 400),
+                                               (list(range(63)), 6, origin)]))
+        steep_cpu(drafter)
+        drafter.begin(n_prompt=1000)
+        for _ in range(40):  # resumptions after edits: short runs that held
+            drafter.runs["lookup"].update(6, 40, 40)
+        for _ in range(40):  # short matches into other functions: broken at once
+            drafter.runs["jump"].update(6, 8, 0)
+        history = np.arange(1100, dtype=np.int32) % 7
+        drafter.propose(history, 63)  # the copy being read: at 400
+        return drafter.propose(history, 63)
+
+    assert len(drafter_after(origin=460)) >= 31  # a resumption a little past the copy
+    assert len(drafter_after(origin=100)) <= 3  # a jump behind it

@@ -14,6 +14,7 @@ import threading
 import numpy as np
 import pytest
 
+from lsd_local.config import COPY_RUN
 from lsd_local.drafters.lookup import LookupDrafter
 from lsd_local.drafters.suffixstore import SuffixIndex
 from lsd_local.kernels import jit
@@ -194,6 +195,50 @@ def test_lookup_takes_the_index_only_when_its_match_runs_longer():
     assert drafter.propose(longer, 4).source == ""
 
 
+def test_a_copy_the_context_holds_too_stays_the_contexts():
+    """A file an earlier request wrote is re-emitted from this request's prompt: the index's
+    match runs longer (it takes in the answer's header too) but says the same tokens, so the
+    context's proposal is kept, with its position; where it says something else, the
+    index's is taken, but for a copy in the context that the whole answer is part of (an
+    edited file: the earlier answer that wrote it may say otherwise)."""
+    header, file = [90, 91, 92], list(range(10, 30))
+    index = SuffixIndex(1000)
+    index.add(np.array(header + file, np.int32))  # the earlier answer, after its header
+    drafter = LookupDrafter(12, 4, index=index)
+    prompt = [1, 2] + file + [3]
+    history = np.array(prompt + header + file[:6], np.int32)  # this answer copies the file
+    assert index.find(history, 4, 4)[1] > 6  # the index's match runs past the file
+    draft = drafter.propose(history, 4)
+    assert draft.source == "" and draft.tokens.tolist() == file[6:10]
+    assert draft.origin == 2 + 6 and draft.run == 6
+    other = np.array([1, 2] + file[:8] + [4, 4, 4] + [3] + header + file[:6], np.int32)
+    draft = drafter.propose(other, 4)  # the context goes on otherwise: the longer match wins
+    assert draft.source == "suffix" and draft.tokens.tolist() == file[6:10]
+    edited = [1, 2] + file[:16] + [4, 4, 4] + [3] + header  # this request's file is edited
+    drafter.begin(None, len(edited))  # (the prompt ends with the template's header)
+    copy = np.array(edited + file[:13], np.int32)
+    draft = drafter.propose(copy, 4)  # the answer so far copies the file the prompt holds
+    assert draft.source == "" and draft.tokens.tolist() == file[13:16] + [4]
+    assert index.find(copy, 4, 4)[1] > draft.run >= COPY_RUN
+
+
+def test_an_answer_asked_for_again_that_quotes_its_prompt_keeps_the_earlier_answer():
+    """The same request again: its earlier answer quoted the prompt midway and went on
+    otherwise; the context's copy (the quote) started within the answer, so the earlier
+    answer, whose match runs over the whole answer so far, is taken."""
+    prompt, said = [1, 2] + list(range(10, 30)) + [3, 90, 91], [7, 8, 9]
+    index = SuffixIndex(1000)
+    index.add(np.array(prompt[-5:] + said + list(range(10, 23)) + [50, 51, 52, 53], np.int32))
+    drafter = LookupDrafter(12, 4, index=index)
+    history = np.array(prompt + said + list(range(10, 23)), np.int32)
+    for n_prompt in (len(prompt), None):  # (None: where the prompt ends is not known)
+        drafter.begin(None, n_prompt)
+        draft = drafter.propose(history, 4)
+        assert draft.source == "suffix" and draft.tokens.tolist() == [50, 51, 52, 53]
+    drafter.begin(None, len(prompt) + len(said))  # (had the answer started at the quote)
+    assert drafter.propose(history, 4).source == ""
+
+
 @pytest.mark.parametrize("capacity,n_docs", [(5000, 60), (300, 60), (4096, 1), (64, 0)])
 def test_adding_all_at_once_builds_what_adding_each_builds(capacity, n_docs):
     rng = np.random.default_rng(capacity + n_docs)
@@ -248,3 +293,16 @@ def test_engines_in_several_threads_may_share_one_index():
     assert index.total == sum(len(d) + 1 for mine in docs for d in mine)  # no add was lost
     held = index.live_tokens()
     assert sorted(map(len, np.split(held, np.flatnonzero(held == -1))[1:])) == [301] * 1200
+
+
+def test_auto_tells_its_lookup_where_the_answer_starts():
+    """The engine tells the auto drafter the prompt's length; its lookup needs it to tell a
+    copy the whole answer is part of from a quote."""
+    from lsd_local.drafters.auto.policy import AutoDrafter
+
+    lookup = LookupDrafter(12, 4, index=SuffixIndex(100))
+    drafter = AutoDrafter(lookup)
+    drafter.begin("family", n_prompt=37)
+    assert lookup.n_prompt == 37
+    drafter.begin(None)
+    assert lookup.n_prompt is None

@@ -16,6 +16,12 @@ from"), two things tell lookup proposals apart before any of their tokens is sco
   An answer that writes code without a fence (a "code only" reply, a raw completion whose
   prompt opened none) is priced as prose: its own evidence takes over within a few
   proposals, at some speed, and it shares prose's long-term evidence.
+- **A resumed copy or a jump.** An edited file is re-emitted as copies that break where an
+  edit is and resume after it, a few tokens further on in the source; new code written
+  after a copy (a function added at the end) matches short phrases anywhere in the file,
+  and those continue another function's body. In code, a match in the prompt that lies
+  behind the copy being read or far past it is learned apart ("jump"), so that the many
+  resumptions of an edited file do not make short chance matches look safe.
 
 Each model still learns per run, request family and generation (lookup_acceptance).
 """
@@ -35,14 +41,20 @@ FENCE = b"```"
 PROSE_LONG_PRIOR = 0.8
 SELF_PRIOR = 0.5
 SELF_LONG_PRIOR = 0.9
+# A match this far past the copy last read (its source position) still resumes it: what an
+# edit deletes or replaces lies between (a few lines; a whole function ~100-250 tokens).
+RESUME_SPAN = 320
+JUMP_PRIOR = 0.5
+JUMP_LONG_PRIOR = 0.9
 
 
 def context_models(edges: Sequence[int], long_match: int, prose_prior: float
                    ) -> dict[str, RunAcceptanceModel]:
     """The run models of the proposals AnswerContext tells apart from code copies: "prose"
-    (short matches start from `prose_prior`, as in code) and "self"."""
+    (short matches start from `prose_prior`, as in code), "self" and "jump"."""
     return {"prose": RunAcceptanceModel(edges, long_match, prose_prior, PROSE_LONG_PRIOR),
-            "self": RunAcceptanceModel(edges, long_match, SELF_PRIOR, SELF_LONG_PRIOR)}
+            "self": RunAcceptanceModel(edges, long_match, SELF_PRIOR, SELF_LONG_PRIOR),
+            "jump": RunAcceptanceModel(edges, long_match, JUMP_PRIOR, JUMP_LONG_PRIOR)}
 
 
 class AnswerContext:
@@ -53,9 +65,14 @@ class AnswerContext:
     target vocabulary's) is None where the text is not known: every proposal is then priced
     as code, as before the split."""
 
-    def __init__(self, token_bytes: Callable[[int], bytes] | None = None) -> None:
+    def __init__(self, token_bytes: Callable[[int], bytes] | None = None,
+                 long_match: int = 12) -> None:
         self.token_bytes = token_bytes
+        self.long_match = long_match  # a run from which a match in the prompt is a copy
         self.start: int | None = None  # the prompt's length: where the answer starts
+        # where in the prompt the copy last read continues (its last proposal's origin);
+        # None before this answer's first copy
+        self.copy_at: int | None = None
         self._read_ids = np.zeros(0, np.int32)  # the history whose text has been read
         self._fences = 0
         self._tail = b""  # the last bytes read that may begin a fence
@@ -64,6 +81,7 @@ class AnswerContext:
         """A new answer, starting after `start` history tokens (the prompt's; None: at the
         history of its first proposal)."""
         self.start = start
+        self.copy_at = None
         self._forget()
 
     def _forget(self) -> None:
@@ -106,11 +124,23 @@ class AnswerContext:
         return self.token_bytes is None or self._fences % 2 == 1
 
     def model_for(self, source: str, origin: int) -> str:
-        """The acceptance model ("lookup", "self", "prose" or "suffix") that prices a
+        """The acceptance model ("lookup", "self", "prose", "jump" or "suffix") that prices a
         proposal of `source` (Draft.source: "" token lookup, "text", "suffix") found at
         `origin` (Draft.origin: its position in the history, -1 = not in the history)."""
         if source == "suffix":
             return "suffix"
         if self.start is not None and origin >= self.start:
             return "self"
-        return "lookup" if self.in_code else "prose"
+        if not self.in_code:
+            return "prose"
+        if origin >= 0 and self.copy_at is not None and \
+                not 0 <= origin - self.copy_at <= RESUME_SPAN:
+            return "jump"
+        return "lookup"
+
+    def follow(self, origin: int, run: int) -> None:
+        """A proposal found at `origin` after a run of `run` tokens was made: a copy of the
+        prompt (run >= long_match) is the one being read from now on."""
+        if run >= self.long_match and origin >= 0 and \
+                (self.start is None or origin < self.start):
+            self.copy_at = origin

@@ -10,7 +10,7 @@ from time import perf_counter
 
 import numpy as np
 
-from ...config import LONG_BLOCKS, LOOKUP_CAP, MODEL_CAP, SamplerSettings
+from ...config import COPY_RUN, LONG_BLOCKS, LOOKUP_CAP, MODEL_CAP, SamplerSettings
 from ..base import EMPTY_DRAFT, Draft, Drafter, DraftSteps, run_steps
 from ..lookup import LookupDrafter
 from . import calibration
@@ -28,7 +28,7 @@ from .lookup_acceptance import RunAcceptanceModel, score_shadow
 # is free, so a wrong belief is corrected within a few proposals.
 LOOKUP_PRIOR = 0.5
 LONG_LOOKUP_PRIOR = 0.99
-LONG_MATCH = 12  # run length from which a match counts as a copy (with any max_ngram)
+LONG_MATCH = COPY_RUN  # run length from which a match counts as a copy (with any max_ngram)
 # run buckets (lower edges): one for every run from 48 on, where copies of code break about
 # as rarely at any run (where an edit is), so that a few breaks at the long runs a copy has
 # reached do not make the next runs look unsafe (docs/auto.md, "Where a match comes from")
@@ -96,7 +96,7 @@ class AutoDrafter(Drafter):
         self.cost = CostModel()
         # the answer where each proposal is made: which of the run models prices it
         # (token_bytes: the target vocabulary's token id -> text, None: not known)
-        self.context = AnswerContext(token_bytes)
+        self.context = AnswerContext(token_bytes, LONG_MATCH)
         self.runs = {"lookup": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, lookup_prior,
                                                   long_lookup_prior),
                      "suffix": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, SUFFIX_PRIOR,
@@ -133,6 +133,7 @@ class AutoDrafter(Drafter):
         run = proposal.run
         self.context.observe(history)
         priced_by = self.context.model_for(proposal.source, proposal.origin)
+        self.context.follow(proposal.origin, run)
         kind = "suffix" if priced_by == "suffix" else "copy" if run >= LONG_MATCH else "short"
         choice = self._choose(history, len(proposal), k, run, priced_by)
         if len(proposal) and kind not in self._shadows:
@@ -360,7 +361,7 @@ class AutoDrafter(Drafter):
             runs.begin(family)
         for drafter in (self.lookup, self.model):
             if drafter is not None:
-                drafter.begin()
+                drafter.begin(None, n_prompt)
 
     def end(self, history: np.ndarray, n_prompt: int | None = None) -> None:
         """The request ended: the drafters it delegates to hear it too."""
