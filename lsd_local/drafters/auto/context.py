@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ...config import COPY_RUN
 from .lookup_acceptance import RunAcceptanceModel
 
 FENCE = b"```"
@@ -66,7 +67,7 @@ class AnswerContext:
     as code, as before the split."""
 
     def __init__(self, token_bytes: Callable[[int], bytes] | None = None,
-                 long_match: int = 12) -> None:
+                 long_match: int = COPY_RUN) -> None:
         self.token_bytes = token_bytes
         self.long_match = long_match  # a run from which a match in the prompt is a copy
         self.start: int | None = None  # the prompt's length: where the answer starts
