@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..drafters.auto.estimators import best_k, expected_tokens, measure_decode_times
+from ..drafters.auto.estimators import PassCallback, best_k, expected_tokens, measure_decode_times
 
 BATCH_SIZES = (1, 2, 4, 8, 16)
 
@@ -20,20 +20,25 @@ BATCH_SIZES = (1, 2, 4, 8, 16)
 def measure_costs(target, draft, context: Sequence[int],
                   sizes: Sequence[int] = BATCH_SIZES, repeats: int = 5) -> dict:
     """{"target_s": {n: seconds}, "draft_token_s": seconds or None}, after `context`."""
-    draft_s = None
-    if draft is not None:  # (its own tokens: the draft may have another vocabulary)
-        vocab = draft.vocab
-        filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
-        draft_s = measure_decode_times(draft, np.full(len(context), filler, np.int32), [1],
-                                       repeats)(1)
+    draft_s = measure_draft_token_s(draft, len(context), repeats)
     return {"target_s": measure_target_s(target, context, sizes, repeats),
             "draft_token_s": draft_s}
 
 
-def measure_target_s(target, context: Sequence[int], sizes: Sequence[int], repeats: int
-                     ) -> dict[int, float]:
+def measure_draft_token_s(draft, n_context: int, repeats: int = 5) -> float | None:
+    """The draft model's median seconds per step after n_context tokens (None: no draft)."""
+    if draft is None:
+        return None
+    vocab = draft.vocab  # (its own tokens: the draft may have another vocabulary)
+    filler = vocab.bos_token if vocab.bos_token >= 0 else vocab.eos_token
+    return measure_decode_times(draft, np.full(n_context, filler, np.int32), [1], repeats)(1)
+
+
+def measure_target_s(target, context: Sequence[int], sizes: Sequence[int], repeats: int,
+                     on_pass: PassCallback | None = None) -> dict[int, float]:
     """{n: median seconds} for the target to score n tokens after `context`."""
-    curve = measure_decode_times(target, np.asarray(context, np.int32), sizes, repeats)
+    curve = measure_decode_times(target, np.asarray(context, np.int32), sizes, repeats,
+                                 on_pass)
     return dict(zip(curve.sizes, curve.seconds, strict=True))
 
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import platform
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from time import perf_counter
 
 import numpy as np
 
@@ -35,6 +37,10 @@ LONG_CONTEXT = 1500  # tokens cached before the second measurement (a long promp
 # MIN_NGRAM, and before them come the template's markup) and ends in a block only partly
 # filled: the ceiling is also given for a copy of this many tokens (lsd bench's answers)
 COPY_TOKENS = 256
+# After LONG_CONTEXT tokens a pass costs more than after ~300, and so does each token of the
+# context (every token attends to every cached one): 1.1-1.4x on the 2-core VMs (1.38x on the
+# slow EPYC, docs/devices.md); for the time estimate only
+LONG_PASS_GROWTH = 1.35
 # weight types with a batched kernel on x86 CPUs (llama.cpp's CPU_REPACK and llamafile sgemm)
 X86_BATCHED = frozenset({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "Q4_K"})
 
@@ -88,31 +94,83 @@ def copy_speedup(target_s: dict[int, float], n_tokens: int = COPY_TOKENS,
     return n_tokens * target_s[1] / (min(lead, n_tokens) * target_s[1] + best_s[rest])
 
 
-def profile(target, draft, context, repeats: int = 5) -> dict:
+def profile(target, draft, context, repeats: int = 5,
+            notify: Callable[[str], None] | None = None) -> dict:
     """Measure and derive (target, draft: backend Models; context: int32 tokens), and the
     ceiling again after a long context (LONG_CONTEXT tokens of `context` repeated: what
-    they say does not change what scoring costs) when the target's context holds one."""
-    from .cost import measure_costs, measure_target_s
+    they say does not change what scoring costs) when the target's context holds one.
+    notify (a line for the user) hears how long it will take once the first pass is timed."""
+    from .cost import measure_draft_token_s, measure_target_s
 
-    costs = measure_costs(target, draft, context, PROFILE_SIZES, repeats)
-    free = perfect_speedups(costs["target_s"])
-    out = {"target_s": costs["target_s"], "draft_token_s": costs["draft_token_s"],
+    n_long = min(LONG_CONTEXT, target.n_ctx - max(PROFILE_SIZES) - 1)
+    n_long = n_long if n_long >= 2 * len(context) else 0  # (a context too small: not measured)
+    progress = ProfileProgress(notify, repeats, len(context), n_long)
+    target_s = measure_target_s(target, context, PROFILE_SIZES, repeats, progress)
+    draft_s = measure_draft_token_s(draft, len(context), repeats)
+    free = perfect_speedups(target_s)
+    out = {"target_s": target_s, "draft_token_s": draft_s,
            "context": len(context), "free_drafts": free, "best_free": best(free),
-           "copy": copy_speedup(costs["target_s"]),
+           "copy": copy_speedup(target_s),
            "types": tensor_types(target.path), "machine": platform.machine(),
            "placement": target.placement}
-    if costs["draft_token_s"] is not None:  # (auto drafts at most MODEL_CAP with it)
-        with_model = {k: gain for k, gain in perfect_speedups(
-            costs["target_s"], costs["draft_token_s"]).items() if k <= MODEL_CAP}
+    if draft_s is not None:  # (auto drafts at most MODEL_CAP with it)
+        with_model = {k: gain for k, gain in perfect_speedups(target_s, draft_s).items()
+                      if k <= MODEL_CAP}
         out["draft_model"], out["best_draft_model"] = with_model, best(with_model)
-    n_long = min(LONG_CONTEXT, target.n_ctx - max(PROFILE_SIZES) - 1)
-    if n_long >= 2 * len(context):  # (a context too small for it: not measured)
+    if n_long:
+        progress.start_long()
         long_s = measure_target_s(target, np.resize(np.asarray(context, np.int32), n_long),
-                                  PROFILE_SIZES, repeats)
+                                  PROFILE_SIZES, repeats, progress)
         out["long"] = {"context": n_long, "target_s": long_s,
                        "best_free": best(perfect_speedups(long_s)),
                        "copy": copy_speedup(long_s)}
     return out
+
+
+class ProfileProgress:
+    """How long the profile will take, told once its first timing pass is done (a pass:
+    every size of PROFILE_SIZES scored once). It takes 40 s where a step costs 30 ms and
+    5 minutes where one costs 96 ms and the prompt 40-60 ms a token (2-core VMs, the 1.5B
+    target), so the user is told rather than left to wonder. Called as
+    estimators.time_blocks' on_pass."""
+
+    def __init__(self, notify: Callable[[str], None] | None, repeats: int, n_context: int,
+                 n_long: int, clock: Callable[[], float] = perf_counter) -> None:
+        self.notify, self.repeats, self.clock = notify, repeats, clock
+        self.n_context, self.n_long = n_context, n_long  # n_long 0: no long measurement
+        self.long = False  # measuring after the long context
+        self.started = clock()  # (the phase's start: its context's processing, then passes)
+
+    def start_long(self) -> None:
+        self.long, self.started = True, self.clock()
+
+    def __call__(self, rep: int, seconds: float) -> None:
+        if rep or self.notify is None:  # (the first, untimed pass tells the pace)
+            return
+        plan = f"{self.repeats} more"
+        if self.long:
+            plan += f" after {self.n_long} tokens"
+        elif self.n_long:
+            plan += f", then {self.repeats + 1} after {self.n_long} tokens of context"
+        self.notify(f"  a pass over {len(PROFILE_SIZES)} block sizes took {seconds:.1f} s; "
+                    f"{plan}: about {duration(self.seconds_left(seconds))} to go")
+
+    def seconds_left(self, pass_s: float) -> float:
+        """After the phase's first pass took pass_s: its other passes, and from the short
+        phase the long one too (its context processed at the short one's pace per token,
+        which the clock measured before that pass, and it and its passes dearer by
+        LONG_PASS_GROWTH). The draft model's few steps between the phases are left out."""
+        left = self.repeats * pass_s
+        if not self.long and self.n_long:
+            prefill_s = max(self.clock() - self.started - pass_s, 0.0)
+            left += LONG_PASS_GROWTH * (prefill_s * self.n_long / max(self.n_context, 1)
+                                        + (self.repeats + 1) * pass_s)
+        return left
+
+
+def duration(seconds: float) -> str:
+    """A rough duration for a progress line: "40 s", "4 min"."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
 def unbatched(types: dict[str, dict[str, int]], machine: str) -> list[str]:

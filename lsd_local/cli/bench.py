@@ -154,8 +154,10 @@ def run_profile(models, options) -> None:
     item = load_items(options.sets, options.split, 1)[0]
     room = engine.target.n_ctx - max(PROFILE_SIZES) - 1  # (--ctx may be small)
     context = engine.prompt_tokens(list(item.messages))[:max(1, min(300, room))]
-    notify(f"profiling {models.target.name} after {len(context)} tokens of context")
-    click.echo(format_profile(profile(engine.target, engine.draft_model, context)))
+    notify(f"profiling {models.target.name} after {len(context)} tokens of context "
+           f"(it says how long it will take once its first pass is timed)")
+    click.echo(format_profile(profile(engine.target, engine.draft_model, context,
+                                      notify=notify)))
 
 
 def with_grammar(configs: list, grammar: str | None) -> list:

@@ -219,6 +219,10 @@ def test_profile_prints_the_ceiling_after_a_short_and_a_long_context(tiny_pair, 
     assert [part.split(":")[0] for part in long_line.split("there: ")[1].split()] == \
         [str(n) for n in PROFILE_SIZES[1:]]
     assert "draft model:" in result.output
+    # how long it takes (on stderr): once before the first context's timed passes, once
+    # before the long one's
+    progress = [line for line in result.output.splitlines() if line.endswith(" to go")]
+    assert len(progress) == 2 and f"then 6 after {LONG_CONTEXT} tokens" in progress[0]
 
 
 def test_profile_in_a_small_context_skips_the_long_one(tiny_pair):

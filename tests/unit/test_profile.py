@@ -85,3 +85,43 @@ def test_a_copys_last_block_may_be_a_cheaper_larger_one():
     copy are drafted in a block of 4 (what runs past the end is not committed)."""
     curve = {1: 1.0, 3: 2.5, 4: 2.0}
     assert profile.copy_speedup(curve, 7, lead=0) == pytest.approx(7 / 4.0)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_profile_says_how_long_it_will_take_from_its_first_pass():
+    """A slow machine (the 2-core EPYC VM: a pass over the sizes ~13 s, 300 tokens of prompt
+    ~11 s) takes minutes: the user hears so after the first, untimed pass, and again when
+    the long context's first pass tells its own pace."""
+    said, clock = [], _Clock()
+    progress = profile.ProfileProgress(said.append, 5, n_context=300, n_long=1500, clock=clock)
+    clock.now = 11.0 + 13.0  # the prompt, then the first pass
+    progress(0, 13.0)
+    progress(1, 13.0)  # (timed passes say nothing)
+    assert said == [f"  a pass over {len(profile.PROFILE_SIZES)} block sizes took 13.0 s; "
+                    "5 more, then 6 after 1500 tokens of context: about 4 min to go"]
+    # 5 passes of 13 s; 1500 tokens at 300's pace (55 s) and 6 passes of 13 s, both dearer
+    # by the long context's growth
+    growth = profile.LONG_PASS_GROWTH
+    assert 1.1 <= growth <= 1.5
+    assert progress.seconds_left(13.0) == pytest.approx(5 * 13 + growth * (55 + 6 * 13))
+    progress.start_long()
+    clock.now += 70.0
+    progress(0, 16.0)
+    assert said[1].endswith("5 more after 1500 tokens: about 80 s to go")
+
+
+def test_a_profile_without_a_long_context_or_a_listener():
+    said, clock = [], _Clock()
+    progress = profile.ProfileProgress(said.append, 3, n_context=150, n_long=0, clock=clock)
+    clock.now = 2.0
+    progress(0, 0.5)
+    assert said == [f"  a pass over {len(profile.PROFILE_SIZES)} block sizes took 0.5 s; "
+                    "3 more: about 2 s to go"]
+    profile.ProfileProgress(None, 3, 150, 0, clock)(0, 0.5)  # (nobody to tell: no error)

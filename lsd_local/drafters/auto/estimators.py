@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from time import perf_counter
 
@@ -36,6 +36,8 @@ MAX_CONTEXT_SLOPE_S = 3e-4
 # weight of this many observations, so that untested (longer) positions inherit what the
 # drafter shows elsewhere instead of a fixed prior; with no evidence at all p = the prior.
 PRIOR_STRENGTH = 2.0
+# time_blocks' progress: (pass index, 0 the untimed warm-up; that pass's seconds)
+PassCallback = Callable[[int, float], None]
 
 
 class CostModel:
@@ -270,30 +272,35 @@ def perfect_draft_speedup(t_one, t_block, k, draft_s=0.0):
 
 
 def measure_decode_times(model, context: np.ndarray, sizes: Sequence[int],
-                         repeats: int = 5) -> CostCurve:
+                         repeats: int = 5, on_pass: PassCallback | None = None) -> CostCurve:
     """Median seconds for `model` (a backend Model) to score n tokens with n logit rows, as a
-    verification does, after the int32 `context` is cached (time_blocks). The model's
-    cache is left empty."""
+    verification does, after the int32 `context` is cached (time_blocks, which calls
+    on_pass). The model's cache is left empty."""
     context = np.asarray(context, np.int32)
     model.truncate(0)
     model.decode(context, 0, 0)
-    curve = time_blocks(model, context, sizes, repeats)
+    curve = time_blocks(model, context, sizes, repeats, on_pass)
     model.truncate(0)
     return curve
 
 
-def time_blocks(model, context: np.ndarray, sizes: Sequence[int], repeats: int) -> CostCurve:
+def time_blocks(model, context: np.ndarray, sizes: Sequence[int], repeats: int,
+                on_pass: PassCallback | None = None) -> CostCurve:
     """Median seconds to score n tokens with n logit rows after the int32 `context`, which
     `model` holds cached (and still holds after). One untimed pass first (caches and
     buffers warm up), then the sizes interleaved `repeats` times, so that drift on a shared
-    machine hits every size alike."""
+    machine hits every size alike. on_pass(i, seconds) hears each pass end (i = 0: the
+    untimed one), so that a slow measurement can say how long it will take."""
     batch = np.resize(context, max(sizes)) if len(context) else np.ones(max(sizes), np.int32)
     times: dict[int, list[float]] = {n: [] for n in sizes}
     for rep in range(repeats + 1):
+        pass_start = perf_counter()
         for n in sizes:
             start = perf_counter()
             model.decode(batch[:n], len(context), n)
             if rep:
                 times[n].append(perf_counter() - start)
             model.truncate(len(context))
+        if on_pass is not None:
+            on_pass(rep, perf_counter() - pass_start)
     return CostCurve(list(sizes), [float(statistics.median(times[n])) for n in sizes])
