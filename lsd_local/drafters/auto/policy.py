@@ -41,6 +41,13 @@ SUFFIX_PRIOR = 0.5
 # proposal after a grammar's forced tokens (at most forced.MAX_CAP) that are then rejected.
 SHADOW_CONTEXT = 64
 LONG_SUFFIX_PRIOR = 0.85
+# A block past the dense sizes (LONG_BLOCKS) is drafted only when its rate beats the best
+# dense block's by this share. Acceptance is priced per token, as if a copy broke anywhere
+# alike, where copies of an edited file break at the edits, and a long block that meets one
+# costs ~35 steps on a steep CPU. Replayed, a margin helped six edits on the steepest curve
+# only and cost HumanEval and code edits (docs/auto.md, "Long blocks only past a margin"):
+# none by default; replays set it (auto:long_margin=X).
+LONG_MARGIN = 0.0
 MODEL_PRIOR = 0.7  # a draft model stops under p_min, so what it drafts is mostly right
 EXPLORE_EVERY = 128  # rounds between forced small trials of an unused option
 # rounds after which a draft model that cannot pay is priced again (costs move slowly, and
@@ -84,11 +91,13 @@ class AutoDrafter(Drafter):
                  lookup_prior: float = LOOKUP_PRIOR,
                  long_lookup_prior: float = LONG_LOOKUP_PRIOR,
                  long_blocks: tuple[int, ...] = LONG_BLOCKS,
-                 dense_blocks: int = LOOKUP_CAP + 1, token_bytes=None) -> None:
+                 dense_blocks: int = LOOKUP_CAP + 1, token_bytes=None,
+                 long_margin: float = LONG_MARGIN) -> None:
         self.clock = clock  # times the draft model (injectable for simulations)
         # the lookup draft lengths auto may choose (estimators.allowed_blocks)
         self.lookup_cap = max((dense_blocks, *long_blocks)) - 1
         self._blocks = (dense_blocks, np.asarray(long_blocks, np.int64))
+        self.long_margin = long_margin
         self.lookup = lookup
         self.model = model
         self.fixed_k = fixed_k
@@ -312,6 +321,10 @@ class AutoDrafter(Drafter):
         if allowed is not None:  # (K = 0 always is)
             cost = np.where(allowed, cost, np.inf)
         k, rate = best_k(expected, cost)
+        if k >= self._blocks[0] and self.long_margin:  # (a long block: beat the dense by it)
+            dense_k, dense_rate = best_k(expected[:self._blocks[0]], cost[:self._blocks[0]])
+            if rate < dense_rate * (1.0 + self.long_margin):
+                k, rate = dense_k, dense_rate
         return _Choice(source if k else "none", k, rate)
 
     def _explore(self, best: _Choice, n_lookup: int, k: int, catch_up_s: float,
