@@ -37,10 +37,11 @@ LONG_CONTEXT = 1500  # tokens cached before the second measurement (a long promp
 # MIN_NGRAM, and before them come the template's markup) and ends in a block only partly
 # filled: the ceiling is also given for a copy of this many tokens (lsd bench's answers)
 COPY_TOKENS = 256
-# After LONG_CONTEXT tokens a pass costs more than after ~300, and so does each token of the
-# context (every token attends to every cached one): 1.1-1.4x on the 2-core VMs (1.38x on the
-# slow EPYC, docs/devices.md); for the time estimate only
-LONG_PASS_GROWTH = 1.35
+# A pass after a longer context costs more, and so does each token of that context (every
+# token attends to every cached one): by this share per 1000 more cached tokens (on the slow
+# EPYC, docs/devices.md: 1.38x from 167 to 1500 tokens, 1.10x from 167 to 703); for the
+# time estimate only
+GROWTH_PER_1000 = 0.28
 # weight types with a batched kernel on x86 CPUs (llama.cpp's CPU_REPACK and llamafile sgemm)
 X86_BATCHED = frozenset({"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q5_0", "IQ4_NL", "Q4_K"})
 
@@ -159,13 +160,18 @@ class ProfileProgress:
         """After the phase's first pass took pass_s: its other passes, and from the short
         phase the long one too (its context processed at the short one's pace per token,
         which the clock measured before that pass, and it and its passes dearer by
-        LONG_PASS_GROWTH). The draft model's few steps between the phases are left out."""
+        long_growth). The draft model's few steps between the phases are left out."""
         left = self.repeats * pass_s
         if not self.long and self.n_long:
             prefill_s = max(self.clock() - self.started - pass_s, 0.0)
-            left += LONG_PASS_GROWTH * (prefill_s * self.n_long / max(self.n_context, 1)
+            left += self.long_growth * (prefill_s * self.n_long / max(self.n_context, 1)
                                         + (self.repeats + 1) * pass_s)
         return left
+
+    @property
+    def long_growth(self) -> float:
+        """How much dearer the long context's passes and tokens are than the short one's."""
+        return 1.0 + GROWTH_PER_1000 * max(self.n_long - self.n_context, 0) / 1000
 
 
 def duration(seconds: float) -> str:
