@@ -131,7 +131,7 @@ def profile(target, draft, context, repeats: int = 5,
 class ProfileProgress:
     """How long the profile will take, told once its first timing pass is done (a pass:
     every size of PROFILE_SIZES scored once). It takes 40 s where a step costs 30 ms and
-    5 minutes where one costs 96 ms and the prompt 40-60 ms a token (2-core VMs, the 1.5B
+    5 minutes where one costs 96 ms and the prompt 40-65 ms a token (2-core VMs, the 1.5B
     target), so the user is told rather than left to wonder. Called as
     estimators.time_blocks' on_pass."""
 

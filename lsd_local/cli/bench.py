@@ -155,7 +155,7 @@ def run_profile(models, options) -> None:
     room = engine.target.n_ctx - max(PROFILE_SIZES) - 1  # (--ctx may be small)
     context = engine.prompt_tokens(list(item.messages))[:max(1, min(300, room))]
     notify(f"profiling {models.target.name} after {len(context)} tokens of context "
-           f"(it says how long it will take once its first pass is timed)")
+           "(it says how long it will take once its first pass is timed)")
     click.echo(format_profile(profile(engine.target, engine.draft_model, context,
                                       notify=notify)))
 
