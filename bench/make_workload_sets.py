@@ -1,6 +1,7 @@
 """Regenerate the workload sets where drafting from past requests and from the grammar pays
 (issues 31, 36): bench/json-extract.jsonl, bench/agents-repeat.jsonl,
-bench/edits-multiturn.jsonl, bench/six-edits.jsonl.
+bench/edits-multiturn.jsonl, bench/six-edits.jsonl, and the copy task that checks
+`lsd bench --profile`'s ceiling (issue 36): bench/copy.jsonl.
 
     python bench/make_workload_sets.py
 
@@ -19,6 +20,12 @@ bench/edits-multiturn.jsonl, bench/six-edits.jsonl.
   instruction at a time): one `sequence`, all in the test split. Each answer is the module
   again with one change: the earlier answers hold the later ones' unchanged parts (as the
   prompt does) and the earlier edits' own style.
+
+- copy: code to be repeated verbatim, where prompt lookup drafts nearly every token: the
+  six-edits module whole, and the longest functions of bench/code-edit.jsonl's test split
+  (500+ characters). Its best speedup (`--configs plain,strict:lookup:63`) is what the
+  profile's "best case, drafts free and all accepted" predicts (docs/devices.md). All in the
+  test split.
 
 Every fourth record or function is in the dev split. The files are committed; this script
 documents them.
@@ -258,8 +265,31 @@ def six_edits() -> list[dict]:
     return rows
 
 
+COPY_ASK = ("Repeat this code exactly as it is, in one Python code block, and write nothing "
+            "else.")
+COPY_FUNCTIONS = 5  # of code-edit's test split, the longest
+COPY_MIN_CHARS = 500
+
+
+def copy_task() -> list[dict]:
+    edits = [json.loads(line) for line in (HERE / "code-edit.jsonl").read_text().splitlines()]
+    codes = [("inventory", f"```python\n{MODULE}```")]
+    functions = []
+    for edit in edits:
+        first = edit["messages"][0]["content"]
+        code = first[first.index("```python"):]
+        if edit["split"] == "test" and len(code) >= COPY_MIN_CHARS:
+            functions.append((edit["id"].split("-", 2)[2], code))
+    functions.sort(key=lambda item: -len(item[1]))
+    codes += functions[:COPY_FUNCTIONS]
+    return [{"id": f"copy-{name}", "split": "test", "max_tokens": 768,
+             "messages": [{"role": "user", "content": f"{COPY_ASK}\n\n{code}"}]}
+            for name, code in codes]
+
+
 if __name__ == "__main__":
     write("json-extract", json_extract())
     write("agents-repeat", agents_repeat())
     write("edits-multiturn", edits_multiturn())
     write("six-edits", six_edits())
+    write("copy", copy_task())

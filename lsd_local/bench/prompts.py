@@ -20,8 +20,9 @@ from ..models.resources import data_path
 
 BUILTIN_SETS = ("humaneval", "code-edit", "chat", "summarize")
 # shipped, not run by default: structured output (see --grammar), and the workloads where
-# drafting from the grammar and from past requests pays (bench/make_workload_sets.py)
-EXTRA_SETS = ("json", "json-extract", "agents-repeat", "edits-multiturn", "six-edits")
+# drafting from the grammar and from past requests pays, and a copy task that checks the
+# profile's ceiling (bench/make_workload_sets.py)
+EXTRA_SETS = ("json", "json-extract", "agents-repeat", "edits-multiturn", "six-edits", "copy")
 SPLITS = ("dev", "test", "all")
 
 

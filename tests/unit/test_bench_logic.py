@@ -393,6 +393,21 @@ def test_the_six_edits_are_one_sequence_of_whole_file_requests():
     assert len({i.messages[0]["content"] for i in items}) == 6
 
 
+def test_the_copy_set_asks_to_repeat_code_that_other_sets_hold_verbatim():
+    """bench/copy.jsonl (the copy task the profile's ceiling is checked on): the six-edits
+    module whole, then the longest test functions of code-edit, each a code block to repeat."""
+    items = load_set("copy", "test")
+    blocks = [i.messages[0]["content"].split("\n\n", 1)[1] for i in items]
+    module = load_set("six-edits", "test")[0].messages[0]["content"].split("\n\n", 1)[1]
+    edits = [i.messages[0]["content"] for i in load_set("code-edit", "all")]
+    assert blocks[0] == module
+    assert len(blocks) >= 4 and len(set(blocks)) == len(blocks)
+    for block in blocks[1:]:
+        assert block.startswith("```python\n") and block.endswith("```") and len(block) >= 500
+        assert any(edit.endswith(block) for edit in edits)
+    assert all("Repeat this code exactly" in i.messages[0]["content"] for i in items)
+
+
 def test_a_sequence_keeps_its_index_from_the_first_item_to_the_last_only(monkeypatch):
     import numpy as np
 
