@@ -166,13 +166,19 @@ def varied(conversations: list[dict]) -> list[tuple[int, dict]]:
     return out
 
 
+def code_block(edit: dict) -> str:
+    """The function a code-edit record asks to change: its first message's code block."""
+    first = edit["messages"][0]["content"]
+    return first[first.index("```python"):]
+
+
 def edits_multiturn() -> list[dict]:
     edits = [json.loads(line) for line in (HERE / "code-edit.jsonl").read_text().splitlines()]
     rows = []
     for number, edit in enumerate(edits[:12]):
         split = "dev" if number % 4 == 3 else "test"
         first = edit["messages"][0]["content"]
-        code = first[first.index("```python"):]
+        code = code_block(edit)
         messages = [{"role": "user", "content": first}]
         rows.append({"id": f"{edit['id']}-1", "messages": list(messages),
                      "sequence": edit["id"], "split": split})
@@ -276,8 +282,7 @@ def copy_task() -> list[dict]:
     codes = [("inventory", f"```python\n{MODULE}```")]
     functions = []
     for edit in edits:
-        first = edit["messages"][0]["content"]
-        code = first[first.index("```python"):]
+        code = code_block(edit)
         if edit["split"] == "test" and len(code) >= COPY_MIN_CHARS:
             functions.append((edit["id"].split("-", 2)[2], code))
     functions.sort(key=lambda item: -len(item[1]))
