@@ -22,16 +22,22 @@ drafted in vain and no round that could draft steps plainly: about the most any 
 K per round could make of lsd's lookup proposals (not the suffix index; text lookup only
 with --text-lookup MODEL, the recording's target, whose vocabulary spells its tokens). See
 lsd_local/bench/replay.py for what a replay models and what it leaves out.
+
+    # what a per-key memory (llama.cpp's ngram-map-k, -k4v) could act on in the answers
+    python bench/replay_auto.py keys dev.json
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections import Counter
 
 import numpy as np
 
+from lsd_local.bench import lookup_keys as lk
 from lsd_local.bench import replay as rp
+from lsd_local.config import MIN_NGRAM
 from lsd_local.drafters.auto import calibration
 from lsd_local.drafters.auto.learned import request_family
 from lsd_local.drafters.auto.policy import AutoDrafter
@@ -196,6 +202,41 @@ def run(args) -> None:
           + ("; remember: one memory for all sets, interleaved" if args.mixed else ""))
 
 
+def keys(args) -> None:
+    """Per prompt set: lookup's proposal positions, how many of them propose from a key the
+    answer proposed from before, and on ambiguous keys which choice of continuation is right
+    (lsd_local/bench/lookup_keys.py)."""
+    records, _ = rp.load(args.recording)
+    key_lens = args.key_lens
+    totals: dict[str, Counter] = {}
+    for rec in records:
+        sequence = np.array(rec.prompt + rec.answer, np.int32)
+        proposed = lk.proposal_positions(sequence, len(rec.prompt))
+        counts = totals.setdefault(rec.key.split("/")[0], Counter())
+        counts["proposals"] += len(proposed)
+        for n in key_lens:
+            counts[f"key {n} recurs"] += lk.key_recurrence(sequence, proposed, n)[1]
+        counts.update(lk.continuation_choices(sequence, proposed))
+    for set_name, c in totals.items():
+        recur = ", ".join(f"{n} tokens {c[f'key {n} recurs']}" for n in key_lens)
+        print(f"{set_name}: {c['proposals']} answer positions where lookup proposes; the key "
+              f"proposed from before in the answer: {recur}; ambiguous ({MIN_NGRAM}-token key "
+              f"continued differently before) {c['ambiguous']}: lookup's choice right "
+              f"{c['lookup']}, the most frequent {c['frequent']}, the latest {c['latest']}; "
+              f"k4v's rule drafts {c['k4v drafts']}, right {c['k4v right']}")
+
+
+def _key_lens(value: str) -> list[int]:
+    """--key-lens: positive integers joined by commas."""
+    try:
+        lens = [int(n) for n in value.split(",")]
+    except ValueError:
+        lens = []
+    if not lens or min(lens) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r}: key lengths like 4,6,12")
+    return lens
+
+
 def load_target(path: str, records: list[rp.Recorded]):
     """The recording's target, for its vocabulary (a Vocab lives no longer than its Model;
     on the CPU, not repacked: its weights are mapped, not read). A model whose vocabulary
@@ -241,11 +282,12 @@ def main(argv=None) -> None:
                      help="one-time cost per logit row a batch adds beyond any before it in "
                           "the process (llama.cpp's growing logits buffer; 2.7 measured for "
                           "Qwen2.5 1.5B on the 2-core VM)")
+    key = sub.add_parser("keys", help="what a per-key n-gram memory could act on")
+    key.add_argument("recording")
+    key.add_argument("--key-lens", default="4,6,12", type=_key_lens,
+                     help="key lengths whose recurrence within an answer is counted")
     args = parser.parse_args(argv)
-    if args.command == "record":
-        record(args)
-    else:
-        run(args)
+    {"record": record, "run": run, "keys": keys}[args.command](args)
 
 
 if __name__ == "__main__":
