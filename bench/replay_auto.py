@@ -216,14 +216,14 @@ def keys(args) -> None:
         counts["proposals"] += len(proposed)
         for n in key_lens:
             counts[f"key {n} recurs"] += lk.key_recurrence(sequence, proposed, n)[1]
-        counts.update(lk.continuation_choices(sequence, proposed))
+        counts.update(lk.continuation_choices(sequence, len(rec.prompt), proposed))
     for set_name, c in totals.items():
         recur = ", ".join(f"{n} tokens {c[f'key {n} recurs']}" for n in key_lens)
         print(f"{set_name}: {c['proposals']} answer positions where lookup proposes; the key "
               f"proposed from before in the answer: {recur}; ambiguous ({MIN_NGRAM}-token key "
               f"continued differently before) {c['ambiguous']}: lookup's choice right "
               f"{c['lookup']}, the most frequent {c['frequent']}, the latest {c['latest']}; "
-              f"k4v's rule drafts {c['k4v drafts']}, right {c['k4v right']}")
+              f"k4v's gate passes {c['k4v drafts']}, what it drafts right {c['k4v right']}")
 
 
 def _key_lens(value: str) -> list[int]:
