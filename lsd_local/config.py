@@ -89,7 +89,13 @@ LOOKUP_CAP = 31  # longest fixed lookup draft: a block of 32 (docs/auto.md, CPU 
 # calibration: a CPU's t(n) has steps there (48 and 64 cost less than one token more), so a
 # size between them is dearer than any line through the measured ones (docs/auto.md)
 LONG_BLOCKS = (48, 64)
-AUTO_LOOKUP_CAP = max((LOOKUP_CAP + 1, *LONG_BLOCKS)) - 1  # longest lookup draft auto considers
+# Auto drafts a lookup block of any size up to this; past it only blocks of LOOKUP_CAP + 1
+# (32) and LONG_BLOCKS, each timed by the calibration: the steps are there between 16 and 32
+# too (a block of 17-31 costs 10-20 % more than the line through t(16) and t(32) prices it),
+# so a copy with 22 tokens left is drafted as 15 and then the rest, not 22 at once
+AUTO_DENSE_BLOCKS = 16
+AUTO_LONG_BLOCKS = (LOOKUP_CAP + 1, *LONG_BLOCKS)
+AUTO_LOOKUP_CAP = max((AUTO_DENSE_BLOCKS, *AUTO_LONG_BLOCKS)) - 1  # longest lookup draft of auto
 MODEL_CAP = 8  # longest draft-model draft auto considers
 # a lookup match whose copy has run this long (tokens, extended backwards) is a copy, not a
 # chance match: auto prices it as one, and lookup keeps one that the whole answer is part of

@@ -84,7 +84,7 @@ def copy_speedup(target_s: dict[int, float], n_tokens: int = COPY_TOKENS,
     cheapest blocks of the measured sizes (target_s: block size -> seconds, 1 included; a
     round commits its block whole, the last one what is left, as a draft may run past a
     copy's end; a dynamic programme over the tokens left). Only the measured sizes are
-    combined (auto may also draft sizes between them up to 32: on a CPU's stepped curve
+    combined (auto may also draft sizes between them up to 16: on a CPU's stepped curve
     those cost about as much as the next measured one; docs/devices.md)."""
     sizes = sorted(n for n in target_s if n >= 1)
     rest = max(n_tokens - lead, 0)

@@ -319,16 +319,18 @@ def test_an_answer_that_ends_lets_drafts_run_past_it_unless_lookup_stops_there()
 
 
 def test_replay_script_sets_autos_long_blocks():
-    """`auto:long_blocks=48+64` / `long_blocks=` (none: blocks of at most 32) and
-    `dense_blocks=16` reach the drafter, so that a replay can compare the policies."""
+    """`auto:long_blocks=48+64` / `long_blocks=` (none: blocks of at most the dense sizes)
+    and `dense_blocks=32` reach the drafter, so that a replay can compare the policies."""
     from lsd_local.drafters.auto.estimators import allowed_blocks
 
     script = load_script()
     default = script.make_factory("auto")()
     none = script.make_factory("auto:long_blocks=")()
-    grid = script.make_factory("auto:dense_blocks=16:long_blocks=32+64")()
-    assert default.lookup_cap == 63 and none.lookup_cap == 31 and grid.lookup_cap == 63
-    allowed = np.flatnonzero(allowed_blocks(63, *grid._blocks)) + 1  # the blocks it may draft
-    assert allowed.tolist() == [*range(1, 17), 32, 64]
-    assert (np.flatnonzero(allowed_blocks(63, *default._blocks)) + 1).tolist() == \
-        [*range(1, 33), 48, 64]
+    before = script.make_factory("auto:dense_blocks=32:long_blocks=48+64")()
+    assert default.lookup_cap == 63 and none.lookup_cap == 15 and before.lookup_cap == 63
+
+    def blocks(drafter):  # the blocks it may draft
+        return (np.flatnonzero(allowed_blocks(63, *drafter._blocks)) + 1).tolist()
+
+    assert blocks(default) == [*range(1, 17), 32, 48, 64]
+    assert blocks(before) == [*range(1, 33), 48, 64]

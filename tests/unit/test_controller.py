@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lsd_local.config import AUTO_DENSE_BLOCKS, AUTO_LONG_BLOCKS, LOOKUP_CAP, MODEL_CAP
 from lsd_local.drafters.auto.estimators import AcceptanceModel, CostModel, best_k
-from lsd_local.drafters.auto.policy import LOOKUP_CAP, MODEL_CAP, AutoDrafter
+from lsd_local.drafters.auto.policy import AutoDrafter
 from lsd_local.drafters.base import DecodeCall, Draft, Drafter, run_steps
 
 # --- the models ----------------------------------------------------------------------------
@@ -680,9 +681,9 @@ def test_a_failed_decode_goes_through_the_plan_that_asked_for_it():
 
 
 def test_the_choice_maximises_the_decodes_weighed_tokens_per_second():
-    """Reference: over every K, (others' weighed tokens + 1 + S(K)) / t(others + K + 1), on
-    random curves, acceptance and neighbours; the drafter's choice is its argmax (a large
-    yield of the others still drafts where blocks are nearly free)."""
+    """Reference: over every K it may draft, (others' weighed tokens + 1 + S(K)) / t(others +
+    K + 1), on random curves, acceptance and neighbours; the drafter's choice is its argmax (a
+    large yield of the others still drafts where blocks are nearly free)."""
     rng = np.random.default_rng(11)
     for _ in range(300):
         drafter = AutoDrafter(FakeLookup(World(0, 0, p_lookup=0.5)), explore_every=10**9)
@@ -696,6 +697,10 @@ def test_the_choice_maximises_the_decodes_weighed_tokens_per_second():
         expected = drafter.acceptance["lookup"].expected_accepted(run, n_lookup)
         t = drafter.cost.predict(np.arange(1, n_lookup + 2) + drafter.batch_tokens)
         rates = (drafter.batch_yield + 1 + expected) / t
+        # (past AUTO_DENSE_BLOCKS, only blocks that make the decode one of AUTO_LONG_BLOCKS)
+        ks = np.arange(n_lookup + 1)
+        decode = ks + 1 + drafter.batch_tokens
+        rates[(ks >= AUTO_DENSE_BLOCKS) & ~np.isin(decode, AUTO_LONG_BLOCKS)] = -np.inf
         best = int(np.argmax(rates))
         assert (choice.source, choice.k) == (("lookup", best) if best else ("none", 0))
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lsd_local.drafters.auto.policy import LOOKUP_CAP, AutoDrafter
+from lsd_local.config import LOOKUP_CAP
+from lsd_local.drafters.auto.policy import AutoDrafter
 from lsd_local.drafters.base import Draft, Drafter
 
 
@@ -203,13 +204,14 @@ def test_long_copies_are_scored_in_the_cheap_block_sizes(available, block):
 
 
 @pytest.mark.parametrize("available,block", [(200, 64), (63, 64), (62, 48), (50, 48),
-                                             (47, 48), (46, 32), (31, 32), (20, 21)])
-def test_past_a_block_of_32_a_copy_is_drafted_only_in_the_calibrated_long_blocks(
+                                             (47, 48), (46, 32), (31, 32), (30, 16),
+                                             (20, 16), (15, 16), (14, 15)])
+def test_past_a_block_of_16_a_copy_is_drafted_only_in_the_calibrated_blocks(
         available, block):
     """Where every longer block is cheaper per token (t(n) = a + b n, no steps) and a copy
-    never breaks, auto drafts the longest block the proposal fills, but past 32 tokens only
-    the long blocks the calibration times (48 and 64): a size between them, priced by
-    interpolation, is where a CPU's t(n) has its steps. Up to 32 any size."""
+    never breaks, auto drafts the longest block the proposal fills, but past 16 tokens only
+    the blocks the calibration times (32, 48 and 64): a size between them, priced by
+    interpolation, is where a CPU's t(n) has its steps. Up to 16 any size."""
     from lsd_local.config import LONG_BLOCKS
 
     drafter = AutoDrafter(None)
@@ -223,16 +225,19 @@ def test_past_a_block_of_32_a_copy_is_drafted_only_in_the_calibrated_long_blocks
     assert LONG_BLOCKS == (48, 64)  # (the cases above are written for these)
 
 
-def test_without_long_blocks_auto_drafts_at_most_lookups_cap():
-    """long_blocks=() keeps every lookup draft within LOOKUP_CAP (a block of 32)."""
-    drafter = AutoDrafter(None, long_blocks=())
-    for n in (1, 2, 9, 16, 32, 48, 64):
-        drafter.cost.observe(n, 0.03 + 0.004 * n)
-    for _ in range(300):
-        drafter.acceptance["lookup"].update(200, 64, 64)
-    assert drafter.lookup_cap == LOOKUP_CAP
-    choice = drafter._choose(np.zeros(10, np.int32), 200, 63, 200)
-    assert (choice.source, choice.k) == ("lookup", LOOKUP_CAP)
+def test_without_long_blocks_auto_drafts_within_the_dense_sizes():
+    """long_blocks=() keeps every lookup draft within the dense sizes: with dense_blocks 32
+    (the policy before 2026-12-03) within LOOKUP_CAP (a block of 32), by default within 16."""
+    for dense, cap in ((LOOKUP_CAP + 1, LOOKUP_CAP), (None, 15)):
+        drafter = AutoDrafter(None, long_blocks=(), **({} if dense is None else
+                                                       {"dense_blocks": dense}))
+        for n in (1, 2, 9, 16, 32, 48, 64):
+            drafter.cost.observe(n, 0.03 + 0.004 * n)
+        for _ in range(300):
+            drafter.acceptance["lookup"].update(200, 64, 64)
+        assert drafter.lookup_cap == cap
+        choice = drafter._choose(np.zeros(10, np.int32), 200, 63, 200)
+        assert (choice.source, choice.k) == ("lookup", cap)
 
 
 def long_copy_drafter(**kwargs) -> AutoDrafter:
@@ -248,20 +253,20 @@ def long_copy_drafter(**kwargs) -> AutoDrafter:
 
 
 @pytest.mark.parametrize("fixed_k,available,k", [(40, 200, 31), (63, 50, 47), (63, 200, 63),
-                                                 (20, 200, 20)])
+                                                 (20, 200, 15), (12, 200, 12)])
 def test_a_fixed_k_drafts_the_longest_allowed_block_up_to_it(fixed_k, available, k):
-    """`--drafter auto -k N`: K is not chosen, but past a block of 32 it is still one of the
-    long blocks (a K of 40 drafts 31, as the cap of 31 made it before)."""
+    """`--drafter auto -k N`: K is not chosen, but past a block of 16 it is still one of the
+    calibrated blocks (a K of 40 drafts 31, one of 20 drafts 15)."""
     drafter = long_copy_drafter(fixed_k=fixed_k)
     choice = drafter._choose(np.zeros(10, np.int32), available, 63, 200)
     assert (choice.source, choice.k) == ("lookup", k)
 
 
-@pytest.mark.parametrize("others,block", [(0, 64), (10, 54), (16, 48), (40, 32)])
+@pytest.mark.parametrize("others,block", [(0, 64), (10, 54), (16, 48), (40, 24), (60, 16)])
 def test_beside_others_a_long_block_makes_the_whole_decode_a_long_block(others, block):
     """Side by side (or after a grammar's forced head) the decode's size is this block plus
-    the others' tokens: past 32 of its own, auto drafts the block that makes the decode 48 or
-    64, not one whose decode falls between them; up to 32 of its own any size."""
+    the others' tokens: past 16 of its own, auto drafts the block that makes the decode 32,
+    48 or 64, not one whose decode falls between them; up to 16 of its own any size."""
     drafter = long_copy_drafter()
     drafter.batch_tokens = others
     choice = drafter._choose(np.zeros(10, np.int32), 200, 63, 200)
@@ -289,8 +294,9 @@ def test_a_long_block_must_beat_the_best_dense_one_by_the_margin(margin, block):
     """t(n) = 0.03 + 0.004 n and a copy that never broke: a block of 64 commits 224 tokens a
     second, one of 32 203 (10 % fewer). A long block is drafted only when it wins by more
     than long_margin: copies of an edited file break where the edits are, which a price per
-    token cannot see, and a long block that meets one costs the most."""
-    drafter = long_copy_drafter(long_margin=margin)
+    token cannot see, and a long block that meets one costs the most. (Dense blocks up to 32
+    here, as before 16 became auto's default, so that the best dense block is 32.)"""
+    drafter = long_copy_drafter(long_margin=margin, dense_blocks=32, long_blocks=(48, 64))
     choice = drafter._choose(np.zeros(10, np.int32), 200, 63, 200)
     assert (choice.source, choice.k + 1) == ("lookup", block)
     rate_64, rate_32 = 64 / (0.03 + 0.004 * 64), 32 / (0.03 + 0.004 * 32)

@@ -8,9 +8,10 @@ sequences' drafters and learned.json keeps it between processes).
   tokens cost 7 steps: its one trial, with the whole prompt to catch up, cost a short answer
   18 %), so t(n) up to MODEL_CAP + 1 is measured. The blocks of lookup's longest draft and
   of half of it are measured too (16 and 32: LOOKUP_CAP + 1 and half that), and auto's
-  longer blocks (LONG_BLOCKS, 48 and 64), the only sizes past 32 it drafts: t(n) on a CPU
-  has steps (ggml's kernels tile the batch; 16 and 32 tokens here cost 8-15 % less than one
-  more, which is why lookup drafts 31, not 32), and beyond its largest measured size the cost
+  longer blocks (LONG_BLOCKS, 48 and 64): past 16 it drafts only these sizes
+  (config.AUTO_DENSE_BLOCKS and AUTO_LONG_BLOCKS). t(n) on a CPU has steps (ggml's
+  kernels tile the batch; 16 and 32 tokens here cost 8-15 % less than one more, which is
+  why lookup drafts 31, not 32), and beyond its largest measured size the cost
   model extrapolates optimistically, so that with only 9 measured a prose answer's first long
   lookup draft (K = 30, priced at 9.5 steps instead of 10.4) was a bet lost in every summary.
 - Context: every scored token attends to every cached one, so a block of n costs n times a

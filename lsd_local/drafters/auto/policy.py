@@ -10,7 +10,13 @@ from time import perf_counter
 
 import numpy as np
 
-from ...config import COPY_RUN, LONG_BLOCKS, LOOKUP_CAP, MODEL_CAP, SamplerSettings
+from ...config import (
+    AUTO_DENSE_BLOCKS,
+    AUTO_LONG_BLOCKS,
+    COPY_RUN,
+    MODEL_CAP,
+    SamplerSettings,
+)
 from ..base import EMPTY_DRAFT, Draft, Drafter, DraftSteps, run_steps
 from ..lookup import LookupDrafter
 from . import calibration
@@ -41,7 +47,7 @@ SUFFIX_PRIOR = 0.5
 # proposal after a grammar's forced tokens (at most forced.MAX_CAP) that are then rejected.
 SHADOW_CONTEXT = 64
 LONG_SUFFIX_PRIOR = 0.85
-# A block past the dense sizes (LONG_BLOCKS) is drafted only when its rate beats the best
+# A block past the dense sizes (AUTO_LONG_BLOCKS) is drafted only when its rate beats the best
 # dense block's by this share. Acceptance is priced per token, as if a copy broke anywhere
 # alike, where copies of an edited file break at the edits, and a long block that meets one
 # costs ~35 steps on a steep CPU. Replayed, a margin helped six edits on the steepest curve
@@ -90,8 +96,8 @@ class AutoDrafter(Drafter):
                  fixed_k: int | None = None, explore_every: int = EXPLORE_EVERY, clock=perf_counter,
                  lookup_prior: float = LOOKUP_PRIOR,
                  long_lookup_prior: float = LONG_LOOKUP_PRIOR,
-                 long_blocks: tuple[int, ...] = LONG_BLOCKS,
-                 dense_blocks: int = LOOKUP_CAP + 1, token_bytes=None,
+                 long_blocks: tuple[int, ...] = AUTO_LONG_BLOCKS,
+                 dense_blocks: int = AUTO_DENSE_BLOCKS, token_bytes=None,
                  long_margin: float = LONG_MARGIN) -> None:
         self.clock = clock  # times the draft model (injectable for simulations)
         # the lookup draft lengths auto may choose (estimators.allowed_blocks)
