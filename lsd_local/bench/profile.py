@@ -27,7 +27,7 @@ from time import perf_counter
 
 import numpy as np
 
-from ..config import LONG_BLOCKS, MIN_NGRAM, MODEL_CAP
+from ..config import AUTO_DENSE_BLOCKS, AUTO_LONG_BLOCKS, LONG_BLOCKS, MIN_NGRAM, MODEL_CAP
 from ..drafters.auto.estimators import perfect_draft_speedup
 
 # (the draft model's longest block, MODEL_CAP + 1; auto's longest lookup blocks)
@@ -77,16 +77,24 @@ def best(speedups: dict[int, float]) -> tuple[int, float]:
     return (k, speedups[k]) if speedups and speedups[k] > 1.0 else (0, 1.0)
 
 
+def is_auto_block(n: int) -> bool:
+    """Whether auto may verify a lookup block of n tokens (config.AUTO_DENSE_BLOCKS and
+    AUTO_LONG_BLOCKS; 1 is plain decoding)."""
+    return 1 <= n <= AUTO_DENSE_BLOCKS or n in AUTO_LONG_BLOCKS
+
+
 def copy_speedup(target_s: dict[int, float], n_tokens: int = COPY_TOKENS,
                  lead: int = MIN_NGRAM) -> float:
     """The speedup over plain decoding of an answer of n_tokens that copies its context
     with perfect drafts from its lead-th token on: lead plain steps, then the rest in the
     cheapest blocks of the measured sizes (target_s: block size -> seconds, 1 included; a
     round commits its block whole, the last one what is left, as a draft may run past a
-    copy's end; a dynamic programme over the tokens left). Only the measured sizes are
-    combined (auto may also draft sizes between them up to 16: on a CPU's stepped curve
-    those cost about as much as the next measured one; docs/devices.md)."""
-    sizes = sorted(n for n in target_s if n >= 1)
+    copy's end; a dynamic programme over the tokens left). Only the measured sizes auto
+    may draft are combined: up to AUTO_DENSE_BLOCKS, then AUTO_LONG_BLOCKS (24 is measured
+    to show the curve's steps, not drafted). Auto may also draft sizes between the measured
+    ones up to 16: on a CPU's stepped curve those cost about as much as the next measured
+    one (docs/devices.md)."""
+    sizes = sorted(n for n in target_s if is_auto_block(n))
     rest = max(n_tokens - lead, 0)
     best_s = np.full(rest + 1, np.inf)  # float64[rest + 1]: least seconds to commit m tokens
     best_s[0] = 0.0

@@ -87,6 +87,16 @@ def test_a_copys_last_block_may_be_a_cheaper_larger_one():
     assert profile.copy_speedup(curve, 7, lead=0) == pytest.approx(7 / 4.0)
 
 
+def test_a_copy_is_drafted_only_in_the_block_sizes_auto_may_draft():
+    """A block of 24 (measured to show the curve's steps) is never drafted by auto: a copy
+    of 24 tokens where t(24) is cheap costs a block of 16 and one of 8 instead, the sizes
+    config allows (up to 16, then 32, 48, 64), not one of 24."""
+    curve = {1: 1.0, 8: 6.0, 16: 10.0, 24: 11.0, 32: 18.0}
+    assert profile.copy_speedup(curve, 24, lead=0) == pytest.approx(24 / 16.0)
+    assert all(profile.is_auto_block(n) for n in (1, 15, 16, 32, 48, 64))
+    assert not any(profile.is_auto_block(n) for n in (0, 17, 24, 31, 33, 63, 65))
+
+
 class _Clock:
     def __init__(self) -> None:
         self.now = 0.0
