@@ -286,6 +286,43 @@ def sequence_requests(rows: Sequence[dict], baseline: str = "plain") -> list[str
     return lines
 
 
+def against_external(rows: Sequence[dict], baseline: str = "plain") -> list[str]:
+    """Per prompt set and lsd configuration that drafts, when external commands ran: its
+    speed over the fastest external drafting command on each prompt (llama.cpp's types;
+    those named '...:plain' decode plainly and are left out), as the median over prompts
+    and over the prompts where both answers equal the baseline's (same_answer: the like with
+    like figure). Speeds are each configuration's median over repeats."""
+    speeds: dict[tuple[str, str], dict[str, list[float]]] = {}
+    first: dict[tuple[str, str, str], dict] = {}
+    for row in rows:
+        speeds.setdefault((row["set"], row["id"]), {}).setdefault(row["config"], []).append(
+            row["tps"])
+        first.setdefault((row["set"], row["id"], row["config"]), row)
+    external = {r["config"] for r in rows if r.get("external")
+                and not r["config"].endswith(":plain")}
+    mine = [c for c in dict.fromkeys(r["config"] for r in rows)
+            if c not in external and c != baseline and not c.endswith(":plain")]
+    ratios: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    for (set_name, pid), by_config in speeds.items():
+        theirs = {c: statistics.median(v) for c, v in by_config.items() if c in external}
+        base = first.get((set_name, pid, baseline))
+        if not theirs or base is None:
+            continue
+        fastest = max(theirs, key=theirs.get)
+        for config in (c for c in mine if c in by_config and theirs[fastest] > 0):
+            ratio = statistics.median(by_config[config]) / theirs[fastest]
+            every, equal = ratios.setdefault((set_name, config), ([], []))
+            every.append(ratio)
+            if all("text" in first[(set_name, pid, c)]  # (a command's answer may be unread)
+                   and same_answer(first[(set_name, pid, c)], base) for c in (config, fastest)):
+                equal.append(ratio)
+    return [f"{set_name:<10} {config:<24} {statistics.median(every):.2f}x median of "
+            f"{len(every)} ({min(every):.2f}-{max(every):.2f}); "
+            + (f"{statistics.median(equal):.2f}x over the {len(equal)} with equal answers"
+               if equal else "no prompt with equal answers")
+            for (set_name, config), (every, equal) in ratios.items()]
+
+
 def write_json(path: Path, meta: dict, rows: Sequence[dict], summaries: Sequence[dict],
                extra: dict | None = None) -> None:
     """Everything measured: settings, per-run rows, summaries and any extra report."""

@@ -255,6 +255,7 @@ def run_and_print(models, options):
 def finish(result, opts) -> None:
     from ..bench.cost import format_costs
     from ..bench.report import (
+        against_external,
         choices,
         differing_answers,
         format_table,
@@ -267,6 +268,10 @@ def finish(result, opts) -> None:
     click.echo(format_table(result.summaries))
     for line in differing_answers(result.rows):
         click.echo(f"warning: {line}")
+    versus = against_external(result.rows)
+    if versus:
+        click.echo("speed over the fastest external drafting command on each prompt:\n"
+                   + "\n".join(versus) + "\n")
     auto = choices(result.rows)
     if auto:
         click.echo("what auto chose:\n" + "\n".join(auto) + "\n")

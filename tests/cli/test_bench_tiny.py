@@ -69,6 +69,10 @@ def test_every_configuration_with_quality_and_outputs(tiny_pair, qa_set, tmp_pat
     assert data["cost"]["target_s"]["16"] > 0 and data["cost"]["draft_token_s"] > 0
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "tinyqa (2 prompts)" in result.output and "t(16)=" in result.output
+    # (the fake command's answers are never read: no like-with-like median beside its speed)
+    versus = result.output.split("fastest external drafting command on each prompt:\n")[1]
+    assert "tinyqa     strict:lookup:3:p_min=0.0 " in versus
+    assert "median of 2" in versus and "no prompt with equal answers" in versus
     total = len(data["runs"])
     assert f"[{'#' * 20}] {total}/{total}" in result.output and "ETA" in result.output
 

@@ -311,6 +311,26 @@ def test_an_answer_that_ran_past_the_limit_matches_the_cut_baseline():
     assert differing_answers(rows[:4]) == []
 
 
+def test_each_prompt_is_compared_with_its_fastest_external_drafting_command():
+    """Prompt a: auto 12 and 14 tok/s over two repeats (13), the fastest drafting command 10
+    (llama.cpp's plain decoding, at 20, is not a drafting command): 1.3x. Prompt b: auto 9,
+    the fastest 10 but its answer differs from plain's: 0.9x, left out of the like-with-like
+    median. Without external commands there is nothing to say."""
+    from lsd_local.bench.report import against_external
+
+    rows = [row("plain", "a", 10.0, [1]), row("plain", "b", 10.0, [2]),
+            row("strict:auto", "a", 12.0, [1]), row("strict:auto", "a", 14.0, [1], rep=1),
+            row("strict:auto", "b", 9.0, [2]),
+            row("llama.cpp:plain", "a", 20.0, [1], external=True),
+            row("llama.cpp:plain", "b", 20.0, [2], external=True),
+            row("cpp-x", "a", 10.0, [1], external=True), row("cpp-y", "a", 8.0, [1], external=True),
+            row("cpp-x", "b", 6.0, [2], external=True), row("cpp-y", "b", 10.0, [7], external=True)]
+    assert against_external(rows) == [
+        "s          strict:auto              1.10x median of 2 (0.90-1.30); 1.30x over the 1 "
+        "with equal answers"]
+    assert against_external([r for r in rows if not r.get("external")]) == []
+
+
 def test_a_tool_that_decoded_past_the_limit_is_timed_over_the_tokens_asked(tmp_path):
     """llama-speculative-simple commits a whole round past -n and prints its speed over every
     token it decoded, the extra ones nearly free; run with -n max_tokens - 1, the time it
