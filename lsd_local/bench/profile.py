@@ -28,7 +28,7 @@ from time import perf_counter
 import numpy as np
 
 from ..config import AUTO_DENSE_BLOCKS, AUTO_LONG_BLOCKS, LONG_BLOCKS, MIN_NGRAM, MODEL_CAP
-from ..drafters.auto.estimators import perfect_draft_speedup
+from ..drafters.auto.estimators import allowed_blocks, perfect_draft_speedup
 
 # (the draft model's longest block, MODEL_CAP + 1; auto's longest lookup blocks)
 PROFILE_SIZES = tuple(sorted({1, 2, 4, 8, MODEL_CAP + 1, 12, 16, 24, 32, *LONG_BLOCKS}))
@@ -78,9 +78,10 @@ def best(speedups: dict[int, float]) -> tuple[int, float]:
 
 
 def is_auto_block(n: int) -> bool:
-    """Whether auto may verify a lookup block of n tokens (config.AUTO_DENSE_BLOCKS and
-    AUTO_LONG_BLOCKS; 1 is plain decoding)."""
-    return 1 <= n <= AUTO_DENSE_BLOCKS or n in AUTO_LONG_BLOCKS
+    """Whether auto may verify a lookup block of n tokens (estimators.allowed_blocks, auto's
+    own rule, with config's AUTO_DENSE_BLOCKS and AUTO_LONG_BLOCKS; 1 is plain decoding)."""
+    return n >= 1 and bool(allowed_blocks(n - 1, AUTO_DENSE_BLOCKS,
+                                          np.asarray(AUTO_LONG_BLOCKS))[n - 1])
 
 
 def copy_speedup(target_s: dict[int, float], n_tokens: int = COPY_TOKENS,
