@@ -23,6 +23,9 @@ K per round could make of lsd's lookup proposals (not the suffix index; text loo
 with --text-lookup MODEL, the recording's target, whose vocabulary spells its tokens). See
 lsd_local/bench/replay.py for what a replay models and what it leaves out.
 
+    # the same answers priced on a curve without steps, a GPU's shape (t(n) = t(1) (1 + s (n-1)))
+    python bench/replay_auto.py run dev.json --smooth 0.01 --configs calibrated:auto,cut:63
+
     # what a per-key memory (llama.cpp's ngram-map-k, -k4v) could act on in the answers
     python bench/replay_auto.py keys dev.json
 """
@@ -183,6 +186,11 @@ def speedups_per_set(records, curves, config: str, sets: list[str], mixed: bool,
 
 def run(args) -> None:
     records, curves = rp.load(args.recording)
+    if args.smooth is not None:
+        try:
+            curves = rp.smooth_curves(curves, args.smooth)
+        except ValueError as error:
+            raise SystemExit(f"--smooth: {error}") from None
     end = rp.load_end(args.recording)
     if args.eog_token is not None:
         end = rp.AnswerEnd(args.eog_token, args.max_tokens or 192)
@@ -282,6 +290,10 @@ def main(argv=None) -> None:
                      help="one-time cost per logit row a batch adds beyond any before it in "
                           "the process (llama.cpp's growing logits buffer; 2.7 measured for "
                           "Qwen2.5 1.5B on the 2-core VM)")
+    rep.add_argument("--smooth", type=float, default=None, metavar="SLOPE",
+                     help="re-price the recording's curves without steps: t(n) = t(1) (1 + "
+                          "SLOPE (n - 1)), a GPU's shape (0.005-0.02), each context keeping "
+                          "its t(1)")
     key = sub.add_parser("keys", help="what a per-key n-gram memory could act on")
     key.add_argument("recording")
     key.add_argument("--key-lens", default="4,6,12", type=_key_lens,

@@ -21,6 +21,7 @@ where no token n-gram matches: its tokens are spelled by the real ids behind the
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -343,6 +344,17 @@ def load_end(path: str | os.PathLike) -> AnswerEnd | None:
     """How the recording's answers ended (None: recorded before that was kept)."""
     end = json.loads(Path(path).read_text()).get("end")
     return AnswerEnd(int(end["eog_token"]), int(end["max_tokens"])) if end else None
+
+
+def smooth_curves(curves: dict[int, CostCurve], slope: float) -> dict[int, CostCurve]:
+    """`curves` (context -> curve) re-priced without steps: t(n) = t(1) (1 + slope (n - 1))
+    at the same sizes, each context keeping its own t(1). A GPU's shape, where a block costs
+    little more than a step (slope ~0.005-0.02), for asking what a setting tuned on a stepped
+    CPU curve would cost there, on the same recorded answers."""
+    if not math.isfinite(slope) or slope < 0:
+        raise ValueError(f"a curve's slope must be a finite number >= 0, not {slope}")
+    return {c: CostCurve(list(v.sizes), [v(1) * (1 + slope * (n - 1)) for n in v.sizes])
+            for c, v in curves.items()}
 
 
 def nearest_curve(curves: dict[int, CostCurve], context: int) -> CostCurve:

@@ -158,6 +158,36 @@ def test_replay_script_prints_a_table_per_set(tmp_path, capsys):
         script.main(["run", str(tmp_path / "rec.json"), "--configs", "magic"])
 
 
+def test_smooth_curves_price_every_block_on_a_line_through_each_contexts_step():
+    stepped = {300: CostCurve([1, 2, 16, 32], [0.1, 0.2, 1.6, 1.7]),
+               1500: CostCurve([1, 2, 16, 32], [0.2, 0.3, 2.0, 2.1])}
+    smooth = rp.smooth_curves(stepped, 0.01)
+    assert smooth[300].sizes == [1, 2, 16, 32]
+    assert smooth[300](1) == pytest.approx(0.1) and smooth[1500](1) == pytest.approx(0.2)
+    assert smooth[300](16) == pytest.approx(0.1 * 1.15)
+    assert smooth[1500](32) == pytest.approx(0.2 * 1.31)
+    assert stepped[300](16) == pytest.approx(1.6)  # the recording's curves are not changed
+    for bad in (-0.01, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="slope"):
+            rp.smooth_curves(stepped, bad)
+
+
+def test_replay_script_smooth_prices_drafts_cheaper_than_a_steep_curve(tmp_path, capsys):
+    """--smooth 0: every block costs one step, so a copied answer replays faster than on the
+    recording's own curve (linear: a block of 9 costs 3.7 steps), plain stays 1.0; a
+    negative slope is a clear error, not a traceback."""
+    script = load_script()
+    records = [rp.Recorded("humaneval/copy", list(range(500, 560)) + ANSWER, ANSWER)]
+    stepped = replay_table(script, tmp_path, capsys, records, "plain,lookup:8")
+    script.main(["run", str(tmp_path / "rec.json"), "--configs", "plain,lookup:8",
+                 "--smooth", "0"])
+    flat = capsys.readouterr().out.splitlines()
+    assert flat[1].split()[1] == "1.000x"
+    assert float(flat[2].split()[1].rstrip("x")) > 1.5 * float(stepped[2].split()[1].rstrip("x"))
+    with pytest.raises(SystemExit, match="--smooth: a curve's slope"):
+        script.main(["run", str(tmp_path / "rec.json"), "--smooth", "-1"])
+
+
 def test_replay_script_models_text_lookup_with_the_targets_vocabulary(tmp_path, capsys,
                                                                      tiny_pair):
     """--text-lookup MODEL: the recording's tokens spelled by MODEL's vocabulary. An answer
