@@ -308,12 +308,11 @@ def report(rows: list[dict], names: list[str]) -> None:
         time_ratio = statistics.median(r[name]["seconds"] / r["lsd serve"]["seconds"]
                                        for r in equal)
         timed = [r for r in equal if r[name]["tps"] > 0 and r["lsd serve"]["tps"] > 0]
-        speed_ratio = statistics.median(r["lsd serve"]["tps"] / r[name]["tps"]
-                                        for r in timed) if timed else 0.0
+        speed_part = "{:.2f}x".format(statistics.median(
+            r["lsd serve"]["tps"] / r[name]["tps"] for r in timed)) if timed else "not reported"
         calls = [r for r in equal if r["lsd serve"]["calls"]]
         call_part = "" if not calls else " (tool calls alone: {:.2f}x)".format(
             statistics.median(r[name]["seconds"] / r["lsd serve"]["seconds"] for r in calls))
-        speed_part = f"{speed_ratio:.2f}x" if timed else "not reported"
         print(f"  {name}: {len(equal)}/{len(rows)} turns equal; time to the answer "
               f"{time_ratio:.2f}x faster with lsd{call_part}, decode speed {speed_part}")
 
