@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from benchscripts import load_bench_script
 from tinymodels import TINY_CTX
 
 from lsd_local import Engine
@@ -13,11 +11,7 @@ from lsd_local.bench.prompts import PromptItem
 
 
 def load_script():
-    path = Path(__file__).resolve().parents[2] / "bench" / "lookup_bound.py"
-    spec = importlib.util.spec_from_file_location("lookup_bound", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("lookup_bound")
 
 
 def test_the_bound_drafts_only_tokens_plain_decoding_commits(tiny_pair, capsys):

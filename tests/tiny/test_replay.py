@@ -7,6 +7,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from benchscripts import load_bench_script
 
 from lsd_local import Engine
 from lsd_local.bench import replay as rp
@@ -124,14 +125,7 @@ def test_measure_cost_curve_on_a_real_model(tiny_pair):
 
 
 def load_script():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "bench" / "replay_auto.py"
-    spec = importlib.util.spec_from_file_location("replay_auto", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("replay_auto")
 
 
 def replay_table(script, tmp_path, capsys, records, configs: str) -> list[str]:

@@ -102,16 +102,12 @@ def test_k4v_drafts_nothing_where_no_continuation_dominates():
 
 
 def test_the_replay_script_prints_the_counts_per_prompt_set(tmp_path, capsys):
-    import importlib.util
-    from pathlib import Path
+    from benchscripts import load_bench_script
 
     from lsd_local.bench import replay as rp
     from lsd_local.drafters.auto.estimators import CostCurve
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "replay_auto.py"
-    spec = importlib.util.spec_from_file_location("replay_auto_keys", path)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_bench_script("replay_auto")
     common = [1, 2, 3, 4, 5, 6]
     records = [rp.Recorded("edits/twice", list(range(1, 9)), list(range(1, 9)) + common + [7]),
                rp.Recorded("code/ambiguous",
