@@ -155,7 +155,7 @@ def measure(engine: Engine, items: Sequence[PromptItem], commands: dict[str, str
 
 def ratio(a: float, b: float) -> float | None:
     """a / b, or None where either measured nothing (a command that failed)."""
-    return a / b if a and b and a > 0 and b > 0 else None
+    return a / b if a > 0 and b > 0 else None
 
 
 def equal(row: dict, name: str) -> bool:
