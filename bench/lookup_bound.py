@@ -93,13 +93,11 @@ class AnswerCut(Drafter):
 
 
 def bound_drafter(engine: Engine, answer: Sequence[int]) -> AnswerCut:
-    """Configure `engine` (one sequence) for lookup at K = BOUND_K with a fresh drafter and
-    put in its place that drafter cut where `answer` (plain's tokens) parts from it, for the
-    next generation."""
+    """Configure `engine` (one sequence) with a fresh lookup drafter, cut where `answer`
+    (plain's tokens) parts from it, at K = BOUND_K, for the next generation."""
     engine.configure(drafter="lookup", k=BOUND_K, rule="strict", fresh_drafter=True)
-    cut = AnswerCut(engine.drafter, answer)  # (the pool's lookup: text lookup, stops)
-    # the generation asks the sequence's pool for its configuration's drafter: this one
-    engine._pools[0]._built[engine.drafter_config] = cut  # (private: a bench's hook, tested)
+    cut = AnswerCut(engine.drafter, answer)  # (the engine's lookup: text lookup, stops)
+    engine.configure(drafter=cut, k=BOUND_K)  # (a Drafter of one's own)
     return cut
 
 

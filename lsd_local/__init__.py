@@ -24,13 +24,15 @@ from .request import Request
 from .stats import GenerationStats, Origin, RoundEvent
 
 if TYPE_CHECKING:  # loaded lazily: see __getattr__
+    from .drafters.base import Draft, Drafter
     from .engine import Engine
     from .generation import Generation
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "DRAFTERS", "RULES", "ContextOverflowError", "DrafterConfig", "Engine", "EngineBusyError",
+    "DRAFTERS", "RULES", "ContextOverflowError", "Draft", "Drafter", "DrafterConfig", "Engine",
+    "EngineBusyError",
     "Generation",
     "GenerationStats", "SamplerSettings",
     "IncompatibleModelsError", "LsdError", "ModelLoadError", "ModelOutputError", "Origin",
@@ -49,4 +51,8 @@ def __getattr__(name: str):
         from .generation import Generation
 
         return Generation
+    if name in ("Draft", "Drafter"):  # (the base of a drafter of your own: Engine.configure)
+        from .drafters import base
+
+        return getattr(base, name)
     raise AttributeError(f"module 'lsd_local' has no attribute {name!r}")

@@ -83,7 +83,11 @@ DRAFTERS = ("auto", "model", "lookup", "multilevel", "none")
 # the drafter unless one is named (CLI, library, server): auto chooses lookup, the draft model
 # or none per round by measured costs (a fixed "model" default ran at 0.55x plain on a CPU)
 DEFAULT_DRAFTER = "auto"
-DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 31, "none": 0}  # fixed K per drafter
+# a Drafter of the library user's own (Engine.configure(drafter=MyDrafter())): not one of
+# DRAFTERS (no CLI or server request can name it), asked each round for up to its fixed K
+CUSTOM_DRAFTER = "custom"
+DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 31, "none": 0,  # fixed K per drafter
+             CUSTOM_DRAFTER: 8}  # (llama-cpp-python's prompt lookup default: 10)
 LOOKUP_CAP = 31  # longest fixed lookup draft: a block of 32 (docs/auto.md, CPU tiles)
 # Past a block of 32 auto drafts a copy only in these block sizes, each timed by the
 # calibration: a CPU's t(n) has steps there (48 and 64 cost less than one token more), so a
@@ -278,8 +282,11 @@ class DrafterConfig(_Settings):
         return self.drafter in ("model", "multilevel")
 
     def validate(self) -> None:
-        check(self.drafter in DRAFTERS, "drafter",
-              f"{self.drafter!r} (choose one of {', '.join(DRAFTERS)})")
+        check(self.drafter in DRAFTERS or self.drafter == CUSTOM_DRAFTER, "drafter",
+              f"{self.drafter!r} (choose one of {', '.join(DRAFTERS)}, or a Drafter)")
+        check(self.drafter != CUSTOM_DRAFTER or self.k != "auto", "k",
+              "'auto' (a Drafter of your own is asked for up to a fixed k each round: "
+              "choosing K by cost is auto's, over lsd's drafters)")
         check(self.k is None or self.k == "auto" or (isinstance(self.k, int) and self.k >= 1),
               "k", f"{self.k!r} (an integer >= 1 or 'auto')")
         check(0.0 <= self.p_min <= 1.0, "p_min", f"{self.p_min} (must be within [0, 1])")

@@ -16,6 +16,7 @@ from .chat.harmonyoutput import output_parser
 from .chat.templates import prompt_and_tokens, prompt_text, prompt_tokens, tool_use_template
 from .chat.tools import banned_opener, tool_plan
 from .config import (
+    CUSTOM_DRAFTER,
     STATE_CACHE_MAX_BYTES,
     DrafterConfig,
     EngineSettings,
@@ -24,6 +25,7 @@ from .config import (
     changed_settings,
     engine_settings,
 )
+from .drafters import custom
 from .drafters.auto.calibration import (
     before_first_try,
     filler_arrays,
@@ -39,7 +41,7 @@ from .generation import EngineParts, Generation
 from .grammars import compile_constraint, request_grammar
 from .limits import check_seed
 from .loop import LoopSettings, RoundState
-from .models.loading import load_for_engine, load_notices
+from .models.loading import load_for_engine, load_notices, speculation_refused
 from .request import Request, as_request
 from .sidebyside import SideBySide, SlotClaim
 from .statecache import StateCache, common_prefix, park_others
@@ -87,18 +89,20 @@ class Engine:
 
     @classmethod
     def load(cls, target: str | os.PathLike, draft: str | os.PathLike | None = None, *,
-             drafter: DrafterConfig | str | None = None, rule: RuleConfig | str | None = None,
-             **settings) -> Engine:
+             drafter=None, rule: RuleConfig | str | None = None, **settings) -> Engine:
         """Load the target GGUF (and a draft GGUF; one with another vocabulary drafts through
-        text). drafter: "auto", "model", "lookup", "multilevel", "none" or a DrafterConfig
-        (default "auto": each round whichever the measured costs make fastest); rule:
-        "strict", "fly", "asd" or a RuleConfig. Every other keyword is one of
-        config.engine_settings': the drafter's and the rule's settings (k, p_min, theta,
-        budget, ...), loading (n_ctx, n_threads, n_gpu_layers, device, draft_device,
-        no_repack, ...), rpc, chat_template, remember. `placement` says where each model went;
-        docs/library.md has the details."""
-        return cls.from_settings(target, draft, engine_settings(
-            drafter=drafter, rule=rule, **settings))
+        text). drafter: "auto", "model", "lookup", "multilevel", "none", a DrafterConfig
+        (default "auto": each round whichever the measured costs make fastest), or a
+        Drafter of your own (see `configure`); rule: "strict", "fly", "asd" or a
+        RuleConfig. Every other keyword is one of config.engine_settings': the drafter's and
+        the rule's settings (k, p_min, theta, budget, ...), loading (n_ctx, n_threads,
+        n_gpu_layers, device, draft_device, no_repack, ...), rpc, chat_template, remember.
+        `placement` says where each model went; docs/library.md has the details."""
+        own = custom.is_custom(drafter)  # (loaded with auto and its draft, then the user's)
+        spec = engine_settings(drafter="auto" if own else drafter, rule=rule, **settings)
+        custom.refuse_before_loading(drafter, spec)
+        engine = cls.from_settings(target, draft, spec)
+        return custom.given_custom(engine, drafter) if own else engine
 
     @classmethod
     def from_settings(cls, target: str | os.PathLike, draft: str | os.PathLike | None,
@@ -111,30 +115,41 @@ class Engine:
         engine.notices.extend(loaded.notices)
         return engine
 
-    def configure(self, drafter: DrafterConfig | str | None = None,
-                  rule: RuleConfig | str | None = None, *, fresh_drafter: bool = False,
-                  **changes) -> None:
+    def configure(self, drafter=None, rule: RuleConfig | str | None = None, *,
+                  fresh_drafter: bool = False, **changes) -> None:
         """Use other drafter and rule settings from the next generation on (chat's /mode).
         Typed settings replace the current ones; a name ("lookup", "fly") or keyword changes
         (k, p_min, theta, ...) apply to them, others keep their values (a new drafter named
         without k: its default K; window=None: FLy's default). Settings used before come
         back with what their drafter learned, unless `fresh_drafter`. Per request:
-        Request.drafter and Request.rule."""
+        Request.drafter and Request.rule.
+
+        `drafter` may be a Drafter of your own (lsd_local.Drafter), asked each round for up
+        to a fixed k tokens and verified under the rule like lsd's; side by side, a function
+        or class that makes one per sequence. DrafterConfig("custom") then means it."""
         self._check_open()
         with self._steps_lock(), self._claim.idle(  # (in generate's order: no deadlock)
                 "finish or close the unfinished generation before configuring this Engine"):
-            dcfg, rcfg = changed_settings(self.drafter_config, self.rule_config, drafter,
-                                          rule, **changes)
-            self._check_speculation(dcfg)
+            given = custom.custom_drafters(drafter, self.target.n_vocab, self.target.n_seq) \
+                if custom.is_custom(drafter) else []
+            dcfg, rcfg = changed_settings(self.drafter_config, self.rule_config,
+                                          CUSTOM_DRAFTER if given else drafter, rule, **changes)
+            self._check_speculation(dcfg, custom_given=bool(given))
+            for pool, own in zip(self._pools[:len(given)], given, strict=True):
+                pool.use_custom(own)
             for pool in self._pools[1:]:  # (side by side: each sequence has its own)
                 pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
             self._drafter = self._pool.get(dcfg, rcfg.rule, fresh=fresh_drafter)
             self.drafter_config, self.rule_config = dcfg, rcfg
 
-    def _check_speculation(self, dcfg: DrafterConfig) -> None:
+    def _check_speculation(self, dcfg: DrafterConfig, custom_given: bool = False) -> None:
+        if dcfg.drafter != "none" and not self.target.supports_truncate:  # (as load refuses)
+            raise speculation_refused(self.target)
         if dcfg.uses_draft_model and self.draft_model is None:
             raise ParameterError(f"invalid drafter: {dcfg.drafter!r} needs a draft model, "
                                  "and this engine was loaded without one", param="drafter")
+        if dcfg.drafter == CUSTOM_DRAFTER and not custom_given and self._pool.custom is None:
+            raise ParameterError(custom.NONE_GIVEN, param="drafter")
         check(dcfg.adaptive_k or dcfg.k_value + 1 <= self.target.n_batch, "k",  # (a cap: cut)
               f"{dcfg.k_value} (at most n_batch - 1 = {self.target.n_batch - 1})")
 

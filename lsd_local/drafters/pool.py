@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from ..config import DRAFTERS_KEPT, DrafterConfig
+from ..config import CUSTOM_DRAFTER, DRAFTERS_KEPT, DrafterConfig
+from ..errors import ParameterError
 from .base import Drafter
+from .custom import NONE_GIVEN
 from .factory import make_drafter
 
 
@@ -29,10 +31,18 @@ class DrafterPool:
         self.learned = learned
         self.index = index
         self._built: OrderedDict[DrafterConfig, Drafter | None] = OrderedDict()
+        # the user's own drafter (drafters/custom.py), whatever its K; kept apart from the
+        # settings built here: it cannot be rebuilt, so it is never dropped for others
+        self.custom: Drafter | None = None
 
     def get(self, config: DrafterConfig, rule: str, fresh: bool = False) -> Drafter | None:
         """The drafter for `config` (None for plain decoding), built when it is not kept or
-        `fresh` is asked (a fresh one also ignores what earlier processes learned)."""
+        `fresh` is asked (a fresh one also ignores what earlier processes learned). The
+        custom drafter is the one given to `use_custom` (never rebuilt)."""
+        if config.drafter == CUSTOM_DRAFTER:
+            if self.custom is None:
+                raise ParameterError(NONE_GIVEN, param="drafter")
+            return self.custom
         if fresh or config not in self._built:
             drafter = make_drafter(config, self._draft_model, self._cross_vocab_target,
                                    self.index, self._target_vocab)
@@ -44,18 +54,25 @@ class DrafterPool:
             self._built.popitem(last=False)
         return self._built[config]
 
+    def use_custom(self, drafter: Drafter) -> None:
+        """The drafter that DrafterConfig("custom") means from now on (replacing any before;
+        it is told the suffix index, as the others are)."""
+        drafter.use_suffix_index(self.index)
+        self.custom = drafter
+
+    def _every(self) -> list[Drafter]:
+        return [d for d in (*self._built.values(), self.custom) if d is not None]
+
     def use_suffix_index(self, index) -> None:
         """Every drafter, built or to be built, searches and feeds `index` (or none)."""
         self.index = index
-        for drafter in self._built.values():
-            if drafter is not None:
-                drafter.use_suffix_index(index)
+        for drafter in self._every():
+            drafter.use_suffix_index(index)
 
     def reset(self) -> None:
         """Every drafter forgets what it built from earlier text (not what it learned)."""
-        for drafter in self._built.values():
-            if drafter is not None:
-                drafter.reset()
+        for drafter in self._every():
+            drafter.reset()
 
     def save(self, rule: str) -> None:
         """Save what the auto drafters learned (OSError when the cache dir cannot be

@@ -36,7 +36,13 @@ def speculation_allowed(target: Model, drafter: str) -> bool:
         return True
     if drafter == "auto":
         return False
-    raise IncompatibleModelsError(f"{recurrent_message(target)}; use drafter='none'")
+    raise speculation_refused(target)
+
+
+def speculation_refused(target: Model) -> IncompatibleModelsError:
+    """The error for a drafter named on a target that cannot drop rejected tokens (Engine's
+    configure and requests raise it too, for any drafter but "none")."""
+    return IncompatibleModelsError(f"{recurrent_message(target)}; use drafter='none'")
 
 
 def load_models(target, draft, spec: EngineSettings) -> tuple[Model, Model | None, bool]:

@@ -140,6 +140,8 @@ BAD_REQUESTS = [
     ({"messages": QUESTION, "top_p": 1.5}, 400, "top_p", "top_p"),
     ({"messages": QUESTION, "rule": "loose"}, 400, "rule", "choose one of"),
     ({"messages": QUESTION, "k": 0}, 400, "k", "k"),
+    # (a library user's own Drafter: no request can name one into a server)
+    ({"messages": QUESTION, "drafter": "custom"}, 400, "drafter", "of your own"),
     ({"messages": QUESTION, "rule": "asd", "temperature": 0.7}, 400, "rule", "greedy"),
     ({"messages": [{"role": "user", "content": "the " * 2000}]}, 400, "messages", "context"),
     ({"messages": QUESTION, "grammar": "root ::= ("}, 400, "response_format", "grammar"),
