@@ -470,10 +470,10 @@ def test_no_generation_starts_while_the_engine_calibrates_or_is_configured(tiny_
     seen = []
 
     def spy(real):
-        def inside(*args):
+        def inside(*args, **kwargs):
             seen.append(held_elsewhere(eng._runner.lock, eng._claim._lock))
             gc.collect()  # (the finished generation below is closed here)
-            return real(*args)
+            return real(*args, **kwargs)
         return inside
     monkeypatch.setattr(calibration, "measure", spy(calibration.measure))
     monkeypatch.setattr(Engine, "_check_speculation", spy(Engine._check_speculation))
