@@ -87,7 +87,7 @@ DEFAULT_DRAFTER = "auto"
 # DRAFTERS (no CLI or server request can name it), asked each round for up to its fixed K
 CUSTOM_DRAFTER = "custom"
 DEFAULT_K = {"model": 4, "multilevel": 4, "lookup": 31, "none": 0,  # fixed K per drafter
-             CUSTOM_DRAFTER: 8}  # (llama-cpp-python's prompt lookup default: 10)
+             CUSTOM_DRAFTER: 8}  # (unknown acceptance: between the model's K and lookup's)
 LOOKUP_CAP = 31  # longest fixed lookup draft: a block of 32 (docs/auto.md, CPU tiles)
 # Past a block of 32 auto drafts a copy only in these block sizes, each timed by the
 # calibration: a CPU's t(n) has steps there (48 and 64 cost less than one token more), so a

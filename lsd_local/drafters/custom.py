@@ -54,8 +54,7 @@ class CheckedDrafter(Drafter):
     def checked(self, proposal, k: int) -> Draft:
         """A Draft of at most k valid token ids from what the inner drafter returned
         (ParameterError naming the drafter otherwise)."""
-        draft = proposal if isinstance(proposal, Draft) else Draft(as_token_array(
-            proposal, self.name))
+        draft = proposal if isinstance(proposal, Draft) else Draft(proposal)
         tokens = as_token_array(draft.tokens, self.name)[:max(k, 0)]
         outside = np.flatnonzero((tokens < 0) | (tokens >= self.n_vocab))
         if len(outside):
