@@ -98,7 +98,7 @@ def test_a_prompt_that_leaves_a_block_open_is_code():
     prompt = encode([b"Some prose. ", b"```", b"python\n"])
     context.begin(len(prompt))
     context.observe(prompt)
-    assert context.in_code and context.model_for("", 1) == "lookup"
+    assert context.in_code and context.model_for("", 1) == "first"  # a copy in code
 
 
 def test_which_model_prices_a_proposal():
@@ -110,7 +110,7 @@ def test_which_model_prices_a_proposal():
     assert context.model_for("text", -1) == "prose"
     assert context.model_for("suffix", 3) == "suffix"  # past requests: their own model
     context.observe(np.concatenate([prompt, encode([b"```", b"python\n"])]))
-    assert context.model_for("", 2) == "lookup" and context.model_for("", 6) == "self"
+    assert context.model_for("", 2) == "first" and context.model_for("", 6) == "self"
     late = AnswerContext(byte_text)  # first asked three tokens into the answer: the start
     late.begin(len(prompt))  # is the prompt's end all the same, the fence before is read
     late.observe(np.concatenate([prompt, encode([b"```", b"python\n", b"x = 1\n"])]))
@@ -118,7 +118,7 @@ def test_which_model_prices_a_proposal():
     unknown = AnswerContext(None)  # no vocabulary: every proposal priced as code was
     unknown.begin()
     unknown.observe(prompt)
-    assert unknown.in_code and unknown.model_for("", 2) == "lookup"
+    assert unknown.in_code and unknown.model_for("", 2) == "first"
 
 
 class SourcedLookup(Drafter):
@@ -206,8 +206,8 @@ def test_a_copy_ends_a_pending_short_match_of_another_model():
         drafter.accept(0, 0, 0.04)
     assert drafter.runs["self"].request_tried.sum() == pytest.approx(1.0)  # its first token
     assert drafter.runs["self"].request_accepted.sum() == pytest.approx(1.0)
-    assert drafter.runs["lookup"].request_tried.sum() == pytest.approx(1.0)  # the copy's miss
-    assert drafter.runs["lookup"].request_accepted.sum() == 0
+    assert drafter.runs["first"].request_tried.sum() == pytest.approx(1.0)  # the copy's miss
+    assert drafter.runs["first"].request_accepted.sum() == 0
 
 
 def test_lookup_evidence_saved_with_the_old_run_buckets_is_ignored():
@@ -234,9 +234,12 @@ def test_a_match_behind_or_far_past_the_copy_being_read_is_a_jump():
     a jump (new code matching a phrase elsewhere in the file)."""
     context = AnswerContext(None, long_match=12)
     context.begin(2000)
-    assert context.model_for("", 40) == "lookup"  # no copy read yet: priced as a copy
+    context.observe(np.arange(2000, dtype=np.int32))
+    assert context.model_for("", 40) == "first"  # no copy read yet: priced as a copy
     context.follow(500, 6)  # a short match is no copy being read
     assert context.copy_at is None
+    context.observe(np.append(np.arange(2000, dtype=np.int32), 7))  # not token 500: left
+    assert context.left_first_copy
     context.follow(500, 12)
     assert context.copy_at == 500
     assert context.model_for("", 500) == "lookup"  # the copy itself, going on
@@ -247,8 +250,8 @@ def test_a_match_behind_or_far_past_the_copy_being_read_is_a_jump():
     assert context.model_for("text", -1) == "lookup"  # no position: not told apart
     context.follow(2100, 40)  # a copy of the answer itself is not the prompt's copy
     assert context.copy_at == 500
-    context.begin(2000)  # a new answer reads no copy yet
-    assert context.copy_at is None and context.model_for("", 10) == "lookup"
+    context.begin(2000)  # a new answer reads no copy yet, and has left none
+    assert context.copy_at is None and context.model_for("", 10) == "first"
 
 
 def test_a_jump_outside_a_code_block_is_prose():
@@ -275,7 +278,102 @@ def test_resumed_copies_do_not_make_short_jumps_look_safe():
             drafter.runs["jump"].update(6, 8, 0)
         history = np.arange(1100, dtype=np.int32) % 7
         drafter.propose(history, 63)  # the copy being read: at 400
-        return drafter.propose(history, 63)
+        edited = np.append(history, (history[400] + 1) % 7)  # an edit: the copy is left
+        return drafter.propose(edited, 63)
 
     assert len(drafter_after(origin=460)) >= 31  # a resumption a little past the copy
     assert len(drafter_after(origin=100)) <= 3  # a jump behind it
+
+
+def left_first_copy_reference(history: np.ndarray, start: int, at: int, origin: int) -> bool:
+    """The definition, token by token: the answer from `at` on is not the prompt from
+    `origin` on (a token differs, or the copy runs into the answer's start)."""
+    for j in range(at, len(history)):
+        source = origin + j - at
+        if source >= start or history[j] != history[source]:
+            return True
+    return False
+
+
+def test_the_first_copy_is_priced_apart_until_the_answer_leaves_it():
+    """An edited file's answer copies its prompt until the first edit: proposals until then
+    are "first", after it "lookup"; a new answer starts over."""
+    prompt = np.arange(100, dtype=np.int32)
+    context = AnswerContext(None, long_match=12)
+    context.begin(len(prompt))
+    context.observe(prompt)
+    assert context.model_for("", 50) == "first"
+    context.follow(50, 6)  # the answer's first proposal found in the prompt: its copy
+    copied = np.concatenate([prompt, prompt[50:60]])
+    context.observe(copied)  # ten tokens of the copy written
+    assert not context.left_first_copy and context.model_for("", 60) == "first"
+    assert context.model_for("text", -1) == "first"  # text lookup's too
+    context.follow(20, 12)  # a later match elsewhere is not the first copy
+    edited = np.append(copied, 999)  # a token the copy does not have: an edit
+    context.observe(edited)
+    assert context.left_first_copy
+    assert context.model_for("", 61) == "lookup"  # a resumed copy
+    context.observe(np.append(edited, prompt[61]))  # written on: the copy stays left
+    assert context.model_for("", 62) == "lookup"
+    context.begin(len(prompt))
+    context.observe(prompt)
+    assert not context.left_first_copy and context.model_for("", 61) == "first"
+
+
+def test_a_first_copy_that_runs_into_the_answer_has_ended():
+    prompt = np.arange(20, dtype=np.int32)
+    context = AnswerContext(None)
+    context.begin(len(prompt))
+    context.observe(prompt)
+    context.follow(18, 6)  # two tokens of the prompt are left to copy
+    context.observe(np.concatenate([prompt, [18, 19]]))
+    assert not context.left_first_copy
+    context.observe(np.concatenate([prompt, [18, 19, 0]]))
+    assert context.left_first_copy
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 30), st.data())
+def test_leaving_the_first_copy_read_in_rounds_equals_its_definition(start, data):
+    """However the answer arrives (rounds of any size, a history cut back and rewritten as
+    a grammar's unkept tokens leave it), whether it has left its first copy is decided by
+    the whole answer: the reference above, while no cut rewrote what decided it."""
+    origin = data.draw(st.integers(0, start - 1))
+    alphabet = st.integers(0, 2)  # few ids: copies that hold for a while
+    history = np.array(data.draw(st.lists(alphabet, min_size=start, max_size=start)), np.int32)
+    context = AnswerContext(None)
+    context.begin(start)
+    context.observe(history)
+    context.follow(origin, 6)
+    was_left = False
+    for _ in range(data.draw(st.integers(1, 8))):
+        cut = data.draw(st.integers(start, len(history)))
+        grown = data.draw(st.lists(alphabet, max_size=6))
+        history = np.concatenate([history[:cut], np.array(grown, np.int32)])
+        context.observe(history)
+        now = left_first_copy_reference(history, start, start, origin)
+        # once left, it stays left (a pricing hint: an unkept token may have decided it)
+        assert context.left_first_copy == (was_left or now)
+        was_left = context.left_first_copy
+
+
+def test_resumed_copies_that_held_do_not_make_the_first_copy_long():
+    """A process that served edits learned that resumed copies hold (a block of 16 kept at
+    run 9) and that the first copy breaks early (in its def line); a first copy at run 9
+    is drafted short on a steep CPU, a resumed one at the same run long."""
+    def draft_at_run_9(left: bool) -> Draft:
+        drafter = AutoDrafter(ScriptedSourced([(list(range(63)), 9, 400)]))
+        steep_cpu(drafter)
+        for _ in range(40):
+            drafter.runs["lookup"].update(9, 16, 16)
+            drafter.runs["first"].update(9, 16, 1)
+        drafter.begin(n_prompt=1000)
+        history = np.arange(1000, dtype=np.int32) % 7
+        if left:  # the answer's first copy (at 0) left after a token: an edit written
+            drafter.context.observe(history)
+            drafter.context.follow(0, 6)
+            history = np.append(history, (history[0] + 1) % 7)
+        return drafter.propose(history, 63)
+
+    assert len(draft_at_run_9(left=False)) <= 3
+    assert len(draft_at_run_9(left=True)) >= 15

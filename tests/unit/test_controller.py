@@ -336,6 +336,12 @@ def test_fixed_k_keeps_k_and_chooses_the_drafter():
     assert sum(source == "model" for _, source in log) > 0.9 * len(log)
 
 
+# The fake lookups here say nothing of where a proposal was found (Draft.origin -1): the
+# answer never leaves a first copy of its prompt, so all of them are priced, and learned, by
+# the first copy's run model (drafters/auto/context.py), lookup's beliefs kept apart.
+UNPLACED = "first"
+
+
 def test_shadow_proposals_teach_lookup_acceptance_without_verifying():
     world = World(*CPU, p_lookup=0.99, seed=9)
     drafter = AutoDrafter(FakeLookup(world))
@@ -344,7 +350,7 @@ def test_shadow_proposals_teach_lookup_acceptance_without_verifying():
         drafter.cost.observe(33, 100.0)
     log, _, _ = simulate(drafter, world, 50)
     assert all(k == 0 for k, _ in log)  # nothing was verified
-    assert drafter.acceptance["lookup"].probabilities(6, 1)[0] > 0.9
+    assert drafter.acceptance[UNPLACED].probabilities(6, 1)[0] > 0.9
 
 
 class FakeMatchLookup(Drafter):
@@ -379,8 +385,8 @@ def test_long_and_short_matches_are_learned_apart():
         n_accept = int(mismatch[0]) if len(mismatch) else len(draft)
         drafter.accept(len(draft), n_accept, world.a + world.b * (len(draft) + 1))
         history = np.concatenate([history, truth[:n_accept + 1]])
-    p_long = drafter.acceptance["lookup"].probabilities(12, 8)
-    p_short = drafter.acceptance["lookup"].probabilities(6, 1)
+    p_long = drafter.acceptance[UNPLACED].probabilities(12, 8)
+    p_short = drafter.acceptance[UNPLACED].probabilities(6, 1)
     assert p_long.min() > 0.9 and p_short[0] < 0.5
     # copy long passages at about the best fixed K for their acceptance, skip the rest
     k_best = best_fixed_rate(World(*CPU, p_lookup=0.99), "lookup")[1]
@@ -417,7 +423,7 @@ def test_a_copy_met_while_a_short_match_is_pending_is_learned_and_counted_once()
     for n in range(1, 6):
         drafter.propose(np.array(truth[:n], np.int32), 32)
         drafter.accept(0, 0, 0.04)
-    model = drafter.acceptance["lookup"]
+    model = drafter.acceptance[UNPLACED]
     copy_bucket = model.buckets(12, 1)[0]  # the long match's first position: wrong
     assert model.tried[copy_bucket] > 0 and model.accepted[copy_bucket] == 0
     short_bucket = model.buckets(6, 1)[0]  # the short one's first position: right

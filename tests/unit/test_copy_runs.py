@@ -283,8 +283,8 @@ def test_a_long_copy_is_proposed_and_drafted_as_a_block_of_64():
     drafter = AutoDrafter(LookupDrafter())
     for n in (1, 2, 9, 16, 32, 48, 64):
         drafter.cost.observe(n, 0.03 + 0.004 * n)
-    for _ in range(300):
-        drafter.acceptance["lookup"].update(200, 64, 64)
+    for _ in range(300):  # (the answer's first copy: its run model learned it)
+        drafter.acceptance["first"].update(200, 64, 64)
     draft = drafter.propose(history, 63)
     assert len(draft) == 63 and np.array_equal(draft.tokens, passage[40:103])
 

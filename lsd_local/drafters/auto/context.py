@@ -22,6 +22,14 @@ from"), two things tell lookup proposals apart before any of their tokens is sco
   and those continue another function's body. In code, a match in the prompt that lies
   behind the copy being read or far past it is learned apart ("jump"), so that the many
   resumptions of an edited file do not make short chance matches look safe.
+- **The first copy, before it is left.** An edit comes early in an edited file's answer:
+  in the name or parameters of its def line, a docstring after it, an import before it. Until
+  the answer first writes a token its copy of the prompt does not have, proposals are
+  learned apart ("first": the same beliefs as "lookup"); after that, resumed copies hold.
+  Learned together, a process that served a few edits (or the learned file) takes the
+  resumptions' 99 % for the first copy too and drafts a block of 16 or 64 into the def
+  line's edit (replayed on 24 held-out code edits: remembered auto 1.18x plain, 1.23x
+  apart; docs/auto.md, "The first copy").
 
 Each model still learns per run, request family and generation (lookup_acceptance).
 """
@@ -49,11 +57,13 @@ JUMP_PRIOR = 0.5
 JUMP_LONG_PRIOR = 0.9
 
 
-def context_models(edges: Sequence[int], long_match: int, prose_prior: float
-                   ) -> dict[str, RunAcceptanceModel]:
+def context_models(edges: Sequence[int], long_match: int, prose_prior: float,
+                   first_priors: tuple[float, float]) -> dict[str, RunAcceptanceModel]:
     """The run models of the proposals AnswerContext tells apart from code copies: "prose"
-    (short matches start from `prose_prior`, as in code), "self" and "jump"."""
-    return {"prose": RunAcceptanceModel(edges, long_match, prose_prior, PROSE_LONG_PRIOR),
+    (short matches start from `prose_prior`, as in code), "self", "jump" and "first" (the
+    answer's first copy, starting from `first_priors`: short and long runs, lookup's)."""
+    return {"first": RunAcceptanceModel(edges, long_match, *first_priors),
+            "prose": RunAcceptanceModel(edges, long_match, prose_prior, PROSE_LONG_PRIOR),
             "self": RunAcceptanceModel(edges, long_match, SELF_PRIOR, SELF_LONG_PRIOR),
             "jump": RunAcceptanceModel(edges, long_match, JUMP_PRIOR, JUMP_LONG_PRIOR)}
 
@@ -74,6 +84,12 @@ class AnswerContext:
         # where in the prompt the copy last read continues (its last proposal's origin);
         # None before this answer's first copy
         self.copy_at: int | None = None
+        # the answer's first copy of the prompt: (history length, source position) of its
+        # first proposal found in the prompt; None before it. `left_first_copy` once the
+        # answer wrote a token that copy does not have
+        self._first: tuple[int, int] | None = None
+        self.left_first_copy = False
+        self._n_history = 0
         self._read_ids = np.zeros(0, np.int32)  # the history whose text has been read
         self._fences = 0
         self._tail = b""  # the last bytes read that may begin a fence
@@ -83,6 +99,7 @@ class AnswerContext:
         history of its first proposal)."""
         self.start = start
         self.copy_at = None
+        self._first, self.left_first_copy = None, False
         self._forget()
 
     def _forget(self) -> None:
@@ -98,6 +115,8 @@ class AnswerContext:
         n = len(history)
         if self.start is None:
             self.start = n
+        self._n_history = n
+        self._check_first_copy(history)
         if self.token_bytes is None:
             return
         read = len(self._read_ids)
@@ -107,6 +126,18 @@ class AnswerContext:
         if n > read:
             self._read(history[read:].tolist())
             self._read_ids = history.copy()
+
+    def _check_first_copy(self, history: np.ndarray) -> None:
+        """Compare what the answer wrote since its first copy began with that copy
+        (history: int32[n]); a copy that reaches the answer's start has ended too. The
+        whole stretch each time (a few µs): a grammar's forced tokens, proposed and then
+        not kept, may have rewritten its end."""
+        if self._first is None or self.left_first_copy:
+            return
+        at, origin = self._first
+        written = history[at:]
+        source = history[origin:min(origin + len(written), self.start or 0)]
+        self.left_first_copy = not np.array_equal(written, source)  # (shorter: ended)
 
     def _read(self, tokens: list[int]) -> None:
         # (one text for many tokens: a prompt is read at once; a fence may be split over
@@ -137,11 +168,14 @@ class AnswerContext:
         if origin >= 0 and self.copy_at is not None and \
                 not 0 <= origin - self.copy_at <= RESUME_SPAN:
             return "jump"
-        return "lookup"
+        return "lookup" if self.left_first_copy else "first"
 
     def follow(self, origin: int, run: int) -> None:
         """A proposal found at `origin` after a run of `run` tokens was made: a copy of the
-        prompt (run >= long_match) is the one being read from now on."""
-        if run >= self.long_match and origin >= 0 and \
-                (self.start is None or origin < self.start):
+        prompt (run >= long_match) is the one being read from now on; the answer's first
+        proposal found in the prompt is its first copy."""
+        in_prompt = origin >= 0 and (self.start is None or origin < self.start)
+        if in_prompt and self._first is None and self.start is not None:
+            self._first = (self._n_history, origin)
+        if run >= self.long_match and in_prompt:
             self.copy_at = origin

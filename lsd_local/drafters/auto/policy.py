@@ -116,7 +116,8 @@ class AutoDrafter(Drafter):
                                                   long_lookup_prior),
                      "suffix": RunAcceptanceModel(RUN_EDGES, LONG_MATCH, SUFFIX_PRIOR,
                                                   LONG_SUFFIX_PRIOR),
-                     **context_models(RUN_EDGES, LONG_MATCH, lookup_prior)}
+                     **context_models(RUN_EDGES, LONG_MATCH, lookup_prior,
+                                     (lookup_prior, long_lookup_prior))}
         self.acceptance = {**self.runs, "model": AcceptanceModel(MODEL_CAP, prior=MODEL_PRIOR)}
         self.draft_token_s: float | None = None  # measured draft-model seconds per forward
         self._used_source = "none"  # drafter whose tokens the loop is verifying
