@@ -377,3 +377,23 @@ def test_resumed_copies_that_held_do_not_make_the_first_copy_long():
 
     assert len(draft_at_run_9(left=False)) <= 3
     assert len(draft_at_run_9(left=True)) >= 15
+
+
+def test_a_phrase_quoted_in_prose_before_the_code_is_no_first_copy():
+    """An answer that says a few words before its code block: a match found there in the
+    prompt is priced as prose and is not the first copy, which the code's own copy is."""
+    prompt = encode([b"Some prose. ", b"x = 1\n", b"Some prose. "])
+    context = AnswerContext(byte_text)
+    context.begin(len(prompt))
+    history = np.concatenate([prompt, encode([b"Some prose. "])])
+    context.observe(history)
+    assert context.model_for("", 1) == "prose"
+    context.follow(1, 6)  # quoted, then left at once: no first copy
+    history = np.concatenate([history, encode([b"```", b"python\n", b"x = 1\n"])])
+    context.observe(history)
+    assert not context.left_first_copy and context.model_for("", 1) == "first"
+    context.follow(2, 6)  # the code's copy of "x = 1\n" goes on: the first copy
+    context.observe(np.concatenate([history, encode([b"Some prose. "])]))  # as the prompt
+    assert not context.left_first_copy
+    context.observe(np.concatenate([history, encode([b"a`"])]))  # an edit
+    assert context.left_first_copy and context.model_for("", 1) == "lookup"

@@ -156,9 +156,10 @@ class AnswerContext:
         return self.token_bytes is None or self._fences % 2 == 1
 
     def model_for(self, source: str, origin: int) -> str:
-        """The acceptance model ("lookup", "self", "prose", "jump" or "suffix") that prices a
-        proposal of `source` (Draft.source: "" token lookup, "text", "suffix") found at
-        `origin` (Draft.origin: its position in the history, -1 = not in the history)."""
+        """The acceptance model ("first", "lookup", "self", "prose", "jump" or "suffix")
+        that prices a proposal of `source` (Draft.source: "" token lookup, "text", "suffix")
+        found at `origin` (Draft.origin: its position in the history, -1 = not in the
+        history)."""
         if source == "suffix":
             return "suffix"
         if self.start is not None and origin >= self.start:
@@ -173,9 +174,10 @@ class AnswerContext:
     def follow(self, origin: int, run: int) -> None:
         """A proposal found at `origin` after a run of `run` tokens was made: a copy of the
         prompt (run >= long_match) is the one being read from now on; the answer's first
-        proposal found in the prompt is its first copy."""
+        proposal found in the prompt inside a code block is its first copy (a phrase quoted
+        in prose before the code, or a match in an earlier turn's prose, is none)."""
         in_prompt = origin >= 0 and (self.start is None or origin < self.start)
-        if in_prompt and self._first is None and self.start is not None:
+        if in_prompt and self._first is None and self.start is not None and self.in_code:
             self._first = (self._n_history, origin)
         if run >= self.long_match and in_prompt:
             self.copy_at = origin
