@@ -85,8 +85,8 @@ class AnswerContext:
         # None before this answer's first copy
         self.copy_at: int | None = None
         # the answer's first copy of the prompt: (history length, source position) of its
-        # first proposal found in the prompt; None before it. `left_first_copy` once the
-        # answer wrote a token that copy does not have
+        # first proposal found in the prompt inside a code block; None before it.
+        # `left_first_copy` once the answer wrote a token that copy does not have
         self._first: tuple[int, int] | None = None
         self.left_first_copy = False
         self._n_history = 0
