@@ -38,6 +38,9 @@ class Draft:
     # position), so that a match in the answer being written is told from one in the prompt;
     # -1 for other sources (the suffix index of past requests, text lookup, models)
     origin: int = -1
+    # prompt lookup: the first token a rename the answer made changed (drafters/rename.py):
+    # the proposal is the prompt's up to there; -1 = none
+    renamed_at: int = -1
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -11,6 +11,7 @@ from ..errors import check
 from ..kernels.lookup import lookup_any
 from ..verify.constrain import allowed_prefix
 from .base import EMPTY_DRAFT, Draft, Drafter, through_stop
+from .rename import RenameWatch
 
 TEXT_BYTES_PER_RUN = 4  # a text match's length in bytes -> a run in tokens, roughly
 
@@ -40,6 +41,7 @@ class LookupDrafter(Drafter):
         # token id -> whether it ends the generation (the target vocabulary's is_eog), or None
         self.is_stop = is_stop
         self.n_prompt: int | None = None  # the request's prompt length (begin), if told
+        self.renames = RenameWatch()  # the answer's renames, spelled into copies (with text)
         self._out = np.zeros(64, np.int32)
 
     def propose(self, history: np.ndarray, k: int, sampler: SamplerSettings | None = None,
@@ -49,12 +51,14 @@ class LookupDrafter(Drafter):
         if len(self._out) < k:
             self._out = np.zeros(k, np.int32)
         m, _, run, origin = lookup_any(history, self.max_ngram, self.min_ngram, k, self._out)
-        tokens, source = self._out[:m], ""
+        tokens, source, renamed_at = self._out[:m], "", -1
+        if self.text is not None and self.n_prompt is not None and 0 <= origin < self.n_prompt:
+            tokens, renamed_at = self._renamed(history, tokens, run, origin)
         if self.index is not None and not self._copies_answer(len(history), run):
             # past requests: taken when their match runs longer and says something else
             found, found_run = self.index.find(history, k, self.min_ngram)
             if len(found) and found_run > run and not covers(tokens, found):
-                tokens, run, source, origin = found, found_run, "suffix", -1
+                tokens, run, source, origin, renamed_at = found, found_run, "suffix", -1, -1
         if not len(tokens) and self.text is not None:  # the same text as other tokens?
             tokens, size = self.text.find(history, k)
             run, source, origin = size // TEXT_BYTES_PER_RUN, "text", -1
@@ -63,10 +67,21 @@ class LookupDrafter(Drafter):
             m = through_stop(tokens, self.is_stop)
         if grammar is not None and m:  # a shorter block costs less to verify
             m = allowed_prefix(grammar, tokens[:m])
-        return Draft(tokens[:m].copy(), run=run, source=source, origin=origin)
+        return Draft(tokens[:m].copy(), run=run, source=source, origin=origin,
+                     renamed_at=renamed_at if renamed_at < m else -1)
+
+    def _renamed(self, history: np.ndarray, tokens: np.ndarray, run: int,
+                 origin: int) -> tuple[np.ndarray, int]:
+        """A proposal found in the prompt, with the answer's renames spelled in: read
+        where its copied stretch starts, applied to what it proposes (drafters/rename.py);
+        tokens: int32[m] -> (int32[<= m], its first renamed token's index or -1)."""
+        codec = self.text.codec
+        self.renames.observe(history, self.n_prompt, origin, run, codec)
+        return self.renames.apply(history, tokens, codec, origin, self.n_prompt)
 
     def begin(self, family: str | None = None, n_prompt: int | None = None) -> None:
         self.n_prompt = n_prompt
+        self.renames.begin()
 
     def _copies_answer(self, n_history: int, run: int) -> bool:
         """Whether the context's match is a copy that the whole answer so far is part of (a

@@ -152,14 +152,18 @@ class AutoDrafter(Drafter):
         self.context.follow(proposal.origin, run)
         kind = "suffix" if priced_by == "suffix" else "copy" if run >= LONG_MATCH else "short"
         choice = self._choose(history, len(proposal), k, run, priced_by)
-        if len(proposal) and kind not in self._shadows:
+        scored = proposal.tokens if proposal.renamed_at < 0 else \
+            proposal.tokens[:proposal.renamed_at]
+        if len(scored) and kind not in self._shadows:
             # Lookup acceptance is learned from whole proposals against what gets committed
             # (verified or not, cut or not): every position is scored at no target cost.
             # A short match still pending when a copy is found is that copy's beginning:
-            # scoring both would count the same tokens twice.
+            # scoring both would count the same tokens twice. A rename spelled in is scored
+            # up to where it starts: a rename the answer did not keep is dropped at once, so
+            # its miss says nothing of the copies to come.
             if kind == "copy":
                 self._shadows.pop("short", None)
-            self._shadows[kind] = [len(history), proposal.tokens.copy(), 0, run,
+            self._shadows[kind] = [len(history), scored.copy(), 0, run,
                                    history[-SHADOW_CONTEXT:].copy()]
             self._shadow_models[kind] = priced_by
         if choice.source == "lookup":
