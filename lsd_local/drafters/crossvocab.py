@@ -46,7 +46,10 @@ class TextCodec:
         return piece
 
     def text(self, tokens) -> bytes:
-        return b"".join(self.piece(int(t)) for t in tokens)
+        """The bytes `tokens` (int32[n] or ints) spell (Python ints at once: lookup and
+        renames spell dozens of tokens a round)."""
+        ids = tokens.tolist() if isinstance(tokens, np.ndarray) else map(int, tokens)
+        return b"".join(map(self.piece, ids))
 
     def exact(self, data: bytes) -> list[int] | None:
         """Tokens whose pieces spell exactly `data`, or None when this tokenizer cannot."""

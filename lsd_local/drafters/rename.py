@@ -30,8 +30,9 @@ from ..config import RUN_CAP
 CONFIRM_BYTES = 4
 MAX_NAME = 64  # longest identifier read (bytes)
 LEFT_TOKENS = 24  # tokens read before a copied stretch (a name and what precedes it)
-IDENT_HEAD = re.compile(rb"[A-Za-z0-9_]*")
-IDENT_TAIL = re.compile(rb"[A-Za-z0-9_]*\Z")
+IDENT = rb"[A-Za-z0-9_]"  # a byte of an identifier (ASCII names)
+IDENT_HEAD = re.compile(IDENT + rb"*")
+IDENT_TAIL = re.compile(IDENT + rb"*\Z")
 MATCH_TOKENS = 4  # tokens read of the copied stretch (a name that goes on into it)
 # bytes of the committed text read before a proposal or kept between checks: a name cut
 # there, and what tells whether it is a whole word or an attribute (`self.`)
@@ -73,7 +74,7 @@ def find_rename(source_left: bytes, answer_left: bytes, match: bytes
 @functools.lru_cache(maxsize=256)
 def whole_word(name: bytes) -> re.Pattern:
     """The pattern of `name` standing as a whole identifier."""
-    return re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(name) + rb"(?![A-Za-z0-9_])")
+    return re.compile(rb"(?<!" + IDENT + rb")" + re.escape(name) + rb"(?!" + IDENT + rb")")
 
 
 def rename_spans(tail: bytes, text: bytes, renames: dict[bytes, bytes]
@@ -215,8 +216,7 @@ class RenameWatch:
             return
         if len(history) == self._seen:
             return
-        text = self._unchecked + b"".join(map(codec.piece,
-                                              history[max(self._seen, n_prompt):].tolist()))
+        text = self._unchecked + codec.text(history[max(self._seen, n_prompt):])
         for old in [o for o, pattern in self._dropping.items()
                     if any(m.end() < len(text) and stands_for_name(text, m.start(), m.end())
                            for m in pattern.finditer(text))]:
@@ -284,6 +284,6 @@ def _text_end(history: np.ndarray, n_bytes: int, codec) -> bytes:
     text = b""
     while len(text) < n_bytes and end > 0:
         start = max(end - END_TOKENS, 0)
-        text = b"".join(map(codec.piece, history[start:end].tolist())) + text
+        text = codec.text(history[start:end]) + text
         end = start
     return text
