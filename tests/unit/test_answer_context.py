@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_controller import plain_stepping
 
 from lsd_local.drafters.auto.context import RESUME_SPAN, AnswerContext
 from lsd_local.drafters.auto.policy import AutoDrafter
@@ -162,10 +163,7 @@ def test_a_match_in_the_answer_is_learned_apart_from_the_prompts():
     """Shadow scoring (free) puts a proposal's outcome into the model that priced it: a
     match in the answer being written teaches "self", not what prompt copies are priced by."""
     truth = np.array([5] * 10 + [4, 3, 4, 3, 4, 3, 4, 3], np.int32)  # the answer: 4 3 4 3 ...
-    drafter = AutoDrafter(SourcedLookup(run=6, origin=12), token_bytes=byte_text)
-    drafter.cost.observe(1, 0.04)
-    for _ in range(3):  # claim huge verification costs: plain steps only, shadows scored
-        drafter.cost.observe(33, 100.0)
+    drafter = plain_stepping(AutoDrafter(SourcedLookup(run=6, origin=12), token_bytes=byte_text))
     drafter.begin(n_prompt=10)
     for n in range(10, 16):
         drafter.propose(truth[:n], 8)
@@ -196,10 +194,7 @@ def test_a_copy_ends_a_pending_short_match_of_another_model():
     prompt = 10
     short_self = (truth[prompt + 1:prompt + 30], 6, prompt + 1)  # right all along
     copy_wrong = ([7, 7, 7], 12, 2)  # found in the prompt, wrong at once
-    drafter = AutoDrafter(ScriptedSourced([short_self, copy_wrong]))
-    drafter.cost.observe(1, 0.04)
-    for _ in range(3):  # claim huge verification costs: plain steps only
-        drafter.cost.observe(33, 100.0)
+    drafter = plain_stepping(AutoDrafter(ScriptedSourced([short_self, copy_wrong])))
     drafter.begin(n_prompt=prompt)
     for n in range(prompt + 1, prompt + 6):
         drafter.propose(np.array(truth[:n], np.int32), 32)

@@ -409,6 +409,15 @@ class ScriptedLookup(Drafter):
         return Draft(np.array(tokens[:k], np.int32), run=self.last_run)
 
 
+def plain_stepping(drafter: AutoDrafter) -> AutoDrafter:
+    """`drafter` told that a step costs 0.04 s and a block of 33 costs 100 s: it steps
+    plainly, and its lookup proposals are only scored in the shadow (free)."""
+    drafter.cost.observe(1, 0.04)
+    for _ in range(3):
+        drafter.cost.observe(33, 100.0)
+    return drafter
+
+
 def test_a_copy_met_while_a_short_match_is_pending_is_learned_and_counted_once():
     """A short proposal stays right (pending) when a copy is found: the copy's failure must
     be learned at once (not after the short proposal ends), and the tokens both would score
@@ -416,10 +425,7 @@ def test_a_copy_met_while_a_short_match_is_pending_is_learned_and_counted_once()
     truth = list(range(100, 140))
     short = (truth[1:30], 6)  # made at position 1, right all along
     long_wrong = ([7, 7, 7], 12)  # made at position 2, wrong at once
-    drafter = AutoDrafter(ScriptedLookup([short, long_wrong]))
-    drafter.cost.observe(1, 0.04)
-    for _ in range(3):  # claim huge verification costs: plain steps only
-        drafter.cost.observe(33, 100.0)
+    drafter = plain_stepping(AutoDrafter(ScriptedLookup([short, long_wrong])))
     for n in range(1, 6):
         drafter.propose(np.array(truth[:n], np.int32), 32)
         drafter.accept(0, 0, 0.04)
@@ -487,10 +493,7 @@ def test_a_proposal_after_tokens_never_committed_teaches_nothing():
     the proposal continued another context and must not be scored against this one."""
     truth = list(range(100, 140))
     forced = [7, 7]  # the grammar's guess after truth[:5]: rejected
-    drafter = AutoDrafter(ScriptedLookup([(truth[5:20], 12)]))
-    drafter.cost.observe(1, 0.04)
-    for _ in range(3):  # claim huge verification costs: plain steps only
-        drafter.cost.observe(33, 100.0)
+    drafter = plain_stepping(AutoDrafter(ScriptedLookup([(truth[5:20], 12)])))
     drafter.propose(np.array(truth[:5] + forced, np.int32), 32)
     drafter.batch_tokens = 2  # (the two forced tokens were rejected: its own never judged)
     drafter.accept(0, 0, 0.04)

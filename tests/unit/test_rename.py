@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_controller import ScriptedLookup
+from test_controller import ScriptedLookup, plain_stepping
 from test_forced import ByteVocab, text_of
 
 from lsd_local.drafters.auto.policy import AutoDrafter
@@ -214,10 +214,7 @@ class RenamedLookup(ScriptedLookup):
 def scored_after_a_miss_at(renamed_at: int):
     truth = list(range(100, 140))
     proposal = truth[5:8] + [7] + truth[9:20]  # right for 3 tokens, then wrong
-    drafter = AutoDrafter(RenamedLookup([(proposal, 12)], renamed_at))
-    drafter.cost.observe(1, 0.04)
-    for _ in range(3):  # claim huge verification costs: plain steps only
-        drafter.cost.observe(33, 100.0)
+    drafter = plain_stepping(AutoDrafter(RenamedLookup([(proposal, 12)], renamed_at)))
     for n in range(5, 12):
         drafter.propose(np.array(truth[:n], np.int32), 32)
         drafter.accept(0, 0, 0.04)
