@@ -50,7 +50,8 @@ def run_llama(binary: Path, model: Path, prompt_file: Path, tokens: int,
               threads: int) -> tuple[float, float]:
     """(decode tok/s from the eval time line, the same with the sampling time added)."""
     cmd = [str(binary), "-m", str(model), "-f", str(prompt_file), "-n", str(tokens),
-           "-t", str(threads), "--temp", "0", "--ignore-eos", "-no-cnv", *repack_args()]
+           "-t", str(threads), "--temp", "0", "--ignore-eos", "-no-cnv", "--no-escape",
+           *repack_args()]  # (--no-escape: the prompt's bytes as lsd reads them)
     proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=900)
     found = EVAL_LINE.search(proc.stdout + proc.stderr)

@@ -13,19 +13,23 @@ from ..config import MAX_TOKENS, N_CTX
 from ..errors import ParameterError
 from .options import complete_model, notify
 
+# Every command reads the prompt file with --no-escape: by default llama.cpp turns the
+# prompt's \n, \t, \' ... into the characters they name (common/arg.cpp), so a prompt
+# quoting code such as print('%g\n') reached the tools as other bytes than lsd's.
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
-                       " -t {{threads}} --temp 0 -c {{ctx}} -no-cnv --no-display-prompt",
+                       " -t {{threads}} --temp 0 -c {{ctx}} -no-cnv --no-display-prompt"
+                       " --no-escape",
     # (llama-speculative-simple decodes until it holds more than -n tokens: {n_predict} is
     # max_tokens - 1, so that every round it runs is one it needs for the tokens asked)
     **{f"llama.cpp:{kind}": "{bin}/llama-speculative-simple -m {{target}} -f {{prompt_file}} "
-                            "-n {{n_predict}} -t {{threads}} --temp 0 -c {{ctx}} "
+                            "-n {{n_predict}} -t {{threads}} --temp 0 -c {{ctx}} --no-escape "
                             f"--spec-type {kind}"
        for kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                     "ngram-cache")},
     "llama.cpp:draft": "{bin}/llama-speculative-simple -m {{target}} -md {{draft}} "
                        "-f {{prompt_file}} -n {{n_predict}} -t {{threads}} --temp 0 -c {{ctx}} "
-                       "--spec-type draft-simple --spec-draft-n-max 4",
+                       "--no-escape --spec-type draft-simple --spec-draft-n-max 4",
 }
 
 

@@ -289,6 +289,50 @@ def test_the_answer_is_read_from_what_llama_cpps_tools_print(tool, stdout, expec
     assert answer_text([f"/opt/llama/bin/{tool}", "-f", "p.txt"], stdout, PROMPT) == expected
 
 
+# A stand-in for llama.cpp's tools: it reads the prompt file as they do, turning \n, \t,
+# \' ... into the characters they name unless given --no-escape (common/arg.cpp's
+# string_process_escapes), and prints what they print around its answer, "Hi" to a prompt
+# that still holds a backslash.
+FAKE_TOOL = """#!{python}
+import sys
+args = sys.argv[1:]
+prompt = open(args[args.index("-f") + 1], encoding="utf-8").read()[:-1]  # (-f drops one newline)
+if "--no-escape" not in args:
+    prompt = prompt.encode("latin-1", "backslashreplace").decode("unicode_escape")
+answer = "Hi" if "\\\\" in prompt else "Ho"  # (what the model makes of the prompt it got)
+if sys.argv[0].endswith("llama-completion"):
+    print(answer + " [end of text]\\n")
+else:
+    print("\\n\\n" + prompt + answer + "\\n\\n\\n")
+print("decoded 2 tokens in 0.1 seconds", file=sys.stderr)
+"""
+
+
+def test_llama_cpps_tools_get_the_prompt_bytes_lsd_reads(tmp_path):
+    """A prompt that quotes code with a backslash (print('%g\\n')) reaches every llama.cpp
+    command of `lsd bench --llama-cpp` unchanged: the answer is read back after the echoed
+    prompt (llama-speculative-simple), and the tool's prompt equals lsd's."""
+    import shlex
+    import sys
+
+    from lsd_local.bench.external import run_command
+    from lsd_local.cli.bench import llama_cpp_externals
+
+    for tool in ("llama-completion", "llama-speculative-simple"):
+        (tmp_path / tool).write_text(FAKE_TOOL.format(python=sys.executable))
+        (tmp_path / tool).chmod(0o755)
+    prompt = "<|im_start|>user\nprint('%g\\n\\t' % x)<|im_end|>\n<|im_start|>assistant\n"
+    values = {"target": "t.gguf", "draft": "d.gguf", "threads": 2, "ctx": 512,
+              "max_tokens": 8, "n_predict": 7}
+    externals = llama_cpp_externals(str(tmp_path), tmp_path / "d.gguf", no_repack=True)
+    assert len(externals) == 7
+    for entry in externals:
+        name, command = entry.split("=", 1)
+        assert "-nr" in shlex.split(command)
+        row = run_command(name, command, prompt, values, max_tokens=8)
+        assert row.get("text") == "Hi", name
+
+
 def test_an_answer_that_ran_past_the_limit_matches_the_cut_baseline():
     from lsd_local.bench.report import differing_answers, same_answer
 
