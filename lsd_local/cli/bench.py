@@ -13,23 +13,19 @@ from ..config import MAX_TOKENS, N_CTX
 from ..errors import ParameterError
 from .options import complete_model, notify
 
-# Every command reads the prompt file with --no-escape: by default llama.cpp turns the
-# prompt's \n, \t, \' ... into the characters they name (common/arg.cpp), so a prompt
-# quoting code such as print('%g\n') reached the tools as other bytes than lsd's.
 LLAMA_CPP_COMMANDS = {
     "llama.cpp:plain": "{bin}/llama-completion -m {{target}} -f {{prompt_file}} -n {{max_tokens}}"
-                       " -t {{threads}} --temp 0 -c {{ctx}} -no-cnv --no-display-prompt"
-                       " --no-escape",
+                       " -t {{threads}} --temp 0 -c {{ctx}} -no-cnv --no-display-prompt",
     # (llama-speculative-simple decodes until it holds more than -n tokens: {n_predict} is
     # max_tokens - 1, so that every round it runs is one it needs for the tokens asked)
     **{f"llama.cpp:{kind}": "{bin}/llama-speculative-simple -m {{target}} -f {{prompt_file}} "
-                            "-n {{n_predict}} -t {{threads}} --temp 0 -c {{ctx}} --no-escape "
+                            "-n {{n_predict}} -t {{threads}} --temp 0 -c {{ctx}} "
                             f"--spec-type {kind}"
        for kind in ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod",
                     "ngram-cache")},
     "llama.cpp:draft": "{bin}/llama-speculative-simple -m {{target}} -md {{draft}} "
                        "-f {{prompt_file}} -n {{n_predict}} -t {{threads}} --temp 0 -c {{ctx}} "
-                       "--no-escape --spec-type draft-simple --spec-draft-n-max 4",
+                       "--spec-type draft-simple --spec-draft-n-max 4",
 }
 
 
@@ -210,14 +206,17 @@ def resolve_bench_models(model: str | None, draft: str | None):
 def llama_cpp_externals(folder: str | None, draft: Path | None,
                         no_repack: bool = False) -> list[str]:
     """llama.cpp's tools as external columns; with `no_repack` they load as lsd does where
-    the CPU traps AMX (their -nr)."""
+    the CPU traps AMX (their -nr). Each reads the prompt file with --no-escape: by default
+    llama.cpp turns the prompt's \\n, \\t, \\' ... into the characters they name
+    (common/arg.cpp), so a prompt quoting code such as print('%g\\n') reached the tools as
+    other bytes than lsd's."""
     if not folder:
         return []
     out = []
     for name, template in LLAMA_CPP_COMMANDS.items():
         if "{draft}" in template and draft is None:
             continue
-        extra = " -nr" if no_repack else ""
+        extra = " --no-escape" + (" -nr" if no_repack else "")
         out.append(f"{name}={template.format(bin=Path(folder).resolve())}{extra}")
     return out
 
